@@ -1,0 +1,291 @@
+/*
+ * zcc: a collective communication library for GPU clusters and hosts.
+ *
+ * The API mirrors nccl.h with the zcc prefix, same argument order and
+ * semantics, so that porting from NCCL is a rename. This is the only
+ * installed header.
+ */
+#ifndef ZCC_H_
+#define ZCC_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ZCC_MAJOR 0
+#define ZCC_MINOR 1
+#define ZCC_PATCH 0
+/** Encoded version: major * 10000 + minor * 100 + patch. */
+#define ZCC_VERSION_CODE (ZCC_MAJOR * 10000 + ZCC_MINOR * 100 + ZCC_PATCH)
+
+#if defined(_WIN32)
+#define ZCC_API
+#else
+#define ZCC_API __attribute__((visibility("default")))
+#endif
+
+/**
+ * A CUDA stream. Binary- and type-compatible with cudaStream_t, so a caller
+ * that includes cuda_runtime.h passes its streams directly. Host
+ * communicators ignore it (pass NULL).
+ */
+struct CUstream_st;
+typedef struct CUstream_st *zccStream_t;
+
+/** Opaque communicator handle. */
+typedef struct zccComm *zccComm_t;
+
+/** Bytes in a unique id. */
+#define ZCC_UNIQUE_ID_BYTES 128
+/** Opaque rendezvous token: root address and a 128-bit secret. */
+typedef struct {
+  char internal[ZCC_UNIQUE_ID_BYTES];
+} zccUniqueId;
+
+/**
+ * Results. One list generates the enum and zccGetErrorString.
+ * X(name, value, description)
+ */
+#define ZCC_RESULT_MAP(X)                                                      \
+  X(zccSuccess, 0, "no error")                                                 \
+  X(zccUnhandledCudaError, 1, "unhandled cuda error")                          \
+  X(zccSystemError, 2, "unhandled system error")                               \
+  X(zccInternalError, 3, "internal error")                                     \
+  X(zccInvalidArgument, 4, "invalid argument")                                 \
+  X(zccInvalidUsage, 5, "invalid usage")                                       \
+  X(zccRemoteError, 6, "remote process exited or there was a network error")   \
+  X(zccInProgress, 7, "operation in progress")                                 \
+  X(zccTimeout, 8, "operation timed out")
+
+typedef enum {
+#define ZCC_RESULT_ENUM_(name, value, desc) name = value,
+  ZCC_RESULT_MAP(ZCC_RESULT_ENUM_)
+#undef ZCC_RESULT_ENUM_
+  zccNumResults
+} zccResult_t;
+
+/** Data types; values match ncclDataType_t. */
+typedef enum {
+  zccInt8 = 0,
+  zccChar = 0,
+  zccUint8 = 1,
+  zccInt32 = 2,
+  zccInt = 2,
+  zccUint32 = 3,
+  zccInt64 = 4,
+  zccUint64 = 5,
+  zccFloat16 = 6,
+  zccHalf = 6,
+  zccFloat32 = 7,
+  zccFloat = 7,
+  zccFloat64 = 8,
+  zccDouble = 8,
+  zccBfloat16 = 9,
+  zccFloat8e4m3 = 10,
+  zccFloat8e5m2 = 11,
+  zccNumTypes = 12
+} zccDataType_t;
+
+/**
+ * Reduction operations; values match ncclRedOp_t. fp16, bf16 and fp8 are
+ * reduced with fp32 arithmetic per element. zccAvg divides the sum by the
+ * number of ranks (integer types: truncating division).
+ */
+typedef enum {
+  zccSum = 0,
+  zccProd = 1,
+  zccMax = 2,
+  zccMin = 3,
+  zccAvg = 4,
+  zccNumOps = 5
+} zccRedOp_t;
+
+/** Where a communicator lives. */
+typedef enum {
+  /** A CUDA GPU where one exists and zcc's GPU path is built, else the host. */
+  zccDeviceAuto = 0,
+  /** Host memory: every collective runs on CPU buffers. */
+  zccDeviceHost = 1,
+  /** A CUDA GPU (the current device of the calling thread). */
+  zccDeviceCuda = 2
+} zccDeviceType_t;
+
+#define ZCC_CONFIG_UNDEF_INT INT32_MIN
+#define ZCC_CONFIG_UNDEF_PTR NULL
+
+/**
+ * Communicator configuration. Begins with its size so that it can grow;
+ * always initialise with ZCC_CONFIG_INITIALIZER. A field left undefined
+ * takes its environment variable's value, then its default.
+ */
+typedef struct {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  /** 1: calls block until done (default); 0 is not supported yet. */
+  int blocking;
+  /** zccDeviceType_t; undefined: ZCC_DEVICE, else auto. */
+  int deviceType;
+  /** Collective timeout in milliseconds; undefined: ZCC_TIMEOUT. */
+  int timeoutMs;
+  /** Name shown in logs; undefined: none. */
+  const char *commName;
+} zccConfig_t;
+
+#define ZCC_CONFIG_MAGIC 0x7a636366u
+#define ZCC_CONFIG_INITIALIZER                                                 \
+  {                                                                            \
+    sizeof(zccConfig_t), ZCC_CONFIG_MAGIC, ZCC_VERSION_CODE,                   \
+        ZCC_CONFIG_UNDEF_INT, ZCC_CONFIG_UNDEF_INT, ZCC_CONFIG_UNDEF_INT,      \
+        ZCC_CONFIG_UNDEF_PTR                                                   \
+  }
+
+/** Split colour that leaves a rank out of every new communicator. */
+#define ZCC_SPLIT_NOCOLOR (-1)
+
+/** Library version as ZCC_VERSION_CODE. */
+ZCC_API zccResult_t zccGetVersion(int *version);
+
+/**
+ * Create a unique id: opens a listening socket (ZCC_SOCKET_IFNAME chooses the
+ * interface; ZCC_COMM_ID=host:port a fixed address) and draws a random
+ * secret. The calling process serves the rendezvous until every rank of the
+ * communicator has arrived or ZCC_INIT_TIMEOUT passes. Give the id to every
+ * rank out of band.
+ */
+ZCC_API zccResult_t zccGetUniqueId(zccUniqueId *uniqueId);
+
+/** Create rank `rank` of an `nranks` communicator; collective across ranks. */
+ZCC_API zccResult_t zccCommInitRank(zccComm_t *comm, int nranks,
+                                    zccUniqueId commId, int rank);
+
+/** As zccCommInitRank, with a configuration (NULL: defaults). */
+ZCC_API zccResult_t zccCommInitRankConfig(zccComm_t *comm, int nranks,
+                                          zccUniqueId commId, int rank,
+                                          zccConfig_t *config);
+
+/**
+ * Create `ndev` communicators in one process, one per device. For GPU
+ * communicators devlist names CUDA devices (NULL: 0..ndev-1); for host
+ * communicators (ZCC_DEVICE=host or no GPU) it is ignored.
+ */
+ZCC_API zccResult_t zccCommInitAll(zccComm_t *comms, int ndev,
+                                   const int *devlist);
+
+/**
+ * Create a communicator from a launcher's environment: torchrun (RANK,
+ * WORLD_SIZE, MASTER_ADDR, MASTER_PORT), Open MPI's and MPICH's mpirun, and
+ * Slurm's srun. ZCC_COMM_ID=host:port overrides the rendezvous address and
+ * ZCC_COMM_SECRET (32 hex digits) the shared secret; see the README.
+ */
+ZCC_API zccResult_t zccCommInitFromEnv(zccComm_t *comm, zccConfig_t *config);
+
+/**
+ * Split `comm` by colour; ranks with equal colour form a new communicator,
+ * ordered by key then by old rank. ZCC_SPLIT_NOCOLOR yields *newcomm NULL.
+ * Collective across every rank of comm. config NULL: inherit comm's.
+ */
+ZCC_API zccResult_t zccCommSplit(zccComm_t comm, int color, int key,
+                                 zccComm_t *newcomm, zccConfig_t *config);
+
+/** Finish outstanding work; the communicator must still be destroyed. */
+ZCC_API zccResult_t zccCommFinalize(zccComm_t comm);
+
+/** Free the communicator. */
+ZCC_API zccResult_t zccCommDestroy(zccComm_t comm);
+
+/**
+ * Abort and free: operations in progress on the communicator, also in other
+ * threads, return zccRemoteError; any thread may call it.
+ */
+ZCC_API zccResult_t zccCommAbort(zccComm_t comm);
+
+/** The first error the communicator met (zccSuccess if none). */
+ZCC_API zccResult_t zccCommGetAsyncError(zccComm_t comm,
+                                         zccResult_t *asyncError);
+
+/** Text for a result code. */
+ZCC_API const char *zccGetErrorString(zccResult_t result);
+
+/** The last error message recorded in this thread (comm may be NULL). */
+ZCC_API const char *zccGetLastError(zccComm_t comm);
+
+/**
+ * List zcc's ZCC_* parameters: index 0, 1, ... until zccInvalidArgument.
+ * name excludes the ZCC_ prefix; value is the current value as text.
+ * Pointers stay valid for the life of the process.
+ */
+ZCC_API zccResult_t zccGetParam(int index, const char **name,
+                                const char **value, const char **defaultValue,
+                                const char **help);
+
+/** Number of ranks. */
+ZCC_API zccResult_t zccCommCount(const zccComm_t comm, int *count);
+/** CUDA device of the communicator; -1 for a host communicator. */
+ZCC_API zccResult_t zccCommCuDevice(const zccComm_t comm, int *device);
+/** Rank of the caller in the communicator. */
+ZCC_API zccResult_t zccCommUserRank(const zccComm_t comm, int *rank);
+
+/**
+ * Register a buffer with the communicator so that peers can reach it
+ * directly. Host communicators accept host memory; device memory needs a
+ * GPU communicator.
+ */
+ZCC_API zccResult_t zccCommRegister(const zccComm_t comm, void *buff,
+                                    size_t size, void **handle);
+/** Undo zccCommRegister. */
+ZCC_API zccResult_t zccCommDeregister(const zccComm_t comm, void *handle);
+
+/** Allocate device memory suited to zero-copy collectives (GPU only). */
+ZCC_API zccResult_t zccMemAlloc(void **ptr, size_t size);
+/** Free memory from zccMemAlloc. */
+ZCC_API zccResult_t zccMemFree(void *ptr);
+
+/* Collectives: count is in elements of datatype, as in NCCL. */
+ZCC_API zccResult_t zccAllReduce(const void *sendbuff, void *recvbuff,
+                                 size_t count, zccDataType_t datatype,
+                                 zccRedOp_t op, zccComm_t comm,
+                                 zccStream_t stream);
+ZCC_API zccResult_t zccBroadcast(const void *sendbuff, void *recvbuff,
+                                 size_t count, zccDataType_t datatype,
+                                 int root, zccComm_t comm, zccStream_t stream);
+ZCC_API zccResult_t zccReduce(const void *sendbuff, void *recvbuff,
+                              size_t count, zccDataType_t datatype,
+                              zccRedOp_t op, int root, zccComm_t comm,
+                              zccStream_t stream);
+/** recvbuff holds nranks * sendcount elements. */
+ZCC_API zccResult_t zccAllGather(const void *sendbuff, void *recvbuff,
+                                 size_t sendcount, zccDataType_t datatype,
+                                 zccComm_t comm, zccStream_t stream);
+/** sendbuff holds nranks * recvcount elements. */
+ZCC_API zccResult_t zccReduceScatter(const void *sendbuff, void *recvbuff,
+                                     size_t recvcount, zccDataType_t datatype,
+                                     zccRedOp_t op, zccComm_t comm,
+                                     zccStream_t stream);
+/** Both buffers hold nranks * count elements; block j goes to rank j. */
+ZCC_API zccResult_t zccAlltoAll(const void *sendbuff, void *recvbuff,
+                                size_t count, zccDataType_t datatype,
+                                zccComm_t comm, zccStream_t stream);
+ZCC_API zccResult_t zccSend(const void *sendbuff, size_t count,
+                            zccDataType_t datatype, int peer, zccComm_t comm,
+                            zccStream_t stream);
+ZCC_API zccResult_t zccRecv(void *recvbuff, size_t count,
+                            zccDataType_t datatype, int peer, zccComm_t comm,
+                            zccStream_t stream);
+
+/**
+ * Group calls: operations issued between zccGroupStart and zccGroupEnd are
+ * launched together at zccGroupEnd, so send/recv pairs that would deadlock
+ * one by one complete. Groups nest.
+ */
+ZCC_API zccResult_t zccGroupStart(void);
+ZCC_API zccResult_t zccGroupEnd(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZCC_H_ */

@@ -1,0 +1,1184 @@
+/*
+ * Bootstrap: the unique id, the root that serves one rendezvous, and the
+ * per-rank listener that receives tagged messages from peers.
+ *
+ * Every listening socket (the root's and each rank's) sits behind a gate:
+ * each accepted connection is authenticated by its own short-lived thread,
+ * so a stranger that stalls or sends garbage only ties up that thread until
+ * the handshake deadline, and the owner (root or listener thread) only ever
+ * sees connections that proved the secret and sent a complete hello.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bootstrap.h"
+#include "check.h"
+#include "param.h"
+
+ZCC_PARAM_INT(
+    init_timeout_ms, "INIT_TIMEOUT", 120000,
+    "ms the bootstrap root waits for every rank to arrive (<= 0: forever)")
+
+#define HANDSHAKE_MS 10000  /* a connection must authenticate within this */
+#define ROOT_SEND_MS 10000  /* the root's replies to ranks */
+#define GATE_MAX_PENDING 64 /* connections authenticating at once */
+#define SLICE_MS 100
+
+#define ROOT_CONTEXT_SALT 0x726f6f7400000000ull /* "root" */
+#define INFO_MAGIC 0x7a636969u                  /* rank -> root */
+#define REPLY_MAGIC 0x7a636972u                 /* root -> rank */
+#define HELLO_MAGIC 0x7a636968u                 /* rank -> rank, once */
+#define MSG_MAGIC 0x7a63636du                   /* rank -> rank, each message */
+
+#define WIRE_ADDR_BYTES 24
+#define INFO_BYTES (16 + WIRE_ADDR_BYTES)
+#define REPLY_MSG_BYTES 160
+#define REPLY_BYTES (12 + REPLY_MSG_BYTES)
+#define HELLO_BYTES 12
+#define MSG_HDR_BYTES 20
+#define GATE_HELLO_MAX INFO_BYTES
+
+enum { KIND_USER = 1, KIND_RING = 2 };
+
+/* ---- wire encoding (big-endian) ---------------------------------------- */
+
+static void put32(uint8_t *p, uint32_t v) {
+  v = htonl(v);
+  memcpy(p, &v, 4);
+}
+
+static uint32_t get32(const uint8_t *p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return ntohl(v);
+}
+
+static void put64(uint8_t *p, uint64_t v) {
+  put32(p, (uint32_t)(v >> 32));
+  put32(p + 4, (uint32_t)v);
+}
+
+static uint64_t get64(const uint8_t *p) {
+  return (uint64_t)get32(p) << 32 | get32(p + 4);
+}
+
+static void addr_encode(const zcc_sockaddr_t *a, uint8_t *p) {
+  memset(p, 0, WIRE_ADDR_BYTES);
+  if (a->u.sa.sa_family == AF_INET6) {
+    put32(p, 6);
+    memcpy(p + 4, &a->u.sin6.sin6_port, 2);
+    memcpy(p + 6, &a->u.sin6.sin6_addr, 16);
+    put32(p + 20, a->u.sin6.sin6_scope_id);
+  } else {
+    put32(p, 4);
+    memcpy(p + 4, &a->u.sin.sin_port, 2);
+    memcpy(p + 6, &a->u.sin.sin_addr, 4);
+  }
+}
+
+static int addr_decode(const uint8_t *p, zcc_sockaddr_t *a) {
+  memset(a, 0, sizeof(*a));
+  uint32_t fam = get32(p);
+  if (fam == 6) {
+    a->u.sin6.sin6_family = AF_INET6;
+    memcpy(&a->u.sin6.sin6_port, p + 4, 2);
+    memcpy(&a->u.sin6.sin6_addr, p + 6, 16);
+    a->u.sin6.sin6_scope_id = get32(p + 20);
+    a->len = sizeof(struct sockaddr_in6);
+  } else if (fam == 4) {
+    a->u.sin.sin_family = AF_INET;
+    memcpy(&a->u.sin.sin_port, p + 4, 2);
+    memcpy(&a->u.sin.sin_addr, p + 6, 4);
+    a->len = sizeof(struct sockaddr_in);
+  } else {
+    return -1;
+  }
+  return zcc_sockaddr_port(a) != 0 ? 0 : -1;
+}
+
+/* Re-record the last error with what we were doing. */
+static zccResult_t error_in(zccResult_t res, const char *doing) {
+  char cause[256];
+  snprintf(cause, sizeof(cause), "%s", zcc_last_error());
+  return zcc_error(res, "%s: %s", doing, cause);
+}
+
+/* ---- gate: authenticate accepted connections off the owner's thread ---- */
+
+typedef struct gate_conn {
+  struct gate_conn *next;
+  struct gate *gate;
+  int fd;
+  char from[ZCC_SOCKADDR_STRLEN];
+  uint8_t hello[GATE_HELLO_MAX];
+} gate_conn_t;
+
+typedef struct gate {
+  pthread_mutex_t lock;
+  pthread_cond_t idle;
+  atomic_int stop;
+  int active;         /* handler threads running */
+  int wake[2];        /* handler -> owner */
+  gate_conn_t *ready; /* authenticated, hello received */
+  uint8_t secret[ZCC_SECRET_BYTES];
+  uint64_t context;
+  size_t hello_bytes;
+  int64_t deadline_ns; /* the owner's own end, or INT64_MAX */
+  const char *owner;   /* for messages */
+} gate_t;
+
+static zccResult_t gate_init(gate_t *g, const uint8_t *secret, uint64_t context,
+                             size_t hello_bytes, int64_t deadline_ns,
+                             const char *owner) {
+  memset(g, 0, sizeof(*g));
+  if (pipe2(g->wake, O_NONBLOCK | O_CLOEXEC) != 0)
+    return zcc_error(zccSystemError, "pipe2 failed: %s", strerror(errno));
+  pthread_mutex_init(&g->lock, NULL);
+  pthread_cond_init(&g->idle, NULL);
+  atomic_init(&g->stop, 0);
+  memcpy(g->secret, secret, ZCC_SECRET_BYTES);
+  g->context = context;
+  g->hello_bytes = hello_bytes;
+  g->deadline_ns = deadline_ns;
+  g->owner = owner;
+  return zccSuccess;
+}
+
+static void gate_wake(gate_t *g) {
+  char c = 1;
+  ssize_t n;
+  do {
+    n = write(g->wake[1], &c, 1);
+  } while (n < 0 && errno == EINTR);
+}
+
+static void *gate_handler(void *arg) {
+  gate_conn_t *c = arg;
+  gate_t *g = c->gate;
+  zcc_wait_t w = zcc_wait_in(HANDSHAKE_MS, &g->stop, "bootstrap handshake");
+  if (g->deadline_ns < w.deadline_ns)
+    w.deadline_ns = g->deadline_ns;
+  zccResult_t res = zcc_socket_auth_server(c->fd, g->secret, g->context, &w);
+  if (res == zccSuccess)
+    res = zcc_socket_recv_all(c->fd, c->hello, g->hello_bytes, &w);
+  pthread_mutex_lock(&g->lock);
+  if (res == zccSuccess && !atomic_load(&g->stop)) {
+    c->next = g->ready;
+    g->ready = c;
+  } else {
+    if (atomic_load(&g->stop))
+      ZCC_INFO(BOOT,
+               "%s: closed connection from %s that was still authenticating",
+               g->owner, c->from);
+    else
+      ZCC_WARN("%s: dropped connection from %s: %s", g->owner, c->from,
+               zcc_last_error());
+    zcc_socket_close(&c->fd);
+    free(c);
+  }
+  g->active--;
+  if (g->active == 0)
+    pthread_cond_broadcast(&g->idle);
+  pthread_mutex_unlock(&g->lock);
+  gate_wake(g);
+  return NULL;
+}
+
+static int gate_has_room(gate_t *g) {
+  pthread_mutex_lock(&g->lock);
+  int room = g->active < GATE_MAX_PENDING;
+  pthread_mutex_unlock(&g->lock);
+  return room;
+}
+
+/* Accept what is pending on listen_fd and start a handler for each. */
+static void gate_accept(gate_t *g, int listen_fd) {
+  while (gate_has_room(g)) {
+    struct sockaddr_storage from;
+    socklen_t len = sizeof(from);
+    int fd = accept4(listen_fd, (struct sockaddr *)&from, &len,
+                     SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO)
+        continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        ZCC_WARN("%s: accept failed: %s", g->owner, strerror(errno));
+      return;
+    }
+    gate_conn_t *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+      ZCC_WARN("%s: out of memory accepting a connection", g->owner);
+      close(fd);
+      continue;
+    }
+    c->gate = g;
+    c->fd = fd;
+    zcc_sockaddr_t a;
+    memset(&a, 0, sizeof(a));
+    memcpy(&a.u, &from, len < sizeof(a.u) ? len : sizeof(a.u));
+    zcc_sockaddr_str(&a, c->from);
+    pthread_attr_t attr;
+    pthread_t t;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_mutex_lock(&g->lock);
+    g->active++;
+    int rc = pthread_create(&t, &attr, gate_handler, c);
+    if (rc != 0)
+      g->active--;
+    pthread_mutex_unlock(&g->lock);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+      ZCC_WARN("%s: cannot start a handshake thread for %s: %s", g->owner,
+               c->from, strerror(rc));
+      close(fd);
+      free(c);
+    }
+  }
+}
+
+/* Drain the wake pipe and take the authenticated connections (oldest first). */
+static gate_conn_t *gate_take(gate_t *g) {
+  char buf[64];
+  while (read(g->wake[0], buf, sizeof(buf)) > 0) {
+  }
+  pthread_mutex_lock(&g->lock);
+  gate_conn_t *list = g->ready, *rev = NULL;
+  g->ready = NULL;
+  pthread_mutex_unlock(&g->lock);
+  while (list != NULL) {
+    gate_conn_t *n = list->next;
+    list->next = rev;
+    rev = list;
+    list = n;
+  }
+  return rev;
+}
+
+/* Stop the handlers (they notice within a wait slice), wait for them, close
+ * all. */
+static void gate_stop(gate_t *g) {
+  atomic_store(&g->stop, 1);
+  pthread_mutex_lock(&g->lock);
+  while (g->active > 0)
+    pthread_cond_wait(&g->idle, &g->lock);
+  pthread_mutex_unlock(&g->lock);
+  for (gate_conn_t *c = gate_take(g), *n; c != NULL; c = n) {
+    n = c->next;
+    zcc_socket_close(&c->fd);
+    free(c);
+  }
+  close(g->wake[0]);
+  close(g->wake[1]);
+  pthread_cond_destroy(&g->idle);
+  pthread_mutex_destroy(&g->lock);
+}
+
+/* ---- unique id ----------------------------------------------------------- */
+
+zccResult_t zcc_bootstrap_id_decode(const zccUniqueId *id,
+                                    zcc_unique_id_t *out) {
+  if (id == NULL || out == NULL)
+    return zcc_error(zccInvalidArgument,
+                     "zcc_bootstrap_id_decode: null argument");
+  zcc_unique_id_t u;
+  memcpy(&u, id->internal, sizeof(u));
+  if (u.magic != ZCC_UNIQUE_ID_MAGIC)
+    return zcc_error(
+        zccInvalidArgument,
+        "unique id is not a zcc id (magic 0x%08x, expected 0x%08x)", u.magic,
+        ZCC_UNIQUE_ID_MAGIC);
+  if (u.version != ZCC_VERSION_CODE)
+    return zcc_error(zccInvalidUsage,
+                     "unique id made by zcc version %u, this is %u", u.version,
+                     (unsigned)ZCC_VERSION_CODE);
+  int fam = u.root.u.sa.sa_family;
+  if (!((fam == AF_INET && u.root.len == sizeof(struct sockaddr_in)) ||
+        (fam == AF_INET6 && u.root.len == sizeof(struct sockaddr_in6))) ||
+      zcc_sockaddr_port(&u.root) == 0)
+    return zcc_error(zccInvalidArgument,
+                     "unique id holds no valid root address");
+  *out = u;
+  return zccSuccess;
+}
+
+static uint64_t id_hash(const zcc_unique_id_t *u) {
+  uint8_t data[ZCC_SECRET_BYTES + WIRE_ADDR_BYTES + 4], digest[32];
+  memcpy(data, u->secret, ZCC_SECRET_BYTES);
+  addr_encode(&u->root, data + ZCC_SECRET_BYTES);
+  put32(data + ZCC_SECRET_BYTES + WIRE_ADDR_BYTES, u->version);
+  zcc_sha256(data, sizeof(data), digest);
+  return get64(digest);
+}
+
+/* ---- root ---------------------------------------------------------------- */
+
+typedef struct root {
+  gate_t gate;
+  int listen_fd;
+  int64_t deadline_ns;
+  int nranks; /* 0 until the first rank says */
+  int arrived;
+  int *fds; /* [nranks], -1: not arrived */
+  zcc_sockaddr_t *addrs;
+  char where[ZCC_SOCKADDR_STRLEN];
+} root_t;
+
+/* Send a reply header (and on success the address table); best effort. */
+static void root_reply(root_t *r, int fd, zccResult_t result, const char *msg) {
+  size_t bytes =
+      REPLY_BYTES +
+      (result == zccSuccess ? (size_t)r->nranks * WIRE_ADDR_BYTES : 0);
+  uint8_t *buf = calloc(1, bytes);
+  if (buf == NULL) {
+    ZCC_WARN("bootstrap root %s: out of memory for a reply", r->where);
+    return;
+  }
+  put32(buf, REPLY_MAGIC);
+  put32(buf + 4, (uint32_t)result);
+  put32(buf + 8, (uint32_t)r->nranks);
+  snprintf((char *)buf + 12, REPLY_MSG_BYTES, "%s", msg);
+  if (result == zccSuccess)
+    for (int i = 0; i < r->nranks; i++)
+      addr_encode(&r->addrs[i],
+                  buf + REPLY_BYTES + (size_t)i * WIRE_ADDR_BYTES);
+  zcc_wait_t w = zcc_wait_in(ROOT_SEND_MS, NULL, "bootstrap root reply");
+  if (zcc_socket_send_all(fd, buf, bytes, &w) != zccSuccess)
+    ZCC_WARN("bootstrap root %s: reply to a rank failed: %s", r->where,
+             zcc_last_error());
+  free(buf);
+}
+
+/* Report `msg` to every arrived rank and to `extra_fd`, ending the rendezvous.
+ */
+static void root_fail(root_t *r, int extra_fd, zccResult_t result,
+                      const char *msg) {
+  ZCC_WARN("bootstrap root %s: %s", r->where, msg);
+  for (int i = 0; i < r->nranks; i++)
+    if (r->fds[i] >= 0)
+      root_reply(r, r->fds[i], result, msg);
+  if (extra_fd >= 0)
+    root_reply(r, extra_fd, result, msg);
+}
+
+static void root_forget(root_t *r) {
+  for (int i = 0; i < r->nranks; i++)
+    zcc_socket_close(&r->fds[i]);
+  free(r->fds);
+  free(r->addrs);
+  r->fds = NULL;
+  r->addrs = NULL;
+  r->nranks = 0;
+  r->arrived = 0;
+}
+
+/* Admit one authenticated rank; returns 1 when the rendezvous is over. */
+static int root_admit(root_t *r, gate_conn_t *c) {
+  char msg[REPLY_MSG_BYTES];
+  uint32_t magic = get32(c->hello), version = get32(c->hello + 4);
+  int rank = (int32_t)get32(c->hello + 8),
+      nranks = (int32_t)get32(c->hello + 12);
+  zcc_sockaddr_t addr;
+  if (magic != INFO_MAGIC || addr_decode(c->hello + 16, &addr) != 0) {
+    ZCC_WARN("bootstrap root %s: malformed rank info from %s, dropped",
+             r->where, c->from);
+    return 0;
+  }
+  if (version != ZCC_VERSION_CODE || nranks <= 0 || rank < 0 ||
+      rank >= nranks) {
+    snprintf(msg, sizeof(msg), "rank %d of %d (zcc version %u) refused: %s",
+             rank, nranks, version,
+             version != ZCC_VERSION_CODE ? "version differs from the root's"
+                                         : "rank out of range");
+    ZCC_WARN("bootstrap root %s: %s", r->where, msg);
+    root_reply(r, c->fd, zccInvalidUsage, msg);
+    return 0;
+  }
+  if (r->nranks == 0) {
+    r->fds = malloc(sizeof(int) * (size_t)nranks);
+    r->addrs = calloc((size_t)nranks, sizeof(zcc_sockaddr_t));
+    if (r->fds == NULL || r->addrs == NULL) {
+      free(r->fds);
+      free(r->addrs);
+      r->fds = NULL;
+      r->addrs = NULL;
+      root_reply(r, c->fd, zccSystemError, "bootstrap root out of memory");
+      return 0;
+    }
+    for (int i = 0; i < nranks; i++)
+      r->fds[i] = -1;
+    r->nranks = nranks;
+  } else if (nranks != r->nranks) {
+    snprintf(msg, sizeof(msg),
+             "inconsistent nranks: rank %d says %d, earlier ranks said %d",
+             rank, nranks, r->nranks);
+    root_fail(r, c->fd, zccInvalidUsage, msg);
+    return 1;
+  } else if (r->fds[rank] >= 0) {
+    snprintf(msg, sizeof(msg), "rank %d joined twice (from %s)", rank, c->from);
+    root_fail(r, c->fd, zccInvalidUsage, msg);
+    return 1;
+  }
+  char buf[ZCC_SOCKADDR_STRLEN];
+  r->fds[rank] = c->fd;
+  c->fd = -1;
+  r->addrs[rank] = addr;
+  r->arrived++;
+  ZCC_INFO(BOOT,
+           "bootstrap root %s: rank %d of %d arrived, listening on %s (%d/%d)",
+           r->where, rank, nranks, zcc_sockaddr_str(&addr, buf), r->arrived,
+           r->nranks);
+  if (r->arrived < r->nranks)
+    return 0;
+  for (int i = 0; i < r->nranks; i++)
+    root_reply(r, r->fds[i], zccSuccess, "");
+  ZCC_INFO(BOOT, "bootstrap root %s: all %d ranks arrived", r->where,
+           r->nranks);
+  return 1;
+}
+
+static void root_timeout(root_t *r) {
+  char msg[REPLY_MSG_BYTES];
+  int len = snprintf(msg, sizeof(msg),
+                     "bootstrap root timed out (ZCC_INIT_TIMEOUT) with %d of "
+                     "%d ranks; missing:",
+                     r->arrived, r->nranks);
+  for (int i = 0; i < r->nranks && len < (int)sizeof(msg) - 12; i++)
+    if (r->fds[i] < 0)
+      len += snprintf(msg + len, sizeof(msg) - (size_t)len, " %d", i);
+  if (r->nranks == 0)
+    snprintf(msg, sizeof(msg),
+             "bootstrap root timed out (ZCC_INIT_TIMEOUT): no rank arrived");
+  root_fail(r, -1, zccTimeout, msg);
+}
+
+static void *root_main(void *arg) {
+  root_t *r = arg;
+  struct pollfd *pfd = NULL;
+  int *slot = NULL;
+  int done = 0;
+  while (!done) {
+    int64_t left_ms = r->deadline_ns == INT64_MAX
+                          ? SLICE_MS
+                          : (r->deadline_ns - zcc_now_ns()) / 1000000;
+    if (left_ms <= 0) {
+      root_timeout(r);
+      break;
+    }
+    int cap = 2 + r->nranks, n = 0;
+    struct pollfd *np = realloc(pfd, sizeof(*pfd) * (size_t)cap);
+    int *ns = np ? realloc(slot, sizeof(int) * (size_t)cap) : NULL;
+    if (np)
+      pfd = np;
+    if (ns)
+      slot = ns;
+    if (np == NULL || ns == NULL) {
+      root_fail(r, -1, zccSystemError, "bootstrap root out of memory");
+      break;
+    }
+    pfd[n++] = (struct pollfd){r->gate.wake[0], POLLIN, 0};
+    pfd[n++] =
+        (struct pollfd){gate_has_room(&r->gate) ? r->listen_fd : -1, POLLIN, 0};
+    for (int i = 0; i < r->nranks; i++)
+      if (r->fds[i] >= 0) {
+        slot[n] = i;
+        pfd[n++] = (struct pollfd){r->fds[i], POLLIN, 0};
+      }
+    int rc = poll(pfd, (nfds_t)n, left_ms < SLICE_MS ? (int)left_ms : SLICE_MS);
+    if (rc < 0 && errno != EINTR) {
+      ZCC_WARN("bootstrap root %s: poll failed: %s", r->where, strerror(errno));
+      root_fail(r, -1, zccSystemError, "bootstrap root failed in poll");
+      break;
+    }
+    if (rc <= 0)
+      continue;
+    /* an arrived rank must stay silent: readable means it left or misbehaves */
+    for (int k = 2; k < n; k++) {
+      if (pfd[k].revents == 0)
+        continue;
+      int i = slot[k];
+      ZCC_INFO(
+          BOOT,
+          "bootstrap root %s: rank %d left before the rendezvous completed",
+          r->where, i);
+      zcc_socket_close(&r->fds[i]);
+      r->arrived--;
+    }
+    if (r->nranks > 0 && r->arrived == 0)
+      root_forget(r); /* all left: start afresh */
+    if (pfd[1].revents)
+      gate_accept(&r->gate, r->listen_fd);
+    if (pfd[0].revents) {
+      gate_conn_t *c = gate_take(&r->gate), *next;
+      for (; c != NULL; c = next) {
+        next = c->next;
+        if (!done)
+          done = root_admit(r, c);
+        zcc_socket_close(&c->fd);
+        free(c);
+      }
+    }
+  }
+  zcc_socket_close(&r->listen_fd);
+  gate_stop(&r->gate);
+  root_forget(r);
+  free(pfd);
+  free(slot);
+  ZCC_INFO(BOOT, "bootstrap root %s: exiting", r->where);
+  free(r);
+  return NULL;
+}
+
+zccResult_t zcc_bootstrap_create_root(zccUniqueId *id,
+                                      const zcc_sockaddr_t *addr,
+                                      const uint8_t *secret) {
+  if (id == NULL)
+    return zcc_error(zccInvalidArgument,
+                     "zcc_bootstrap_create_root: id is null");
+  if (addr != NULL && addr->u.sa.sa_family != AF_INET &&
+      addr->u.sa.sa_family != AF_INET6)
+    return zcc_error(
+        zccInvalidArgument,
+        "zcc_bootstrap_create_root: address family %d is not ipv4 or ipv6",
+        addr->u.sa.sa_family);
+  zcc_unique_id_t u;
+  memset(&u, 0, sizeof(u));
+  u.magic = ZCC_UNIQUE_ID_MAGIC;
+  u.version = ZCC_VERSION_CODE;
+  if (addr != NULL)
+    u.root = *addr;
+  else
+    ZCC_CHECK(zcc_socket_pick_addr(&u.root));
+  if (secret != NULL)
+    memcpy(u.secret, secret, ZCC_SECRET_BYTES);
+  else
+    ZCC_CHECK(zcc_random_bytes(u.secret, ZCC_SECRET_BYTES));
+
+  zccResult_t res;
+  root_t *r = calloc(1, sizeof(*r));
+  if (r == NULL)
+    return zcc_error(zccSystemError, "bootstrap root: out of memory");
+  r->listen_fd = -1;
+  ZCC_CHECK_GOTO(zcc_socket_listen(&u.root, 1024, &r->listen_fd), res,
+                 free_root);
+  zcc_sockaddr_str(&u.root, r->where);
+  int64_t timeout_ms = zcc_param_init_timeout_ms();
+  r->deadline_ns =
+      timeout_ms > 0 ? zcc_now_ns() + timeout_ms * 1000000LL : INT64_MAX;
+  ZCC_CHECK_GOTO(gate_init(&r->gate, u.secret, id_hash(&u) ^ ROOT_CONTEXT_SALT,
+                           INFO_BYTES, r->deadline_ns, "bootstrap root"),
+                 res, close_listen);
+  pthread_attr_t attr;
+  pthread_t t;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  int rc = pthread_create(&t, &attr, root_main, r);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) {
+    res = zcc_error(zccSystemError,
+                    "cannot start the bootstrap root thread: %s", strerror(rc));
+    goto stop_gate;
+  }
+  ZCC_INFO(BOOT, "bootstrap root listening on %s (timeout %lld ms)", r->where,
+           (long long)timeout_ms);
+  memset(id, 0, sizeof(*id));
+  memcpy(id->internal, &u, sizeof(u));
+  return zccSuccess;
+stop_gate:
+  gate_stop(&r->gate);
+close_listen:
+  zcc_socket_close(&r->listen_fd);
+free_root:
+  free(r);
+  return res;
+}
+
+/* ---- ranks ----------------------------------------------------------------
+ */
+
+typedef struct msg {
+  struct msg *next;
+  int peer, kind, tag;
+  size_t bytes;
+  uint8_t *data;
+} msg_t;
+
+typedef struct in_conn {
+  int fd, peer;
+  uint8_t hdr[MSG_HDR_BYTES];
+  size_t hdr_done, done;
+  msg_t *msg; /* being received */
+} in_conn_t;
+
+typedef struct out_conn {
+  pthread_mutex_t lock;
+  int fd;
+} out_conn_t;
+
+struct zcc_bootstrap {
+  int rank, nranks;
+  uint8_t secret[ZCC_SECRET_BYTES];
+  uint64_t hash;
+  const atomic_int *abort;
+  zcc_sockaddr_t addr;
+  zcc_sockaddr_t *peers; /* [nranks] */
+  out_conn_t *out;       /* [nranks] */
+  int listen_fd;
+  gate_t gate;
+  int gate_ready;
+  pthread_t listener;
+  int listener_started;
+  atomic_int stop;
+  /* incoming messages, filled by the listener */
+  pthread_mutex_t qlock;
+  pthread_cond_t qcond;
+  msg_t *head, *tail;
+  int *in_open;     /* [nranks] open connections from each peer */
+  uint8_t *in_seen; /* [nranks] a connection from the peer was ever open */
+};
+
+static void queue_push(zcc_bootstrap_t *b, msg_t *m) {
+  pthread_mutex_lock(&b->qlock);
+  m->next = NULL;
+  if (b->tail)
+    b->tail->next = m;
+  else
+    b->head = m;
+  b->tail = m;
+  pthread_cond_broadcast(&b->qcond);
+  pthread_mutex_unlock(&b->qlock);
+}
+
+static void in_conn_count(zcc_bootstrap_t *b, int peer, int delta) {
+  pthread_mutex_lock(&b->qlock);
+  b->in_open[peer] += delta;
+  b->in_seen[peer] = 1;
+  pthread_cond_broadcast(&b->qcond);
+  pthread_mutex_unlock(&b->qlock);
+}
+
+/* Read what is available on an incoming connection; -1: drop it. */
+static int in_conn_progress(zcc_bootstrap_t *b, in_conn_t *c) {
+  for (;;) {
+    if (c->msg == NULL) {
+      if (zcc_socket_recv_some(c->fd, c->hdr, MSG_HDR_BYTES, &c->hdr_done) !=
+          zccSuccess) {
+        if (c->hdr_done == 0)
+          ZCC_INFO(BOOT, "connection from rank %d closed", c->peer);
+        else
+          ZCC_WARN("connection from rank %d lost mid-message: %s", c->peer,
+                   zcc_last_error());
+        return -1;
+      }
+      if (c->hdr_done < MSG_HDR_BYTES)
+        return 0;
+      uint32_t kind = get32(c->hdr + 4);
+      uint64_t bytes = get64(c->hdr + 12);
+      if (get32(c->hdr) != MSG_MAGIC ||
+          (kind != KIND_USER && kind != KIND_RING) || bytes > SIZE_MAX / 2) {
+        ZCC_WARN("rank %d sent a malformed message header, connection dropped",
+                 c->peer);
+        return -1;
+      }
+      msg_t *m = calloc(1, sizeof(*m));
+      uint8_t *data = m ? malloc(bytes ? (size_t)bytes : 1) : NULL;
+      if (data == NULL) {
+        free(m);
+        ZCC_WARN("out of memory for a %llu-byte message from rank %d, "
+                 "connection dropped",
+                 (unsigned long long)bytes, c->peer);
+        return -1;
+      }
+      m->peer = c->peer;
+      m->kind = (int)kind;
+      m->tag = (int32_t)get32(c->hdr + 8);
+      m->bytes = (size_t)bytes;
+      m->data = data;
+      c->msg = m;
+      c->done = 0;
+    }
+    if (zcc_socket_recv_some(c->fd, c->msg->data, c->msg->bytes, &c->done) !=
+        zccSuccess) {
+      ZCC_WARN("connection from rank %d lost mid-message: %s", c->peer,
+               zcc_last_error());
+      return -1;
+    }
+    if (c->done < c->msg->bytes)
+      return 0;
+    queue_push(b, c->msg);
+    c->msg = NULL;
+    c->hdr_done = 0;
+  }
+}
+
+static void in_conn_close(zcc_bootstrap_t *b, in_conn_t *c) {
+  zcc_socket_close(&c->fd);
+  if (c->msg) {
+    free(c->msg->data);
+    free(c->msg);
+    c->msg = NULL;
+  }
+  in_conn_count(b, c->peer, -1);
+}
+
+/* Add an authenticated peer connection after checking its hello. */
+static int listener_admit(zcc_bootstrap_t *b, gate_conn_t *g, in_conn_t **conns,
+                          int *n, int *cap) {
+  int peer = (int32_t)get32(g->hello + 4),
+      nranks = (int32_t)get32(g->hello + 8);
+  if (get32(g->hello) != HELLO_MAGIC || nranks != b->nranks || peer < 0 ||
+      peer >= nranks) {
+    ZCC_WARN("authenticated connection from %s sent a bad hello (rank %d of "
+             "%d), dropped",
+             g->from, peer, nranks);
+    return -1;
+  }
+  if (*n == *cap) {
+    int ncap = *cap ? *cap * 2 : 8;
+    in_conn_t *nc = realloc(*conns, sizeof(**conns) * (size_t)ncap);
+    if (nc == NULL) {
+      ZCC_WARN("out of memory adding a connection from rank %d, dropped", peer);
+      return -1;
+    }
+    *conns = nc;
+    *cap = ncap;
+  }
+  in_conn_t *c = &(*conns)[(*n)++];
+  memset(c, 0, sizeof(*c));
+  c->fd = g->fd;
+  c->peer = peer;
+  g->fd = -1;
+  in_conn_count(b, peer, +1);
+  ZCC_INFO(BOOT, "accepted connection from rank %d (%s)", peer, g->from);
+  return 0;
+}
+
+static void *listener_main(void *arg) {
+  zcc_bootstrap_t *b = arg;
+  zcc_log_rank = b->rank;
+  in_conn_t *conns = NULL;
+  struct pollfd *pfd = NULL;
+  int n = 0, cap = 0, pcap = 0;
+  while (!atomic_load(&b->stop)) {
+    if (pcap < n + 2) {
+      struct pollfd *np = realloc(pfd, sizeof(*pfd) * (size_t)(n + 2));
+      if (np == NULL) {
+        ZCC_WARN("bootstrap listener: out of memory, retrying");
+        poll(NULL, 0, SLICE_MS);
+        continue;
+      }
+      pfd = np;
+      pcap = n + 2;
+    }
+    pfd[0] = (struct pollfd){b->gate.wake[0], POLLIN, 0};
+    pfd[1] =
+        (struct pollfd){gate_has_room(&b->gate) ? b->listen_fd : -1, POLLIN, 0};
+    for (int i = 0; i < n; i++)
+      pfd[2 + i] = (struct pollfd){conns[i].fd, POLLIN, 0};
+    int count = n;
+    int rc = poll(pfd, (nfds_t)(count + 2), SLICE_MS);
+    if (rc < 0 && errno != EINTR) {
+      ZCC_WARN("bootstrap listener: poll failed: %s", strerror(errno));
+      poll(NULL, 0, SLICE_MS);
+      continue;
+    }
+    if (rc <= 0)
+      continue;
+    /* descending, so that moving the last entry into a hole is safe */
+    for (int i = count - 1; i >= 0; i--) {
+      if (pfd[2 + i].revents == 0)
+        continue;
+      if (in_conn_progress(b, &conns[i]) != 0) {
+        in_conn_close(b, &conns[i]);
+        conns[i] = conns[--n];
+      }
+    }
+    if (pfd[1].revents)
+      gate_accept(&b->gate, b->listen_fd);
+    if (pfd[0].revents) {
+      gate_conn_t *g = gate_take(&b->gate), *next;
+      for (; g != NULL; g = next) {
+        next = g->next;
+        listener_admit(b, g, &conns, &n, &cap);
+        zcc_socket_close(&g->fd);
+        free(g);
+      }
+    }
+  }
+  gate_stop(&b->gate);
+  b->gate_ready = 0;
+  for (int i = 0; i < n; i++)
+    in_conn_close(b, &conns[i]);
+  free(conns);
+  free(pfd);
+  return NULL;
+}
+
+static void bootstrap_destroy(zcc_bootstrap_t *b) {
+  atomic_store(&b->stop, 1);
+  if (b->listener_started) {
+    gate_wake(&b->gate);
+    pthread_join(b->listener, NULL);
+  }
+  if (b->gate_ready)
+    gate_stop(&b->gate);
+  zcc_socket_close(&b->listen_fd);
+  for (int i = 0; i < b->nranks; i++) {
+    zcc_socket_close(&b->out[i].fd);
+    pthread_mutex_destroy(&b->out[i].lock);
+  }
+  for (msg_t *m = b->head, *next; m != NULL; m = next) {
+    next = m->next;
+    free(m->data);
+    free(m);
+  }
+  pthread_cond_destroy(&b->qcond);
+  pthread_mutex_destroy(&b->qlock);
+  free(b->out);
+  free(b->peers);
+  free(b->in_open);
+  free(b->in_seen);
+  memset(b->secret, 0, sizeof(b->secret));
+  free(b);
+}
+
+static zccResult_t bootstrap_alloc(int rank, int nranks,
+                                   zcc_bootstrap_t **out) {
+  zcc_bootstrap_t *b = calloc(1, sizeof(*b));
+  if (b == NULL)
+    return zcc_error(zccSystemError, "bootstrap: out of memory");
+  b->peers = calloc((size_t)nranks, sizeof(*b->peers));
+  b->out = calloc((size_t)nranks, sizeof(*b->out));
+  b->in_open = calloc((size_t)nranks, sizeof(*b->in_open));
+  b->in_seen = calloc((size_t)nranks, sizeof(*b->in_seen));
+  if (!b->peers || !b->out || !b->in_open || !b->in_seen) {
+    free(b->peers);
+    free(b->out);
+    free(b->in_open);
+    free(b->in_seen);
+    free(b);
+    return zcc_error(zccSystemError, "bootstrap: out of memory for %d ranks",
+                     nranks);
+  }
+  b->rank = rank;
+  b->nranks = nranks;
+  b->listen_fd = -1;
+  atomic_init(&b->stop, 0);
+  for (int i = 0; i < nranks; i++) {
+    pthread_mutex_init(&b->out[i].lock, NULL);
+    b->out[i].fd = -1;
+  }
+  pthread_mutex_init(&b->qlock, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&b->qcond, &ca);
+  pthread_condattr_destroy(&ca);
+  *out = b;
+  return zccSuccess;
+}
+
+/* Receive the root's reply and the address table into b->peers. */
+static zccResult_t recv_table(zcc_bootstrap_t *b, int fd, const zcc_wait_t *w) {
+  uint8_t hdr[REPLY_BYTES];
+  zccResult_t res = zcc_socket_recv_all(fd, hdr, sizeof(hdr), w);
+  if (res != zccSuccess)
+    return error_in(res, "waiting for the bootstrap root");
+  uint32_t result = get32(hdr + 4);
+  char *msg = (char *)hdr + 12;
+  msg[REPLY_MSG_BYTES - 1] = '\0';
+  if (get32(hdr) != REPLY_MAGIC || result >= (uint32_t)zccNumResults)
+    return zcc_error(zccInternalError, "bootstrap root sent a malformed reply");
+  if (result != zccSuccess)
+    return zcc_error((zccResult_t)result, "bootstrap root refused rank %d: %s",
+                     b->rank, msg);
+  if ((int)get32(hdr + 8) != b->nranks)
+    return zcc_error(zccInternalError,
+                     "bootstrap root sent a table of %d ranks, expected %d",
+                     (int)get32(hdr + 8), b->nranks);
+  uint8_t entry[WIRE_ADDR_BYTES];
+  for (int i = 0; i < b->nranks; i++) {
+    ZCC_CHECK(zcc_socket_recv_all(fd, entry, sizeof(entry), w));
+    if (addr_decode(entry, &b->peers[i]) != 0)
+      return zcc_error(zccInternalError,
+                       "bootstrap root sent a bad address for rank %d", i);
+  }
+  return zccSuccess;
+}
+
+zccResult_t zcc_bootstrap_init(const zccUniqueId *id, int rank, int nranks,
+                               int64_t timeout_ms, const atomic_int *abort,
+                               zcc_bootstrap_t **out) {
+  if (id == NULL || out == NULL)
+    return zcc_error(zccInvalidArgument, "zcc_bootstrap_init: null argument");
+  if (nranks <= 0 || rank < 0 || rank >= nranks)
+    return zcc_error(zccInvalidArgument,
+                     "zcc_bootstrap_init: rank %d of %d is out of range", rank,
+                     nranks);
+  zcc_unique_id_t u;
+  ZCC_CHECK(zcc_bootstrap_id_decode(id, &u));
+  zcc_bootstrap_t *b = NULL;
+  ZCC_CHECK(bootstrap_alloc(rank, nranks, &b));
+  memcpy(b->secret, u.secret, ZCC_SECRET_BYTES);
+  b->hash = id_hash(&u);
+  b->abort = abort;
+
+  zccResult_t res;
+  int root_fd = -1;
+  char buf[ZCC_SOCKADDR_STRLEN];
+  zcc_wait_t w = zcc_wait_in(timeout_ms, abort, "bootstrap init");
+  ZCC_CHECK_GOTO(zcc_socket_connect(&u.root, &root_fd, &w), res, fail);
+  ZCC_CHECK_GOTO(zcc_socket_auth_client(root_fd, u.secret,
+                                        b->hash ^ ROOT_CONTEXT_SALT, &w),
+                 res, fail);
+  /* listen on the local address that reaches the root */
+  socklen_t len = sizeof(b->addr.u);
+  if (getsockname(root_fd, &b->addr.u.sa, &len) != 0) {
+    res = zcc_error(zccSystemError, "getsockname failed: %s", strerror(errno));
+    goto fail;
+  }
+  b->addr.len = len;
+  zcc_sockaddr_set_port(&b->addr, 0);
+  ZCC_CHECK_GOTO(zcc_socket_listen(&b->addr, 1024, &b->listen_fd), res, fail);
+  ZCC_CHECK_GOTO(gate_init(&b->gate, b->secret, b->hash, HELLO_BYTES, INT64_MAX,
+                           "bootstrap listener"),
+                 res, fail);
+  b->gate_ready = 1;
+  int rc = pthread_create(&b->listener, NULL, listener_main, b);
+  if (rc != 0) {
+    res = zcc_error(zccSystemError, "cannot start the bootstrap listener: %s",
+                    strerror(rc));
+    goto fail;
+  }
+  b->listener_started = 1;
+
+  uint8_t info[INFO_BYTES];
+  put32(info, INFO_MAGIC);
+  put32(info + 4, ZCC_VERSION_CODE);
+  put32(info + 8, (uint32_t)rank);
+  put32(info + 12, (uint32_t)nranks);
+  addr_encode(&b->addr, info + 16);
+  ZCC_CHECK_GOTO(zcc_socket_send_all(root_fd, info, sizeof(info), &w), res,
+                 fail);
+  ZCC_CHECK_GOTO(recv_table(b, root_fd, &w), res, fail);
+  zcc_socket_close(&root_fd);
+  char buf2[ZCC_SOCKADDR_STRLEN];
+  ZCC_INFO(BOOT, "bootstrap: rank %d of %d joined via root %s, listening on %s",
+           rank, nranks, zcc_sockaddr_str(&u.root, buf),
+           zcc_sockaddr_str(&b->addr, buf2));
+  *out = b;
+  return zccSuccess;
+fail:
+  zcc_socket_close(&root_fd);
+  bootstrap_destroy(b);
+  return res;
+}
+
+int zcc_bootstrap_rank(const zcc_bootstrap_t *b) {
+  return b->rank;
+}
+int zcc_bootstrap_nranks(const zcc_bootstrap_t *b) {
+  return b->nranks;
+}
+const uint8_t *zcc_bootstrap_secret(const zcc_bootstrap_t *b) {
+  return b->secret;
+}
+uint64_t zcc_bootstrap_hash(const zcc_bootstrap_t *b) {
+  return b->hash;
+}
+const zcc_sockaddr_t *zcc_bootstrap_addr(const zcc_bootstrap_t *b) {
+  return &b->addr;
+}
+
+/* Open (once) the authenticated connection to `peer`; caller holds its lock. */
+static zccResult_t out_connect(zcc_bootstrap_t *b, int peer,
+                               const zcc_wait_t *w) {
+  out_conn_t *o = &b->out[peer];
+  if (o->fd >= 0)
+    return zccSuccess;
+  int fd = -1;
+  zccResult_t res;
+  uint8_t hello[HELLO_BYTES];
+  ZCC_CHECK_GOTO(zcc_socket_connect(&b->peers[peer], &fd, w), res, fail);
+  ZCC_CHECK_GOTO(zcc_socket_auth_client(fd, b->secret, b->hash, w), res, fail);
+  put32(hello, HELLO_MAGIC);
+  put32(hello + 4, (uint32_t)b->rank);
+  put32(hello + 8, (uint32_t)b->nranks);
+  ZCC_CHECK_GOTO(zcc_socket_send_all(fd, hello, sizeof(hello), w), res, fail);
+  o->fd = fd;
+  return zccSuccess;
+fail:
+  zcc_socket_close(&fd);
+  return res;
+}
+
+static zccResult_t post(zcc_bootstrap_t *b, int peer, int kind, int tag,
+                        const void *data, size_t bytes, const zcc_wait_t *w) {
+  if (peer == b->rank) {
+    msg_t *m = calloc(1, sizeof(*m));
+    uint8_t *copy = m ? malloc(bytes ? bytes : 1) : NULL;
+    if (copy == NULL) {
+      free(m);
+      return zcc_error(zccSystemError,
+                       "bootstrap: out of memory for a %zu-byte message",
+                       bytes);
+    }
+    if (bytes)
+      memcpy(copy, data, bytes);
+    *m = (msg_t){NULL, peer, kind, tag, bytes, copy};
+    queue_push(b, m);
+    return zccSuccess;
+  }
+  out_conn_t *o = &b->out[peer];
+  uint8_t hdr[MSG_HDR_BYTES];
+  put32(hdr, MSG_MAGIC);
+  put32(hdr + 4, (uint32_t)kind);
+  put32(hdr + 8, (uint32_t)tag);
+  put64(hdr + 12, bytes);
+  zccResult_t res;
+  pthread_mutex_lock(&o->lock);
+  ZCC_CHECK_GOTO(out_connect(b, peer, w), res, unlock);
+  ZCC_CHECK_GOTO(zcc_socket_send_all(o->fd, hdr, sizeof(hdr), w), res, drop);
+  ZCC_CHECK_GOTO(zcc_socket_send_all(o->fd, data, bytes, w), res, drop);
+  pthread_mutex_unlock(&o->lock);
+  return zccSuccess;
+drop:
+  /* a partial message leaves the stream unusable */
+  zcc_socket_close(&o->fd);
+unlock:
+  pthread_mutex_unlock(&o->lock);
+  char doing[64];
+  snprintf(doing, sizeof(doing), "bootstrap send to rank %d", peer);
+  return error_in(res, doing);
+}
+
+static zccResult_t take(zcc_bootstrap_t *b, int peer, int kind, int tag,
+                        void *data, size_t bytes, const zcc_wait_t *w) {
+  zccResult_t res = zccSuccess;
+  pthread_mutex_lock(&b->qlock);
+  for (;;) {
+    msg_t *prev = NULL, *m = b->head;
+    while (m != NULL &&
+           !(m->peer == peer && m->kind == kind && m->tag == tag)) {
+      prev = m;
+      m = m->next;
+    }
+    if (m != NULL) {
+      if (m->bytes != bytes) {
+        res = zcc_error(zccInternalError,
+                        "bootstrap: message from rank %d with tag %d has %zu "
+                        "bytes, expected %zu",
+                        peer, tag, m->bytes, bytes);
+        break;
+      }
+      if (prev)
+        prev->next = m->next;
+      else
+        b->head = m->next;
+      if (b->tail == m)
+        b->tail = prev;
+      pthread_mutex_unlock(&b->qlock);
+      if (bytes)
+        memcpy(data, m->data, bytes);
+      free(m->data);
+      free(m);
+      return zccSuccess;
+    }
+    if (b->in_seen[peer] && b->in_open[peer] == 0) {
+      res = zcc_error(
+          zccRemoteError,
+          "bootstrap: rank %d closed its connection before sending tag %d",
+          peer, tag);
+      break;
+    }
+    res = zcc_wait_check(w);
+    if (res != zccSuccess) {
+      pthread_mutex_unlock(&b->qlock);
+      char doing[96];
+      snprintf(doing, sizeof(doing), "bootstrap recv from rank %d tag %d", peer,
+               tag);
+      return error_in(res, doing);
+    }
+    int64_t until = zcc_now_ns() + zcc_wait_poll_ms(w, SLICE_MS) * 1000000LL;
+    struct timespec ts = {until / 1000000000LL, until % 1000000000LL};
+    pthread_cond_timedwait(&b->qcond, &b->qlock, &ts);
+  }
+  pthread_mutex_unlock(&b->qlock);
+  return res;
+}
+
+static zccResult_t check_peer(const zcc_bootstrap_t *b, int peer,
+                              const void *data, size_t bytes, const char *fn) {
+  if (b == NULL)
+    return zcc_error(zccInvalidArgument, "%s: bootstrap is null", fn);
+  if (peer < 0 || peer >= b->nranks)
+    return zcc_error(zccInvalidArgument, "%s: peer %d out of range [0, %d)", fn,
+                     peer, b->nranks);
+  if (data == NULL && bytes > 0)
+    return zcc_error(zccInvalidArgument, "%s: data is null", fn);
+  return zccSuccess;
+}
+
+zccResult_t zcc_bootstrap_send(zcc_bootstrap_t *b, int peer, int tag,
+                               const void *data, size_t bytes,
+                               int64_t timeout_ms) {
+  ZCC_CHECK(check_peer(b, peer, data, bytes, "zcc_bootstrap_send"));
+  zcc_wait_t w = zcc_wait_in(timeout_ms, b->abort, "bootstrap send");
+  return post(b, peer, KIND_USER, tag, data, bytes, &w);
+}
+
+zccResult_t zcc_bootstrap_recv(zcc_bootstrap_t *b, int peer, int tag,
+                               void *data, size_t bytes, int64_t timeout_ms) {
+  ZCC_CHECK(check_peer(b, peer, data, bytes, "zcc_bootstrap_recv"));
+  zcc_wait_t w = zcc_wait_in(timeout_ms, b->abort, "bootstrap recv");
+  return take(b, peer, KIND_USER, tag, data, bytes, &w);
+}
+
+zccResult_t zcc_bootstrap_allgather(zcc_bootstrap_t *b, void *data,
+                                    size_t bytes, int64_t timeout_ms) {
+  if (b == NULL || (data == NULL && bytes > 0))
+    return zcc_error(zccInvalidArgument,
+                     "zcc_bootstrap_allgather: null argument");
+  if (bytes > SIZE_MAX / (size_t)b->nranks)
+    return zcc_error(zccInvalidArgument,
+                     "zcc_bootstrap_allgather: %zu bytes x %d ranks overflows",
+                     bytes, b->nranks);
+  int n = b->nranks, r = b->rank;
+  if (n == 1)
+    return zccSuccess;
+  zcc_wait_t w = zcc_wait_in(timeout_ms, b->abort, "bootstrap allgather");
+  uint8_t *p = data;
+  int next = (r + 1) % n, prev = (r + n - 1) % n;
+  for (int s = 0; s < n - 1; s++) {
+    int sblk = (r - s + n) % n, rblk = (r - s - 1 + n) % n;
+    ZCC_CHECK(
+        post(b, next, KIND_RING, sblk, p + (size_t)sblk * bytes, bytes, &w));
+    ZCC_CHECK(
+        take(b, prev, KIND_RING, rblk, p + (size_t)rblk * bytes, bytes, &w));
+  }
+  return zccSuccess;
+}
+
+zccResult_t zcc_bootstrap_barrier(zcc_bootstrap_t *b, int64_t timeout_ms) {
+  if (b == NULL)
+    return zcc_error(zccInvalidArgument,
+                     "zcc_bootstrap_barrier: bootstrap is null");
+  uint8_t *flags = calloc((size_t)b->nranks, 1);
+  if (flags == NULL)
+    return zcc_error(zccSystemError, "bootstrap barrier: out of memory");
+  zccResult_t res = zcc_bootstrap_allgather(b, flags, 1, timeout_ms);
+  free(flags);
+  return res;
+}
+
+void zcc_bootstrap_free(zcc_bootstrap_t *b) {
+  if (b != NULL)
+    bootstrap_destroy(b);
+}

@@ -1,0 +1,183 @@
+/*
+ * The host executor: runs chains of plans, one chain per communicator,
+ * progressing every runnable transfer without blocking, so that transfers
+ * that depend on each other across ranks (and across communicators driven
+ * by one thread in a group) all move. While nothing moves it spins briefly,
+ * then yields, then sleeps; it checks aborts, dead peers and the
+ * communicator's timeout (no progress for ZCC_TIMEOUT ms) as it waits.
+ */
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "check.h"
+#include "coll.h"
+#include "debug.h"
+#include "reduce.h"
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+typedef struct chain_state {
+  zcc_plan_t *plan;
+  struct zccComm *comm;
+  int moved;           /* since the last check */
+  int64_t last_progress_ns;
+} chain_state_t;
+
+static zccResult_t run_local(zcc_plan_t *p, const zcc_item_t *it) {
+  switch (it->kind) {
+  case ZCC_ITEM_COPY: memmove(it->dst, it->a, it->n); break;
+  case ZCC_ITEM_REDUCE: zcc_reduce(it->dst, it->a, it->b, it->n, p->type, p->op); break;
+  case ZCC_ITEM_AVG: zcc_reduce_finish_avg(it->dst, it->dst, it->n, p->type, p->comm->nranks); break;
+  default: return zcc_error(zccInternalError, "executor: unknown item kind %d", it->kind);
+  }
+  return zccSuccess;
+}
+
+/* Advance one chain as far as it goes without waiting. *done when finished. */
+static zccResult_t advance(chain_state_t *c, int *moved) {
+  while (c->plan) {
+    zcc_plan_t *p = c->plan;
+    if (p->cur == p->nitems) {
+      c->plan = p->next;
+      continue;
+    }
+    zcc_item_t *it = &p->items[p->cur];
+    if (it->kind != ZCC_ITEM_XFERS) {
+      ZCC_CHECK(run_local(p, it));
+      p->cur++;
+      *moved = 1;
+      continue;
+    }
+    int all_done = 1;
+    for (int i = it->first; i < it->first + it->count; i++) {
+      zcc_xfer_t *x = &p->xfers[i];
+      if (x->done == x->bytes) continue;
+      if (x->after >= 0 && p->xfers[x->after].done != p->xfers[x->after].bytes) {
+        all_done = 0;
+        continue;
+      }
+      int m = 0;
+      zccResult_t res = x->conn->ops->progress(x->conn, x, &m);
+      if (res != zccSuccess) {
+        return zcc_error(res, "%s with rank %d failed: %s", zcc_coll_name(p->coll),
+                         x->conn->peer, zcc_last_error());
+      }
+      if (m) *moved = 1;
+      if (x->done != x->bytes) all_done = 0;
+    }
+    if (!all_done) return zccSuccess;
+    p->cur++;
+    *moved = 1;
+  }
+  return zccSuccess;
+}
+
+/* Aborts, dead peers and timeouts, for a chain that is waiting. */
+static zccResult_t check_chain(chain_state_t *c, int64_t now) {
+  struct zccComm *comm = c->comm;
+  if (atomic_load_explicit(&comm->abort_flag, memory_order_relaxed))
+    return zcc_error(zccRemoteError, "%s: communicator %s was aborted",
+                     zcc_coll_name(c->plan->coll), comm->name);
+  if (c->moved) {
+    c->moved = 0;
+    c->last_progress_ns = now;
+    return zccSuccess;
+  }
+  zcc_plan_t *p = c->plan;
+  zcc_item_t *it = &p->items[p->cur];
+  if (it->kind == ZCC_ITEM_XFERS) {
+    for (int i = it->first; i < it->first + it->count; i++) {
+      zcc_xfer_t *x = &p->xfers[i];
+      if (x->done == x->bytes || !x->conn->ops->check) continue;
+      zccResult_t res = x->conn->ops->check(x->conn);
+      if (res != zccSuccess)
+        return zcc_error(res, "%s: %s", zcc_coll_name(p->coll), zcc_last_error());
+    }
+  }
+  if (comm->timeout_ms > 0 && now - c->last_progress_ns > comm->timeout_ms * 1000000LL) {
+    int peer = -1;
+    if (it->kind == ZCC_ITEM_XFERS)
+      for (int i = it->first; i < it->first + it->count && peer < 0; i++)
+        if (p->xfers[i].done != p->xfers[i].bytes) peer = p->xfers[i].conn->peer;
+    return zcc_error(zccTimeout,
+                     "%s on comm %s: no progress for %lld ms waiting for rank %d "
+                     "(ZCC_TIMEOUT)", zcc_coll_name(p->coll), comm->name,
+                     (long long)comm->timeout_ms, peer);
+  }
+  return zccSuccess;
+}
+
+zccResult_t zcc_exec_chains(zcc_plan_t **chains, int nchains) {
+  chain_state_t stack_states[8];
+  chain_state_t *cs = nchains <= 8 ? stack_states : calloc((size_t)nchains, sizeof(*cs));
+  if (!cs) return zcc_error(zccSystemError, "executor: out of memory");
+  int64_t start = zcc_now_ns();
+  for (int i = 0; i < nchains; i++) {
+    cs[i].plan = chains[i];
+    cs[i].comm = chains[i] ? chains[i]->comm : NULL;
+    cs[i].moved = 0;
+    cs[i].last_progress_ns = start;
+  }
+  zccResult_t res = zccSuccess;
+  int failed = -1;
+  unsigned idle = 0, iter = 0;
+  int64_t idle_since = 0;
+  for (;;) {
+    int active = 0, moved_any = 0;
+    for (int i = 0; i < nchains; i++) {
+      if (!cs[i].plan) continue;
+      int m = 0;
+      res = advance(&cs[i], &m);
+      if (res != zccSuccess) {
+        failed = i;
+        goto out;
+      }
+      if (m) {
+        cs[i].moved = 1;
+        moved_any = 1;
+      }
+      if (cs[i].plan) active++;
+    }
+    if (!active) break;
+    if (moved_any) {
+      idle = 0;
+    } else if (++idle > 64) {
+      if (idle == 65) idle_since = zcc_now_ns();
+      if (idle > 4096 && zcc_now_ns() - idle_since > 2000000) {
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+      } else {
+        sched_yield();
+      }
+    } else {
+      cpu_relax();
+    }
+    if ((++iter & 255) == 0) {
+      int64_t now = zcc_now_ns();
+      for (int i = 0; i < nchains; i++) {
+        if (!cs[i].plan) continue;
+        res = check_chain(&cs[i], now);
+        if (res != zccSuccess) {
+          failed = i;
+          goto out;
+        }
+      }
+    }
+  }
+out:
+  if (res != zccSuccess) {
+    /* Every communicator left mid-operation is out of step with its peers. */
+    for (int i = 0; i < nchains; i++)
+      if (cs[i].plan || i == failed) zcc_comm_set_error(cs[i].comm, res);
+  }
+  if (cs != stack_states) free(cs);
+  return res;
+}

@@ -1,0 +1,202 @@
+/*
+ * The collective and point-to-point entry points: argument checks, then a
+ * plan that runs now or joins the open group.
+ */
+#include <stdint.h>
+
+#include "check.h"
+#include "coll.h"
+#include "comm.h"
+#include "debug.h"
+#include "group.h"
+#include "reduce.h"
+
+static zccResult_t check_type(zccDataType_t t, const char *fn) {
+  if ((int)t < 0 || (int)t >= zccNumTypes)
+    return zcc_error(zccInvalidArgument, "%s: datatype %d is not a zccDataType_t", fn, (int)t);
+  return zccSuccess;
+}
+
+static zccResult_t check_op(zccRedOp_t op, const char *fn) {
+  if ((int)op < 0 || (int)op >= zccNumOps)
+    return zcc_error(zccInvalidArgument, "%s: op %d is not a zccRedOp_t", fn, (int)op);
+  return zccSuccess;
+}
+
+/* count elements of type, times `mult`, in bytes; error if it overflows. */
+static zccResult_t check_bytes(size_t count, size_t mult, zccDataType_t t, const char *fn,
+                               size_t *bytes) {
+  size_t ts = zcc_type_size(t);
+  if (mult && count > SIZE_MAX / mult / ts)
+    return zcc_error(zccInvalidArgument, "%s: count %zu x %zu of %s overflows the address space",
+                     fn, count, mult, zcc_type_name(t));
+  *bytes = count * (mult ? mult : 1) * ts;
+  return zccSuccess;
+}
+
+static int overlap(const void *a, size_t abytes, const void *b, size_t bbytes) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return abytes && bbytes && x < y + bbytes && y < x + abytes;
+}
+
+static zccResult_t check_buffers(const zcc_coll_args_t *a, int rank, int nranks,
+                                 const char *fn) {
+  size_t one = 0, all = 0;
+  int blocks = a->coll == ZCC_COLL_ALLGATHER || a->coll == ZCC_COLL_REDUCESCATTER ||
+               a->coll == ZCC_COLL_ALLTOALL;
+  ZCC_CHECK(check_bytes(a->count, 1, a->type, fn, &one));
+  ZCC_CHECK(check_bytes(a->count, blocks ? (size_t)nranks : 1, a->type, fn, &all));
+  if (a->count == 0) return zccSuccess;
+  int need_send = a->coll != ZCC_COLL_BROADCAST || rank == a->root;
+  int need_recv = a->coll != ZCC_COLL_REDUCE || rank == a->root;
+  if (need_send && !a->sendbuf) return zcc_error(zccInvalidArgument, "%s: sendbuff is NULL", fn);
+  if (need_recv && !a->recvbuf) return zcc_error(zccInvalidArgument, "%s: recvbuff is NULL", fn);
+  if (!need_send || !need_recv) return zccSuccess;
+  size_t sbytes = one, rbytes = one;
+  const char *inplace_send = a->recvbuf; /* where sendbuff must be for in-place */
+  switch (a->coll) {
+  case ZCC_COLL_ALLGATHER:
+    rbytes = all;
+    inplace_send = (const char *)a->recvbuf + (size_t)rank * one;
+    break;
+  case ZCC_COLL_REDUCESCATTER:
+    sbytes = all;
+    inplace_send = (const char *)a->recvbuf - (size_t)rank * one;
+    break;
+  case ZCC_COLL_ALLTOALL: sbytes = rbytes = all; break;
+  default: break;
+  }
+  if (a->sendbuf != inplace_send && overlap(a->sendbuf, sbytes, a->recvbuf, rbytes))
+    return zcc_error(zccInvalidArgument,
+                     "%s: sendbuff %p and recvbuff %p overlap but are not in place", fn,
+                     a->sendbuf, a->recvbuf);
+  return zccSuccess;
+}
+
+static zccResult_t run_coll(zcc_coll_args_t *a, zccComm_t comm, const char *fn) {
+  ZCC_CHECK(check_type(a->type, fn));
+  int reduces = a->coll == ZCC_COLL_ALLREDUCE || a->coll == ZCC_COLL_REDUCE ||
+                a->coll == ZCC_COLL_REDUCESCATTER;
+  if (reduces) ZCC_CHECK(check_op(a->op, fn));
+  else a->op = zccSum;
+  ZCC_CHECK(zcc_comm_enter(comm, fn, 1));
+  zccResult_t res = zccSuccess;
+  int rooted = a->coll == ZCC_COLL_BROADCAST || a->coll == ZCC_COLL_REDUCE;
+  if (rooted && (a->root < 0 || a->root >= comm->nranks)) {
+    res = zcc_error(zccInvalidArgument, "%s: root %d is out of range [0, %d)", fn, a->root,
+                    comm->nranks);
+    goto fail;
+  }
+  ZCC_CHECK_GOTO(check_buffers(a, comm->rank, comm->nranks, fn), res, fail);
+  ZCC_TRACE(CALL, "%s sendbuff %p recvbuff %p count %zu type %s op %s root %d", fn,
+            a->sendbuf, a->recvbuf, a->count, zcc_type_name(a->type), zcc_op_name(a->op),
+            a->root);
+  zcc_plan_t *plan = NULL;
+  ZCC_CHECK_GOTO(zcc_plan_coll(comm, a, &plan), res, fail);
+  if (zcc_group_active()) {
+    res = zcc_group_add_plan(plan);
+    if (res != zccSuccess) {
+      zcc_plan_free(plan);
+      goto fail;
+    }
+    return zccSuccess;
+  }
+  return zcc_run_plan_now(plan);
+fail:
+  zcc_comm_leave(comm);
+  return res;
+}
+
+zccResult_t zccAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                         zccDataType_t datatype, zccRedOp_t op, zccComm_t comm,
+                         zccStream_t stream) {
+  zcc_coll_args_t a = {ZCC_COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0};
+  return run_coll(&a, comm, "zccAllReduce");
+}
+
+zccResult_t zccBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+                         zccDataType_t datatype, int root, zccComm_t comm,
+                         zccStream_t stream) {
+  zcc_coll_args_t a = {ZCC_COLL_BROADCAST, sendbuff, recvbuff, count, datatype, zccSum, root};
+  return run_coll(&a, comm, "zccBroadcast");
+}
+
+zccResult_t zccReduce(const void *sendbuff, void *recvbuff, size_t count,
+                      zccDataType_t datatype, zccRedOp_t op, int root, zccComm_t comm,
+                      zccStream_t stream) {
+  zcc_coll_args_t a = {ZCC_COLL_REDUCE, sendbuff, recvbuff, count, datatype, op, root};
+  return run_coll(&a, comm, "zccReduce");
+}
+
+zccResult_t zccAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                         zccDataType_t datatype, zccComm_t comm, zccStream_t stream) {
+  zcc_coll_args_t a = {ZCC_COLL_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, zccSum, 0};
+  return run_coll(&a, comm, "zccAllGather");
+}
+
+zccResult_t zccReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                             zccDataType_t datatype, zccRedOp_t op, zccComm_t comm,
+                             zccStream_t stream) {
+  zcc_coll_args_t a = {ZCC_COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, 0};
+  return run_coll(&a, comm, "zccReduceScatter");
+}
+
+zccResult_t zccAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
+                        zccDataType_t datatype, zccComm_t comm, zccStream_t stream) {
+  zcc_coll_args_t a = {ZCC_COLL_ALLTOALL, sendbuff, recvbuff, count, datatype, zccSum, 0};
+  return run_coll(&a, comm, "zccAlltoAll");
+}
+
+static zccResult_t run_p2p(int is_recv, void *buf, size_t count, zccDataType_t type, int peer,
+                           zccComm_t comm, const char *fn) {
+  ZCC_CHECK(check_type(type, fn));
+  ZCC_CHECK(zcc_comm_enter(comm, fn, 1));
+  zccResult_t res = zccSuccess;
+  size_t bytes = 0;
+  if (peer < 0 || peer >= comm->nranks) {
+    res = zcc_error(zccInvalidArgument, "%s: peer %d is out of range [0, %d)", fn, peer,
+                    comm->nranks);
+    goto fail;
+  }
+  ZCC_CHECK_GOTO(check_bytes(count, 1, type, fn, &bytes), res, fail);
+  if (count && !buf) {
+    res = zcc_error(zccInvalidArgument, "%s: %s is NULL", fn, is_recv ? "recvbuff" : "sendbuff");
+    goto fail;
+  }
+  ZCC_TRACE(CALL, "%s buff %p count %zu type %s peer %d", fn, buf, count, zcc_type_name(type),
+            peer);
+  if (zcc_group_active()) {
+    zcc_plan_t *plan;
+    int created;
+    ZCC_CHECK_GOTO(zcc_group_p2p_plan(comm, &plan, &created), res, fail);
+    res = zcc_plan_p2p(plan, is_recv, peer, buf, bytes);
+    if (!created) zcc_comm_leave(comm);
+    return res;
+  }
+  if (peer == comm->rank && bytes) {
+    res = zcc_error(zccInvalidUsage,
+                    "%s: a send to or receive from self must be paired inside a group", fn);
+    goto fail;
+  }
+  zcc_plan_t *plan;
+  ZCC_CHECK_GOTO(zcc_plan_new(comm, ZCC_COLL_SENDRECV, &plan), res, fail);
+  res = zcc_plan_p2p(plan, is_recv, peer, buf, bytes);
+  if (res != zccSuccess) {
+    zcc_plan_free(plan);
+    goto fail;
+  }
+  return zcc_run_plan_now(plan);
+fail:
+  zcc_comm_leave(comm);
+  return res;
+}
+
+zccResult_t zccSend(const void *sendbuff, size_t count, zccDataType_t datatype, int peer,
+                    zccComm_t comm, zccStream_t stream) {
+  return run_p2p(0, (void *)sendbuff, count, datatype, peer, comm, "zccSend");
+}
+
+zccResult_t zccRecv(void *recvbuff, size_t count, zccDataType_t datatype, int peer,
+                    zccComm_t comm, zccStream_t stream) {
+  return run_p2p(1, recvbuff, count, datatype, peer, comm, "zccRecv");
+}

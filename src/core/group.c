@@ -1,0 +1,120 @@
+/*
+ * Groups. Plans issued in a group are queued per communicator, in issue
+ * order; point-to-point operations on one communicator join a single plan
+ * whose transfers all run at once. zccGroupEnd runs every communicator's
+ * chain concurrently, so a thread can drive several communicators, and
+ * send/recv pairs that would deadlock one at a time complete.
+ */
+#include <stdlib.h>
+
+#include "check.h"
+#include "comm.h"
+#include "debug.h"
+#include "group.h"
+
+typedef struct group_chain {
+  struct zccComm *comm;
+  zcc_plan_t *head, *tail;
+  int nplans;
+} group_chain_t;
+
+static _Thread_local int depth;
+static _Thread_local group_chain_t *chains;
+static _Thread_local int nchains, cap_chains;
+
+int zcc_group_active(void) { return depth > 0; }
+
+static zccResult_t chain_of(struct zccComm *comm, group_chain_t **out) {
+  for (int i = 0; i < nchains; i++)
+    if (chains[i].comm == comm) {
+      *out = &chains[i];
+      return zccSuccess;
+    }
+  if (nchains == cap_chains) {
+    int cap = cap_chains ? cap_chains * 2 : 8;
+    group_chain_t *g = realloc(chains, (size_t)cap * sizeof(*g));
+    if (!g) return zcc_error(zccSystemError, "group: out of memory");
+    chains = g;
+    cap_chains = cap;
+  }
+  group_chain_t *c = &chains[nchains++];
+  c->comm = comm;
+  c->head = c->tail = NULL;
+  c->nplans = 0;
+  *out = c;
+  return zccSuccess;
+}
+
+zccResult_t zcc_group_add_plan(zcc_plan_t *plan) {
+  group_chain_t *c;
+  ZCC_CHECK(chain_of(plan->comm, &c));
+  plan->next = NULL;
+  if (c->tail) c->tail->next = plan;
+  else c->head = plan;
+  c->tail = plan;
+  c->nplans++;
+  return zccSuccess;
+}
+
+zccResult_t zcc_group_p2p_plan(struct zccComm *comm, zcc_plan_t **plan, int *created) {
+  group_chain_t *c;
+  ZCC_CHECK(chain_of(comm, &c));
+  *created = 0;
+  if (c->tail && c->tail->coll == ZCC_COLL_SENDRECV) {
+    *plan = c->tail;
+    return zccSuccess;
+  }
+  zcc_plan_t *p;
+  ZCC_CHECK(zcc_plan_new(comm, ZCC_COLL_SENDRECV, &p));
+  zccResult_t res = zcc_group_add_plan(p);
+  if (res != zccSuccess) {
+    zcc_plan_free(p);
+    return res;
+  }
+  *plan = p;
+  *created = 1;
+  return zccSuccess;
+}
+
+static void free_chain(zcc_plan_t *p) {
+  while (p) {
+    zcc_plan_t *next = p->next;
+    zcc_comm_leave(p->comm);
+    zcc_plan_free(p);
+    p = next;
+  }
+}
+
+zccResult_t zcc_run_plan_now(zcc_plan_t *plan) {
+  zccResult_t res = zccSuccess;
+  if (plan->coll == ZCC_COLL_SENDRECV) res = zcc_plan_p2p_finish(plan);
+  if (res == zccSuccess) res = zcc_exec_chains(&plan, 1);
+  free_chain(plan);
+  return res;
+}
+
+zccResult_t zccGroupStart(void) {
+  depth++;
+  return zccSuccess;
+}
+
+zccResult_t zccGroupEnd(void) {
+  if (depth == 0)
+    return zcc_error(zccInvalidUsage, "zccGroupEnd: no group is open (missing zccGroupStart)");
+  if (--depth > 0) return zccSuccess;
+  zccResult_t res = zccSuccess;
+  zcc_plan_t **heads = calloc((size_t)(nchains ? nchains : 1), sizeof(*heads));
+  if (!heads) res = zcc_error(zccSystemError, "zccGroupEnd: out of memory");
+  for (int i = 0; i < nchains && res == zccSuccess; i++) {
+    heads[i] = chains[i].head;
+    for (zcc_plan_t *p = heads[i]; p && res == zccSuccess; p = p->next)
+      if (p->coll == ZCC_COLL_SENDRECV) res = zcc_plan_p2p_finish(p);
+  }
+  if (res == zccSuccess && nchains > 0) res = zcc_exec_chains(heads, nchains);
+  for (int i = 0; i < nchains; i++) free_chain(chains[i].head);
+  free(heads);
+  free(chains);
+  chains = NULL;
+  nchains = cap_chains = 0;
+  return res;
+}

@@ -1,0 +1,262 @@
+/* Communicator lifecycle: init, init-all, finalize, destroy, abort, queries. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "check.h"
+#include "comm.h"
+#include "cudawrap.h"
+#include "debug.h"
+#include "param.h"
+#include "transport.h"
+
+ZCC_PARAM_STR(device, "DEVICE", "auto",
+              "where communicators live: host, cuda, or auto (a GPU when one "
+              "exists and zcc's GPU path is built, else the host)")
+ZCC_PARAM_INT(timeout_ms, "TIMEOUT", 300000,
+              "a collective that makes no progress for this many ms fails with "
+              "zccTimeout (<= 0: wait forever)")
+ZCC_PARAM_INT(init_timeout_ms, "INIT_TIMEOUT", 120000,
+              "communicator creation fails with zccTimeout when not every rank "
+              "arrives within this many ms")
+
+zccResult_t zcc_config_resolve(const zccConfig_t *config, int *device_type,
+                               int64_t *timeout_ms, const char **name,
+                               const char *fn) {
+  int dt = ZCC_CONFIG_UNDEF_INT;
+  int64_t to = ZCC_CONFIG_UNDEF_INT;
+  const char *nm = NULL;
+  if (config) {
+    if (config->magic != ZCC_CONFIG_MAGIC)
+      return zcc_error(zccInvalidArgument,
+                       "%s: config was not initialised with ZCC_CONFIG_INITIALIZER "
+                       "(magic 0x%x)", fn, config->magic);
+    if (config->size < offsetof(zccConfig_t, commName) + sizeof(const char *) ||
+        config->size > (1u << 20))
+      return zcc_error(zccInvalidArgument, "%s: config size %zu is not a zccConfig_t",
+                       fn, config->size);
+    if (config->blocking != ZCC_CONFIG_UNDEF_INT && config->blocking != 1)
+      return zcc_error(zccInvalidArgument,
+                       "%s: config blocking=%d: only blocking communicators (1) are "
+                       "supported", fn, config->blocking);
+    dt = config->deviceType;
+    to = config->timeoutMs;
+    nm = config->commName;
+  }
+  if (dt == ZCC_CONFIG_UNDEF_INT) {
+    const char *env = zcc_param_device();
+    if (!env || !*env || strcasecmp(env, "auto") == 0) dt = zccDeviceAuto;
+    else if (strcasecmp(env, "host") == 0 || strcasecmp(env, "cpu") == 0) dt = zccDeviceHost;
+    else if (strcasecmp(env, "cuda") == 0 || strcasecmp(env, "gpu") == 0) dt = zccDeviceCuda;
+    else
+      return zcc_error(zccInvalidArgument, "%s: ZCC_DEVICE=%s: expected host, cuda or auto",
+                       fn, env);
+  }
+  if (dt != zccDeviceAuto && dt != zccDeviceHost && dt != zccDeviceCuda)
+    return zcc_error(zccInvalidArgument, "%s: config deviceType %d is not a zccDeviceType_t",
+                     fn, dt);
+  if (dt == zccDeviceAuto)
+    dt = zcc_cuda_gpu_path_available() ? zccDeviceCuda : zccDeviceHost;
+  if (dt == zccDeviceCuda)
+    return zcc_error(zccInvalidUsage,
+                     "%s: GPU communicators are not available in this build of zcc; "
+                     "use host communicators (ZCC_DEVICE=host)", fn);
+  if (to == ZCC_CONFIG_UNDEF_INT) to = zcc_param_timeout_ms();
+  *device_type = dt;
+  *timeout_ms = to;
+  *name = nm;
+  return zccSuccess;
+}
+
+zccResult_t zcc_comm_init(struct zccComm **out, int nranks, const zccUniqueId *id,
+                          int rank, const zccConfig_t *config, const char *fn) {
+  zccResult_t res = zccSuccess;
+  if (!out) return zcc_error(zccInvalidArgument, "%s: comm is NULL", fn);
+  if (nranks < 1)
+    return zcc_error(zccInvalidArgument, "%s: nranks %d must be at least 1", fn, nranks);
+  if (rank < 0 || rank >= nranks)
+    return zcc_error(zccInvalidArgument, "%s: rank %d is out of range [0, %d)", fn,
+                     rank, nranks);
+  zcc_unique_id_t decoded;
+  ZCC_CHECK(zcc_bootstrap_id_decode(id, &decoded));
+  int device_type;
+  int64_t timeout_ms;
+  const char *name;
+  ZCC_CHECK(zcc_config_resolve(config, &device_type, &timeout_ms, &name, fn));
+
+  struct zccComm *comm = calloc(1, sizeof(*comm));
+  if (!comm) return zcc_error(zccSystemError, "%s: out of memory", fn);
+  comm->magic = ZCC_COMM_MAGIC;
+  comm->rank = rank;
+  comm->nranks = nranks;
+  comm->device = -1;
+  comm->device_type = device_type;
+  comm->timeout_ms = timeout_ms;
+  pthread_mutex_init(&comm->reg_lock, NULL);
+  zcc_log_rank = rank;
+
+  ZCC_CHECK_GOTO(zcc_bootstrap_init(id, rank, nranks, zcc_param_init_timeout_ms(),
+                                    &comm->abort_flag, &comm->bootstrap),
+                 res, fail);
+  comm->hash = zcc_bootstrap_hash(comm->bootstrap);
+  memcpy(comm->secret, zcc_bootstrap_secret(comm->bootstrap), ZCC_SECRET_BYTES);
+  if (name && *name)
+    snprintf(comm->name, sizeof(comm->name), "%s", name);
+  else
+    snprintf(comm->name, sizeof(comm->name), "%016llx", (unsigned long long)comm->hash);
+  ZCC_CHECK_GOTO(zcc_transport_connect_all(comm), res, fail);
+  zcc_comm_register(comm);
+  ZCC_INFO(INIT, "comm %s rank %d nranks %d on the host ready", comm->name, rank, nranks);
+  *out = comm;
+  return zccSuccess;
+fail:
+  zcc_comm_free(comm);
+  return res;
+}
+
+zccResult_t zccGetUniqueId(zccUniqueId *uniqueId) {
+  if (!uniqueId) return zcc_error(zccInvalidArgument, "zccGetUniqueId: uniqueId is NULL");
+  return zcc_bootstrap_create_root(uniqueId, NULL, NULL);
+}
+
+zccResult_t zccCommInitRank(zccComm_t *comm, int nranks, zccUniqueId commId, int rank) {
+  return zcc_comm_init(comm, nranks, &commId, rank, NULL, "zccCommInitRank");
+}
+
+zccResult_t zccCommInitRankConfig(zccComm_t *comm, int nranks, zccUniqueId commId,
+                                  int rank, zccConfig_t *config) {
+  return zcc_comm_init(comm, nranks, &commId, rank, config, "zccCommInitRankConfig");
+}
+
+typedef struct init_all_arg {
+  zccUniqueId id;
+  int nranks, rank;
+  struct zccComm *comm;
+  zccResult_t res;
+  char err[256];
+} init_all_arg_t;
+
+static void *init_all_thread(void *p) {
+  init_all_arg_t *a = p;
+  zccConfig_t cfg = ZCC_CONFIG_INITIALIZER;
+  cfg.deviceType = zccDeviceHost;
+  a->res = zcc_comm_init(&a->comm, a->nranks, &a->id, a->rank, &cfg, "zccCommInitAll");
+  if (a->res != zccSuccess) snprintf(a->err, sizeof(a->err), "%s", zcc_last_error());
+  return NULL;
+}
+
+zccResult_t zccCommInitAll(zccComm_t *comms, int ndev, const int *devlist) {
+  if (!comms) return zcc_error(zccInvalidArgument, "zccCommInitAll: comms is NULL");
+  if (ndev < 1)
+    return zcc_error(zccInvalidArgument, "zccCommInitAll: ndev %d must be at least 1", ndev);
+  int dt;
+  int64_t to;
+  const char *nm;
+  ZCC_CHECK(zcc_config_resolve(NULL, &dt, &to, &nm, "zccCommInitAll"));
+  (void)devlist; /* host communicators: devices do not apply */
+  init_all_arg_t *args = calloc((size_t)ndev, sizeof(*args));
+  pthread_t *threads = calloc((size_t)ndev, sizeof(*threads));
+  zccResult_t res = zccSuccess;
+  if (!args || !threads) {
+    res = zcc_error(zccSystemError, "zccCommInitAll: out of memory");
+    goto out;
+  }
+  zccUniqueId id;
+  ZCC_CHECK_GOTO(zcc_bootstrap_create_root(&id, NULL, NULL), res, out);
+  int started = 0;
+  for (int i = 0; i < ndev; i++) {
+    args[i].id = id;
+    args[i].nranks = ndev;
+    args[i].rank = i;
+    if (pthread_create(&threads[i], NULL, init_all_thread, &args[i]) != 0) {
+      res = zcc_error(zccSystemError, "zccCommInitAll: cannot start thread %d", i);
+      break;
+    }
+    started++;
+  }
+  for (int i = 0; i < started; i++) pthread_join(threads[i], NULL);
+  for (int i = 0; i < started && res == zccSuccess; i++)
+    if (args[i].res != zccSuccess)
+      res = zcc_error(args[i].res, "zccCommInitAll: rank %d: %s", i, args[i].err);
+  if (res != zccSuccess) {
+    for (int i = 0; i < started; i++)
+      if (args[i].comm) {
+        zcc_comm_unregister(args[i].comm);
+        zcc_comm_free(args[i].comm);
+      }
+    goto out;
+  }
+  for (int i = 0; i < ndev; i++) comms[i] = args[i].comm;
+out:
+  free(args);
+  free(threads);
+  return res;
+}
+
+zccResult_t zccCommFinalize(zccComm_t comm) {
+  ZCC_CHECK(zcc_comm_enter(comm, "zccCommFinalize", 0));
+  /* Host collectives complete before they return: nothing is outstanding. */
+  zcc_comm_leave(comm);
+  return zccSuccess;
+}
+
+zccResult_t zccCommDestroy(zccComm_t comm) {
+  if (!comm) return zcc_error(zccInvalidArgument, "zccCommDestroy: comm is NULL");
+  if (!zcc_comm_unregister(comm))
+    return zcc_error(zccInvalidUsage,
+                     "zccCommDestroy: comm %p is not a live communicator (destroyed, "
+                     "aborted or never created)", (void *)comm);
+  zcc_comm_wait_idle(comm);
+  ZCC_INFO(INIT, "comm %s rank %d destroyed", comm->name, comm->rank);
+  zcc_comm_free(comm);
+  return zccSuccess;
+}
+
+zccResult_t zccCommAbort(zccComm_t comm) {
+  if (!comm) return zcc_error(zccInvalidArgument, "zccCommAbort: comm is NULL");
+  if (!zcc_comm_unregister(comm))
+    return zcc_error(zccInvalidUsage,
+                     "zccCommAbort: comm %p is not a live communicator (destroyed, "
+                     "aborted or never created)", (void *)comm);
+  atomic_store(&comm->abort_flag, 1);
+  zcc_comm_set_error(comm, zccRemoteError);
+  zcc_comm_wait_idle(comm);
+  ZCC_INFO(INIT, "comm %s rank %d aborted", comm->name, comm->rank);
+  zcc_comm_free(comm);
+  return zccSuccess;
+}
+
+zccResult_t zccCommGetAsyncError(zccComm_t comm, zccResult_t *asyncError) {
+  if (!asyncError)
+    return zcc_error(zccInvalidArgument, "zccCommGetAsyncError: asyncError is NULL");
+  ZCC_CHECK(zcc_comm_enter(comm, "zccCommGetAsyncError", 0));
+  *asyncError = (zccResult_t)atomic_load(&comm->async_error);
+  zcc_comm_leave(comm);
+  return zccSuccess;
+}
+
+zccResult_t zccCommCount(const zccComm_t comm, int *count) {
+  if (!count) return zcc_error(zccInvalidArgument, "zccCommCount: count is NULL");
+  ZCC_CHECK(zcc_comm_enter(comm, "zccCommCount", 0));
+  *count = comm->nranks;
+  zcc_comm_leave(comm);
+  return zccSuccess;
+}
+
+zccResult_t zccCommCuDevice(const zccComm_t comm, int *device) {
+  if (!device) return zcc_error(zccInvalidArgument, "zccCommCuDevice: device is NULL");
+  ZCC_CHECK(zcc_comm_enter(comm, "zccCommCuDevice", 0));
+  *device = comm->device;
+  zcc_comm_leave(comm);
+  return zccSuccess;
+}
+
+zccResult_t zccCommUserRank(const zccComm_t comm, int *rank) {
+  if (!rank) return zcc_error(zccInvalidArgument, "zccCommUserRank: rank is NULL");
+  ZCC_CHECK(zcc_comm_enter(comm, "zccCommUserRank", 0));
+  *rank = comm->rank;
+  zcc_comm_leave(comm);
+  return zccSuccess;
+}

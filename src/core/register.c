@@ -1,0 +1,74 @@
+/* Buffer registration and zcc-allocated memory. */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "check.h"
+#include "comm.h"
+#include "cudawrap.h"
+#include "debug.h"
+
+zccResult_t zccCommRegister(const zccComm_t comm, void *buff, size_t size, void **handle) {
+  zccResult_t res = zccSuccess;
+  if (!buff) return zcc_error(zccInvalidArgument, "zccCommRegister: buff is NULL");
+  if (!handle) return zcc_error(zccInvalidArgument, "zccCommRegister: handle is NULL");
+  if (size == 0) return zcc_error(zccInvalidArgument, "zccCommRegister: size is 0");
+  if ((uintptr_t)buff + size < (uintptr_t)buff)
+    return zcc_error(zccInvalidArgument, "zccCommRegister: buff + size overflows");
+  ZCC_CHECK(zcc_comm_enter(comm, "zccCommRegister", 0));
+  if (comm->device < 0 && zcc_cuda_is_device_ptr(buff)) {
+    res = zcc_error(zccInvalidUsage,
+                    "zccCommRegister: %p is device memory and comm is a host "
+                    "communicator", buff);
+    goto out;
+  }
+  zcc_reg_t *r = malloc(sizeof(*r));
+  if (!r) {
+    res = zcc_error(zccSystemError, "zccCommRegister: out of memory");
+    goto out;
+  }
+  r->buf = buff;
+  r->size = size;
+  pthread_mutex_lock(&comm->reg_lock);
+  r->next = comm->regs;
+  comm->regs = r;
+  pthread_mutex_unlock(&comm->reg_lock);
+  /* Host communicators stage through shared memory: the record lets
+     zccCommDeregister validate handles; no mapping is needed. */
+  ZCC_INFO(COLL, "registered %p (%zu bytes) with comm %s", buff, size, comm->name);
+  *handle = r;
+out:
+  zcc_comm_leave(comm);
+  return res;
+}
+
+zccResult_t zccCommDeregister(const zccComm_t comm, void *handle) {
+  if (!handle) return zcc_error(zccInvalidArgument, "zccCommDeregister: handle is NULL");
+  ZCC_CHECK(zcc_comm_enter(comm, "zccCommDeregister", 0));
+  zccResult_t res = zccSuccess;
+  pthread_mutex_lock(&comm->reg_lock);
+  zcc_reg_t **pp = &comm->regs;
+  while (*pp && *pp != handle) pp = &(*pp)->next;
+  if (*pp) {
+    zcc_reg_t *r = *pp;
+    *pp = r->next;
+    free(r);
+  } else {
+    res = zcc_error(zccInvalidArgument,
+                    "zccCommDeregister: handle %p was not registered with this "
+                    "communicator", handle);
+  }
+  pthread_mutex_unlock(&comm->reg_lock);
+  zcc_comm_leave(comm);
+  return res;
+}
+
+zccResult_t zccMemAlloc(void **ptr, size_t size) {
+  if (!ptr) return zcc_error(zccInvalidArgument, "zccMemAlloc: ptr is NULL");
+  if (size == 0) return zcc_error(zccInvalidArgument, "zccMemAlloc: size is 0");
+  return zcc_cuda_mem_alloc(ptr, size);
+}
+
+zccResult_t zccMemFree(void *ptr) {
+  if (!ptr) return zcc_error(zccInvalidArgument, "zccMemFree: ptr is NULL");
+  return zcc_cuda_mem_free(ptr);
+}

@@ -1,0 +1,92 @@
+/* The communicator object and the registry of live communicators. */
+#ifndef ZCC_COMM_H_
+#define ZCC_COMM_H_
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "bootstrap.h"
+#include "socket.h"
+#include "zcc.h"
+
+#define ZCC_COMM_MAGIC 0x7a63632d636f6d6dULL
+
+/* What each rank tells the others at init (exchanged by allgather). */
+typedef struct zcc_peer_info {
+  uint64_t host_hash; /* host name, boot id and network namespace */
+  uint64_t pidns;     /* pid namespace inode: pids comparable when equal */
+  int32_t pid;
+  int32_t rank;
+  int32_t device; /* -1: host */
+  int32_t pad;
+  zcc_sockaddr_t net_addr; /* the socket transport's listening address */
+  char hostname[64];
+} zcc_peer_info_t;
+
+struct zcc_conn;
+
+/* A buffer registered with zccCommRegister. */
+typedef struct zcc_reg {
+  struct zcc_reg *next;
+  void *buf;
+  size_t size;
+} zcc_reg_t;
+
+#define ZCC_MAX_TRANSPORTS 4
+
+struct zccComm {
+  uint64_t magic;
+  int rank;
+  int nranks;
+  int device;      /* -1: host */
+  int device_type; /* zccDeviceType_t, resolved */
+  int64_t timeout_ms;
+  char name[64];
+  uint64_t hash;
+  uint8_t secret[ZCC_SECRET_BYTES];
+
+  atomic_int abort_flag;  /* set by zccCommAbort: waits give up */
+  atomic_int async_error; /* first error met; collectives refuse after it */
+  atomic_int busy;        /* calls in flight (registry-protected entry) */
+
+  zcc_bootstrap_t *bootstrap;
+  zcc_peer_info_t *peers;          /* [nranks] */
+  struct zcc_conn **conns;         /* [nranks]; NULL for self */
+  void *transport_state[ZCC_MAX_TRANSPORTS];
+
+  pthread_mutex_t reg_lock;
+  struct zcc_reg *regs;
+  int split_seq; /* splits made from this communicator */
+};
+
+/*
+ * Take a reference on a live communicator for the duration of a call:
+ * zccInvalidUsage (message naming `fn`) if comm is NULL, destroyed or
+ * aborted. With check_error, also refuses a communicator in error state.
+ */
+zccResult_t zcc_comm_enter(struct zccComm *comm, const char *fn, int check_error);
+void zcc_comm_leave(struct zccComm *comm);
+
+/* Add to / remove from the registry of live communicators. */
+void zcc_comm_register(struct zccComm *comm);
+/* Remove; returns 0 if it was not registered (already destroyed). */
+int zcc_comm_unregister(struct zccComm *comm);
+
+/* Record an error on the communicator (first one wins) and poison its connections. */
+void zcc_comm_set_error(struct zccComm *comm, zccResult_t res);
+
+/* Build a communicator (the body of zccCommInitRankConfig). */
+zccResult_t zcc_comm_init(struct zccComm **out, int nranks, const zccUniqueId *id,
+                          int rank, const zccConfig_t *config, const char *fn);
+/* Wait until no other call holds a reference. */
+void zcc_comm_wait_idle(struct zccComm *comm);
+/* Free everything (connections, bootstrap, memory). */
+void zcc_comm_free(struct zccComm *comm);
+
+/* Validate a user config; fills the resolved values. */
+zccResult_t zcc_config_resolve(const zccConfig_t *config, int *device_type,
+                               int64_t *timeout_ms, const char **name,
+                               const char *fn);
+
+#endif /* ZCC_COMM_H_ */

@@ -1,0 +1,74 @@
+/*
+ * Transports: one ops table each, listed in priority order; the first
+ * whose can_connect says yes connects a pair of ranks. A connection moves
+ * a stream of bytes each way; the executor hands it transfers (zcc_xfer_t)
+ * and calls progress, which never blocks.
+ */
+#ifndef ZCC_TRANSPORT_H_
+#define ZCC_TRANSPORT_H_
+
+#include <stddef.h>
+
+#include "comm.h"
+#include "zcc.h"
+
+typedef struct zcc_conn {
+  const struct zcc_transport_ops *ops;
+  struct zccComm *comm;
+  int peer;
+  void *priv;
+} zcc_conn_t;
+
+/* One message one way on one connection. */
+typedef struct zcc_xfer {
+  zcc_conn_t *conn;
+  int is_recv;
+  const void *src;  /* send: the bytes */
+  void *dst;        /* recv: where they land */
+  const void *red;  /* recv: if set, dst = red op incoming (element-wise) */
+  zccDataType_t type;
+  zccRedOp_t op;
+  size_t bytes;
+  size_t done;
+  int after;        /* index of an earlier transfer in the batch on the same
+                       connection and direction, which must finish first; -1 */
+} zcc_xfer_t;
+
+typedef enum {
+  ZCC_CONNECT_CREATE = 0, /* make local resources */
+  ZCC_CONNECT_ATTACH = 1, /* after a barrier: reach the peer's */
+  ZCC_CONNECT_FINISH = 2, /* after a barrier: drop names, etc. */
+  ZCC_CONNECT_PHASES = 3
+} zcc_connect_phase_t;
+
+typedef struct zcc_transport_ops {
+  const char *name;
+  /* Can this transport connect self and peer? Must answer the same on both sides. */
+  int (*can_connect)(const struct zccComm *comm, const zcc_peer_info_t *self,
+                     const zcc_peer_info_t *peer);
+  /* Per-communicator set-up before peer info is exchanged (e.g. listen). */
+  zccResult_t (*comm_setup)(struct zccComm *comm, zcc_peer_info_t *self);
+  /* One phase of connecting conn->peer; phases run in order for all peers,
+     with a barrier between phases; peers are visited in rank order. */
+  zccResult_t (*connect)(zcc_conn_t *conn, zcc_connect_phase_t phase);
+  /* Move what can move now; sets *moved when bytes moved. */
+  zccResult_t (*progress)(zcc_conn_t *conn, zcc_xfer_t *x, int *moved);
+  /* Is the peer still there? Called while waiting; zccRemoteError if not. */
+  zccResult_t (*check)(zcc_conn_t *conn);
+  /* Tell the peer that this side gave up (so it stops waiting). */
+  void (*fail)(zcc_conn_t *conn);
+  void (*free)(zcc_conn_t *conn);
+  void (*comm_free)(struct zccComm *comm);
+} zcc_transport_ops_t;
+
+extern const zcc_transport_ops_t zcc_transport_shm;
+extern const zcc_transport_ops_t zcc_transport_socket;
+
+/* Fill self's transport fields, exchange peer info, connect every pair. */
+zccResult_t zcc_transport_connect_all(struct zccComm *comm);
+/* Free every connection and transport state. */
+void zcc_transport_free_all(struct zccComm *comm);
+/* Poison every connection (after an error or abort). */
+void zcc_transport_fail_all(struct zccComm *comm);
+
+#endif /* ZCC_TRANSPORT_H_ */

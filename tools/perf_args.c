@@ -1,0 +1,314 @@
+/*
+ * The benchmarks' command line: nccl-tests' options (short and long forms,
+ * value attached or in the next argument) plus -np and --json.
+ */
+#include "perf.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "perf_util.h"
+
+/* Ranks that -np may fork. */
+#define PERF_MAX_NP 1024
+
+static const char *const type_names[zccNumTypes] = {
+    [zccInt8] = "int8",       [zccUint8] = "uint8",       [zccInt32] = "int32",
+    [zccUint32] = "uint32",   [zccInt64] = "int64",       [zccUint64] = "uint64",
+    [zccFloat16] = "half",    [zccFloat32] = "float",     [zccFloat64] = "double",
+    [zccBfloat16] = "bfloat16", [zccFloat8e4m3] = "f8e4m3", [zccFloat8e5m2] = "f8e5m2",
+};
+
+static const size_t type_sizes[zccNumTypes] = {
+    [zccInt8] = 1,    [zccUint8] = 1,    [zccInt32] = 4,      [zccUint32] = 4,
+    [zccInt64] = 8,   [zccUint64] = 8,   [zccFloat16] = 2,    [zccFloat32] = 4,
+    [zccFloat64] = 8, [zccBfloat16] = 2, [zccFloat8e4m3] = 1, [zccFloat8e5m2] = 1,
+};
+
+static const char *const op_names[zccNumOps] = {
+    [zccSum] = "sum", [zccProd] = "prod", [zccMax] = "max",
+    [zccMin] = "min", [zccAvg] = "avg",
+};
+
+/* Other spellings accepted by -d. */
+static const struct {
+  const char *alias;
+  int type;
+} type_aliases[] = {
+    {"char", zccInt8},        {"int", zccInt32},         {"float16", zccFloat16},
+    {"fp16", zccFloat16},     {"float32", zccFloat32},   {"fp32", zccFloat32},
+    {"float64", zccFloat64},  {"fp64", zccFloat64},      {"bf16", zccBfloat16},
+    {"e4m3", zccFloat8e4m3},  {"fp8e4m3", zccFloat8e4m3}, {"e5m2", zccFloat8e5m2},
+    {"fp8e5m2", zccFloat8e5m2},
+};
+
+const char *perf_type_name(int type)
+{
+  return (type >= 0 && type < zccNumTypes) ? type_names[type] : "invalid";
+}
+
+size_t perf_type_size(int type)
+{
+  return (type >= 0 && type < zccNumTypes) ? type_sizes[type] : 0;
+}
+
+const char *perf_op_name(int op)
+{
+  if (op == PERF_OP_NONE)
+    return "none";
+  return (op >= 0 && op < zccNumOps) ? op_names[op] : "invalid";
+}
+
+static void usage(FILE *f, const char *prog, const perf_coll_t *coll)
+{
+  fprintf(f,
+          "usage: %s [options]\n"
+          "Times zcc %s over a sweep of sizes, as nccl-tests does, and checks every result.\n"
+          "\n"
+          "  -b, --minbytes <size>       smallest size in bytes (suffixes K, M, G); default 32M\n"
+          "  -e, --maxbytes <size>       largest size; default 32M\n"
+          "  -f, --stepfactor <n>        multiply the size by the integer n each step; default 1 (use -i)\n"
+          "  -i, --stepbytes <size>      add this to the size each step when -f is 1; default 1M\n"
+          "  -n, --iters <n>             timed iterations per size; default 20\n"
+          "  -w, --warmup_iters <n>      untimed iterations before them; default 5\n"
+          "  -c, --check <0|1>           verify every element of every result exactly; default 1\n"
+          "  -d, --datatype <type>       int8 uint8 int32 uint32 int64 uint64 half float double\n"
+          "                              bfloat16 f8e4m3 f8e5m2, or all; default float\n",
+          prog, coll->name);
+  if (coll->reduces)
+    fprintf(f, "  -o, --op <op>               sum prod max min avg, or all; default sum\n");
+  else
+    fprintf(f, "  -o, --op <op>               accepted and ignored: %s does not reduce\n", coll->name);
+  if (coll->rooted)
+    fprintf(f, "  -r, --root <rank>           root rank, or all; default 0\n");
+  else
+    fprintf(f, "  -r, --root <rank>           accepted and ignored: %s has no root\n", coll->name);
+  fprintf(f,
+          "  -R, --local_register <0|1>  register both buffers with zccCommRegister; default 0\n"
+          "  -t, --nthreads <n>          threads per process; only 1\n"
+          "  -g, --ngpus <n>             GPUs per process; only 1 (host communicators)\n"
+          "  -np <n>                     fork n local ranks (up to %d); the parent makes the unique id\n"
+          "      --json <file>           also write every result and the environment to file as JSON\n"
+          "  -h, --help                  show this help\n"
+          "\n"
+          "Ranks: with -np n, n forked processes; under mpirun (OMPI_COMM_WORLD_SIZE or PMI_SIZE),\n"
+          "one rank per MPI process; under torchrun, from its environment; otherwise one rank.\n"
+          "Time is the median over -n iterations of the slowest rank's wall time per iteration.\n",
+          PERF_MAX_NP);
+}
+
+static void bad_arg(const char *prog, const perf_coll_t *coll, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4), noreturn));
+
+static void bad_arg(const char *prog, const perf_coll_t *coll, const char *fmt, ...)
+{
+  va_list ap;
+
+  fprintf(stderr, "%s: ", prog);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\n\n");
+  usage(stderr, prog, coll);
+  exit(PERF_EXIT_USAGE);
+}
+
+static int parse_type(const char *s)
+{
+  if (strcmp(s, "all") == 0)
+    return -1;
+  for (int t = 0; t < zccNumTypes; t++)
+    if (strcmp(s, type_names[t]) == 0)
+      return t;
+  for (size_t i = 0; i < sizeof(type_aliases) / sizeof(type_aliases[0]); i++)
+    if (strcmp(s, type_aliases[i].alias) == 0)
+      return type_aliases[i].type;
+  return -2;
+}
+
+static int parse_op(const char *s)
+{
+  if (strcmp(s, "all") == 0)
+    return -1;
+  for (int o = 0; o < zccNumOps; o++)
+    if (strcmp(s, op_names[o]) == 0)
+      return o;
+  return -2;
+}
+
+/* Option names: the short letter, or 'N' for -np and 'J' for --json. */
+static const struct {
+  const char *long_name;
+  char key;
+} long_opts[] = {
+    {"minbytes", 'b'},     {"maxbytes", 'e'},       {"stepbytes", 'i'},
+    {"stepfactor", 'f'},   {"iters", 'n'},          {"warmup_iters", 'w'},
+    {"check", 'c'},        {"datatype", 'd'},       {"op", 'o'},
+    {"root", 'r'},         {"local_register", 'R'}, {"nthreads", 't'},
+    {"ngpus", 'g'},        {"np", 'N'},             {"json", 'J'},
+    {"help", 'h'},
+};
+
+static void set_option(const char *prog, const perf_coll_t *coll, char key,
+                       const char *name, const char *val, perf_opts_t *o)
+{
+  long v;
+
+  switch (key) {
+  case 'b':
+  case 'e':
+  case 'i':
+    if (perf_parse_size(val, key == 'b' ? &o->min_bytes
+                             : key == 'e' ? &o->max_bytes : &o->step_bytes) != 0)
+      bad_arg(prog, coll, "%s: '%s' is not a size in bytes (a whole number with an optional K, M or G)",
+              name, val);
+    break;
+  case 'f':
+    if (perf_parse_long(val, 1, 1 << 20, &v) != 0)
+      bad_arg(prog, coll, "%s: '%s' is not an integer step factor of at least 1", name, val);
+    o->step_factor = v;
+    break;
+  case 'n':
+    if (perf_parse_long(val, 1, 1 << 24, &v) != 0)
+      bad_arg(prog, coll, "%s: '%s' is not an iteration count of at least 1", name, val);
+    o->iters = (int)v;
+    break;
+  case 'w':
+    if (perf_parse_long(val, 0, 1 << 24, &v) != 0)
+      bad_arg(prog, coll, "%s: '%s' is not a warm-up count of at least 0", name, val);
+    o->warmup = (int)v;
+    break;
+  case 'c':
+  case 'R':
+    if (perf_parse_long(val, 0, 1, &v) != 0)
+      bad_arg(prog, coll, "%s: '%s' must be 0 or 1", name, val);
+    if (key == 'c')
+      o->check = (int)v;
+    else
+      o->local_register = (int)v;
+    break;
+  case 'd':
+    o->type = parse_type(val);
+    if (o->type == -2)
+      bad_arg(prog, coll, "%s: unknown datatype '%s'", name, val);
+    break;
+  case 'o':
+    o->op = parse_op(val);
+    if (o->op == -2)
+      bad_arg(prog, coll, "%s: unknown reduction op '%s' (sum, prod, max, min, avg or all)", name, val);
+    break;
+  case 'r':
+    if (strcmp(val, "all") == 0)
+      o->root = -1;
+    else if (perf_parse_long(val, 0, 1 << 30, &v) != 0)
+      bad_arg(prog, coll, "%s: '%s' is not a root rank (a rank number or all)", name, val);
+    else
+      o->root = (int)v;
+    break;
+  case 't':
+    if (perf_parse_long(val, 1, 1 << 20, &v) != 0)
+      bad_arg(prog, coll, "%s: '%s' is not a thread count of at least 1", name, val);
+    if (v != 1)
+      bad_arg(prog, coll, "%s %s: several threads per process are not supported; "
+              "run one rank per process with -np or mpirun", name, val);
+    o->nthreads = 1;
+    break;
+  case 'g':
+    if (perf_parse_long(val, 1, 1 << 20, &v) != 0)
+      bad_arg(prog, coll, "%s: '%s' is not a GPU count of at least 1", name, val);
+    if (v != 1)
+      bad_arg(prog, coll, "%s %s: several GPUs per process need the GPU build of the benchmarks; "
+              "this build runs host communicators, one rank per process (use -np or mpirun)",
+              name, val);
+    o->ngpus = 1;
+    break;
+  case 'N':
+    if (perf_parse_long(val, 1, PERF_MAX_NP, &v) != 0)
+      bad_arg(prog, coll, "%s: '%s' is not a rank count between 1 and %d", name, val,
+              PERF_MAX_NP);
+    o->np = (int)v;
+    break;
+  case 'J':
+    if (*val == '\0')
+      bad_arg(prog, coll, "%s: the file name is empty", name);
+    o->json_path = val;
+    break;
+  }
+}
+
+void perf_parse_args(const perf_coll_t *coll, int argc, char **argv,
+                     perf_opts_t *o)
+{
+  const char *prog = argv[0] ? strrchr(argv[0], '/') : NULL;
+
+  prog = prog ? prog + 1 : (argv[0] ? argv[0] : coll->name);
+  memset(o, 0, sizeof(*o));
+  o->min_bytes = 32u << 20;
+  o->max_bytes = 32u << 20;
+  o->step_bytes = 1u << 20;
+  o->step_factor = 1;
+  o->iters = 20;
+  o->warmup = 5;
+  o->check = 1;
+  o->type = zccFloat32;
+  o->op = zccSum;
+  o->root = 0;
+  o->nthreads = 1;
+  o->ngpus = 1;
+
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i], *val = NULL, *name = arg;
+    char key = 0, namebuf[64];
+
+    if (arg[0] != '-' || arg[1] == '\0')
+      bad_arg(prog, coll, "unexpected argument '%s'", arg);
+    if (strcmp(arg, "-np") == 0 || strcmp(arg, "--np") == 0) {
+      key = 'N';
+    } else if (arg[1] == '-') {
+      const char *eq = strchr(arg + 2, '=');
+      size_t len = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
+      for (size_t k = 0; k < sizeof(long_opts) / sizeof(long_opts[0]); k++)
+        if (strlen(long_opts[k].long_name) == len &&
+            strncmp(arg + 2, long_opts[k].long_name, len) == 0)
+          key = long_opts[k].key;
+      if (key == 0)
+        bad_arg(prog, coll, "unknown option '%s'", arg);
+      snprintf(namebuf, sizeof(namebuf), "--%.*s", (int)len, arg + 2);
+      name = namebuf;
+      if (eq)
+        val = eq + 1;
+    } else {
+      key = arg[1];
+      if (strchr("beifnwcdorRtgh", key) == NULL)
+        bad_arg(prog, coll, "unknown option '%s'", arg);
+      snprintf(namebuf, sizeof(namebuf), "-%c", key);
+      name = namebuf;
+      if (arg[2] != '\0')
+        val = arg + 2;
+    }
+    if (key == 'h') {
+      if (val != NULL)
+        bad_arg(prog, coll, "%s takes no value", name);
+      usage(stdout, prog, coll);
+      exit(PERF_EXIT_OK);
+    }
+    if (val == NULL) {
+      if (i + 1 >= argc)
+        bad_arg(prog, coll, "%s needs a value", name);
+      val = argv[++i];
+    }
+    set_option(prog, coll, key, name, val, o);
+  }
+
+  if (o->min_bytes > o->max_bytes)
+    bad_arg(prog, coll, "minimum size %zu bytes is larger than the maximum %zu bytes",
+            o->min_bytes, o->max_bytes);
+  if (o->step_factor <= 1 && o->step_bytes == 0 && o->min_bytes < o->max_bytes)
+    bad_arg(prog, coll, "-i 0 with -f 1 never reaches the maximum size");
+  if (!coll->reduces)
+    o->op = PERF_OP_NONE;
+  if (!coll->rooted)
+    o->root = 0;
+}
