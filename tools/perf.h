@@ -20,6 +20,8 @@
 
 /* An op value for collectives that do not reduce ("none" in the redop column). */
 #define PERF_OP_NONE (-1)
+/* -d all, -o all, -r all. */
+#define PERF_ALL (-2)
 
 /* Element counts and buffer sizes of one call, as nccl-tests computes them. */
 typedef struct {
@@ -85,9 +87,9 @@ typedef struct {
   size_t min_bytes, max_bytes, step_bytes;
   long step_factor;
   int iters, warmup, check;
-  int type;        /* zccDataType_t, or -1 for all */
-  int op;          /* zccRedOp_t, or -1 for all */
-  int root;        /* root rank, or -1 for all */
+  int type;        /* zccDataType_t, or PERF_ALL */
+  int op;          /* zccRedOp_t, PERF_ALL, or PERF_OP_NONE when the collective does not reduce */
+  int root;        /* root rank, or PERF_ALL */
   int nthreads, ngpus;
   int np;          /* -np: ranks to fork; 0 when not given */
   int local_register;

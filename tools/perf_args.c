@@ -115,27 +115,29 @@ static void bad_arg(const char *prog, const perf_coll_t *coll, const char *fmt, 
   exit(PERF_EXIT_USAGE);
 }
 
+/* The type, PERF_ALL, or -3 when unknown. */
 static int parse_type(const char *s)
 {
   if (strcmp(s, "all") == 0)
-    return -1;
+    return PERF_ALL;
   for (int t = 0; t < zccNumTypes; t++)
     if (strcmp(s, type_names[t]) == 0)
       return t;
   for (size_t i = 0; i < sizeof(type_aliases) / sizeof(type_aliases[0]); i++)
     if (strcmp(s, type_aliases[i].alias) == 0)
       return type_aliases[i].type;
-  return -2;
+  return -3;
 }
 
+/* The op, PERF_ALL, or -3 when unknown. */
 static int parse_op(const char *s)
 {
   if (strcmp(s, "all") == 0)
-    return -1;
+    return PERF_ALL;
   for (int o = 0; o < zccNumOps; o++)
     if (strcmp(s, op_names[o]) == 0)
       return o;
-  return -2;
+  return -3;
 }
 
 /* Option names: the short letter, or 'N' for -np and 'J' for --json. */
@@ -191,17 +193,17 @@ static void set_option(const char *prog, const perf_coll_t *coll, char key,
     break;
   case 'd':
     o->type = parse_type(val);
-    if (o->type == -2)
+    if (o->type == -3)
       bad_arg(prog, coll, "%s: unknown datatype '%s'", name, val);
     break;
   case 'o':
     o->op = parse_op(val);
-    if (o->op == -2)
+    if (o->op == -3)
       bad_arg(prog, coll, "%s: unknown reduction op '%s' (sum, prod, max, min, avg or all)", name, val);
     break;
   case 'r':
     if (strcmp(val, "all") == 0)
-      o->root = -1;
+      o->root = PERF_ALL;
     else if (perf_parse_long(val, 0, 1 << 30, &v) != 0)
       bad_arg(prog, coll, "%s: '%s' is not a root rank (a rank number or all)", name, val);
     else

@@ -1,14 +1,9 @@
 /*
- * Bootstrap: the unique id, the root that serves one rendezvous, and the
- * per-rank listener that receives tagged messages from peers.
- *
- * Every listening socket (the root's and each rank's) sits behind a gate:
- * each accepted connection is authenticated by its own short-lived thread,
- * so a stranger that stalls or sends garbage only ties up that thread until
- * the handshake deadline, and the owner (root or listener thread) only ever
- * sees connections that proved the secret and sent a complete hello.
+ * Bootstrap, rank side: the unique id, joining the rendezvous, and the
+ * per-rank listener thread that queues tagged messages from peers; also the
+ * gate (bootstrap_proto.h) that the root and the ranks put in front of their
+ * listening sockets. The root itself is in bootstrap_root.c.
  */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -18,58 +13,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bootstrap.h"
+#include "bootstrap_proto.h"
 #include "check.h"
-#include "param.h"
 
-ZCC_PARAM_INT(
-    init_timeout_ms, "INIT_TIMEOUT", 120000,
-    "ms the bootstrap root waits for every rank to arrive (<= 0: forever)")
-
-#define HANDSHAKE_MS 10000  /* a connection must authenticate within this */
-#define ROOT_SEND_MS 10000  /* the root's replies to ranks */
-#define GATE_MAX_PENDING 64 /* connections authenticating at once */
-#define SLICE_MS 100
-
-#define ROOT_CONTEXT_SALT 0x726f6f7400000000ull /* "root" */
-#define INFO_MAGIC 0x7a636969u                  /* rank -> root */
-#define REPLY_MAGIC 0x7a636972u                 /* root -> rank */
-#define HELLO_MAGIC 0x7a636968u                 /* rank -> rank, once */
-#define MSG_MAGIC 0x7a63636du                   /* rank -> rank, each message */
-
-#define WIRE_ADDR_BYTES 24
-#define INFO_BYTES (16 + WIRE_ADDR_BYTES)
-#define REPLY_MSG_BYTES 160
-#define REPLY_BYTES (12 + REPLY_MSG_BYTES)
-#define HELLO_BYTES 12
-#define MSG_HDR_BYTES 20
-#define GATE_HELLO_MAX INFO_BYTES
-
-enum { KIND_USER = 1, KIND_RING = 2 };
-
-/* ---- wire encoding (big-endian) ---------------------------------------- */
-
-static void put32(uint8_t *p, uint32_t v) {
-  v = htonl(v);
-  memcpy(p, &v, 4);
-}
-
-static uint32_t get32(const uint8_t *p) {
-  uint32_t v;
-  memcpy(&v, p, 4);
-  return ntohl(v);
-}
-
-static void put64(uint8_t *p, uint64_t v) {
-  put32(p, (uint32_t)(v >> 32));
-  put32(p + 4, (uint32_t)v);
-}
-
-static uint64_t get64(const uint8_t *p) {
-  return (uint64_t)get32(p) << 32 | get32(p + 4);
-}
-
-static void addr_encode(const zcc_sockaddr_t *a, uint8_t *p) {
+void zcc_bootstrap_addr_encode(const zcc_sockaddr_t *a, uint8_t *p) {
   memset(p, 0, WIRE_ADDR_BYTES);
   if (a->u.sa.sa_family == AF_INET6) {
     put32(p, 6);
@@ -83,7 +30,7 @@ static void addr_encode(const zcc_sockaddr_t *a, uint8_t *p) {
   }
 }
 
-static int addr_decode(const uint8_t *p, zcc_sockaddr_t *a) {
+int zcc_bootstrap_addr_decode(const uint8_t *p, zcc_sockaddr_t *a) {
   memset(a, 0, sizeof(*a));
   uint32_t fam = get32(p);
   if (fam == 6) {
@@ -104,7 +51,7 @@ static int addr_decode(const uint8_t *p, zcc_sockaddr_t *a) {
 }
 
 /* Re-record the last error with what we were doing. */
-static zccResult_t error_in(zccResult_t res, const char *doing) {
+zccResult_t zcc_bootstrap_error_in(zccResult_t res, const char *doing) {
   char cause[256];
   snprintf(cause, sizeof(cause), "%s", zcc_last_error());
   return zcc_error(res, "%s: %s", doing, cause);
@@ -112,31 +59,9 @@ static zccResult_t error_in(zccResult_t res, const char *doing) {
 
 /* ---- gate: authenticate accepted connections off the owner's thread ---- */
 
-typedef struct gate_conn {
-  struct gate_conn *next;
-  struct gate *gate;
-  int fd;
-  char from[ZCC_SOCKADDR_STRLEN];
-  uint8_t hello[GATE_HELLO_MAX];
-} gate_conn_t;
-
-typedef struct gate {
-  pthread_mutex_t lock;
-  pthread_cond_t idle;
-  atomic_int stop;
-  int active;         /* handler threads running */
-  int wake[2];        /* handler -> owner */
-  gate_conn_t *ready; /* authenticated, hello received */
-  uint8_t secret[ZCC_SECRET_BYTES];
-  uint64_t context;
-  size_t hello_bytes;
-  int64_t deadline_ns; /* the owner's own end, or INT64_MAX */
-  const char *owner;   /* for messages */
-} gate_t;
-
-static zccResult_t gate_init(gate_t *g, const uint8_t *secret, uint64_t context,
-                             size_t hello_bytes, int64_t deadline_ns,
-                             const char *owner) {
+zccResult_t zcc_bootstrap_gate_init(gate_t *g, const uint8_t *secret,
+                                    uint64_t context, size_t hello_bytes,
+                                    int64_t deadline_ns, const char *owner) {
   memset(g, 0, sizeof(*g));
   if (pipe2(g->wake, O_NONBLOCK | O_CLOEXEC) != 0)
     return zcc_error(zccSystemError, "pipe2 failed: %s", strerror(errno));
@@ -151,7 +76,7 @@ static zccResult_t gate_init(gate_t *g, const uint8_t *secret, uint64_t context,
   return zccSuccess;
 }
 
-static void gate_wake(gate_t *g) {
+void zcc_bootstrap_gate_wake(gate_t *g) {
   char c = 1;
   ssize_t n;
   do {
@@ -187,11 +112,11 @@ static void *gate_handler(void *arg) {
   if (g->active == 0)
     pthread_cond_broadcast(&g->idle);
   pthread_mutex_unlock(&g->lock);
-  gate_wake(g);
+  zcc_bootstrap_gate_wake(g);
   return NULL;
 }
 
-static int gate_has_room(gate_t *g) {
+int zcc_bootstrap_gate_has_room(gate_t *g) {
   pthread_mutex_lock(&g->lock);
   int room = g->active < GATE_MAX_PENDING;
   pthread_mutex_unlock(&g->lock);
@@ -199,8 +124,8 @@ static int gate_has_room(gate_t *g) {
 }
 
 /* Accept what is pending on listen_fd and start a handler for each. */
-static void gate_accept(gate_t *g, int listen_fd) {
-  while (gate_has_room(g)) {
+void zcc_bootstrap_gate_accept(gate_t *g, int listen_fd) {
+  while (zcc_bootstrap_gate_has_room(g)) {
     struct sockaddr_storage from;
     socklen_t len = sizeof(from);
     int fd = accept4(listen_fd, (struct sockaddr *)&from, &len,
@@ -245,7 +170,7 @@ static void gate_accept(gate_t *g, int listen_fd) {
 }
 
 /* Drain the wake pipe and take the authenticated connections (oldest first). */
-static gate_conn_t *gate_take(gate_t *g) {
+gate_conn_t *zcc_bootstrap_gate_take(gate_t *g) {
   char buf[64];
   while (read(g->wake[0], buf, sizeof(buf)) > 0) {
   }
@@ -264,13 +189,13 @@ static gate_conn_t *gate_take(gate_t *g) {
 
 /* Stop the handlers (they notice within a wait slice), wait for them, close
  * all. */
-static void gate_stop(gate_t *g) {
+void zcc_bootstrap_gate_stop(gate_t *g) {
   atomic_store(&g->stop, 1);
   pthread_mutex_lock(&g->lock);
   while (g->active > 0)
     pthread_cond_wait(&g->idle, &g->lock);
   pthread_mutex_unlock(&g->lock);
-  for (gate_conn_t *c = gate_take(g), *n; c != NULL; c = n) {
+  for (gate_conn_t *c = zcc_bootstrap_gate_take(g), *n; c != NULL; c = n) {
     n = c->next;
     zcc_socket_close(&c->fd);
     free(c);
@@ -309,295 +234,13 @@ zccResult_t zcc_bootstrap_id_decode(const zccUniqueId *id,
   return zccSuccess;
 }
 
-static uint64_t id_hash(const zcc_unique_id_t *u) {
+uint64_t zcc_bootstrap_id_hash(const zcc_unique_id_t *u) {
   uint8_t data[ZCC_SECRET_BYTES + WIRE_ADDR_BYTES + 4], digest[32];
   memcpy(data, u->secret, ZCC_SECRET_BYTES);
-  addr_encode(&u->root, data + ZCC_SECRET_BYTES);
+  zcc_bootstrap_addr_encode(&u->root, data + ZCC_SECRET_BYTES);
   put32(data + ZCC_SECRET_BYTES + WIRE_ADDR_BYTES, u->version);
   zcc_sha256(data, sizeof(data), digest);
   return get64(digest);
-}
-
-/* ---- root ---------------------------------------------------------------- */
-
-typedef struct root {
-  gate_t gate;
-  int listen_fd;
-  int64_t deadline_ns;
-  int nranks; /* 0 until the first rank says */
-  int arrived;
-  int *fds; /* [nranks], -1: not arrived */
-  zcc_sockaddr_t *addrs;
-  char where[ZCC_SOCKADDR_STRLEN];
-} root_t;
-
-/* Send a reply header (and on success the address table); best effort. */
-static void root_reply(root_t *r, int fd, zccResult_t result, const char *msg) {
-  size_t bytes =
-      REPLY_BYTES +
-      (result == zccSuccess ? (size_t)r->nranks * WIRE_ADDR_BYTES : 0);
-  uint8_t *buf = calloc(1, bytes);
-  if (buf == NULL) {
-    ZCC_WARN("bootstrap root %s: out of memory for a reply", r->where);
-    return;
-  }
-  put32(buf, REPLY_MAGIC);
-  put32(buf + 4, (uint32_t)result);
-  put32(buf + 8, (uint32_t)r->nranks);
-  snprintf((char *)buf + 12, REPLY_MSG_BYTES, "%s", msg);
-  if (result == zccSuccess)
-    for (int i = 0; i < r->nranks; i++)
-      addr_encode(&r->addrs[i],
-                  buf + REPLY_BYTES + (size_t)i * WIRE_ADDR_BYTES);
-  zcc_wait_t w = zcc_wait_in(ROOT_SEND_MS, NULL, "bootstrap root reply");
-  if (zcc_socket_send_all(fd, buf, bytes, &w) != zccSuccess)
-    ZCC_WARN("bootstrap root %s: reply to a rank failed: %s", r->where,
-             zcc_last_error());
-  free(buf);
-}
-
-/* Report `msg` to every arrived rank and to `extra_fd`, ending the rendezvous.
- */
-static void root_fail(root_t *r, int extra_fd, zccResult_t result,
-                      const char *msg) {
-  ZCC_WARN("bootstrap root %s: %s", r->where, msg);
-  for (int i = 0; i < r->nranks; i++)
-    if (r->fds[i] >= 0)
-      root_reply(r, r->fds[i], result, msg);
-  if (extra_fd >= 0)
-    root_reply(r, extra_fd, result, msg);
-}
-
-static void root_forget(root_t *r) {
-  for (int i = 0; i < r->nranks; i++)
-    zcc_socket_close(&r->fds[i]);
-  free(r->fds);
-  free(r->addrs);
-  r->fds = NULL;
-  r->addrs = NULL;
-  r->nranks = 0;
-  r->arrived = 0;
-}
-
-/* Admit one authenticated rank; returns 1 when the rendezvous is over. */
-static int root_admit(root_t *r, gate_conn_t *c) {
-  char msg[REPLY_MSG_BYTES];
-  uint32_t magic = get32(c->hello), version = get32(c->hello + 4);
-  int rank = (int32_t)get32(c->hello + 8),
-      nranks = (int32_t)get32(c->hello + 12);
-  zcc_sockaddr_t addr;
-  if (magic != INFO_MAGIC || addr_decode(c->hello + 16, &addr) != 0) {
-    ZCC_WARN("bootstrap root %s: malformed rank info from %s, dropped",
-             r->where, c->from);
-    return 0;
-  }
-  if (version != ZCC_VERSION_CODE || nranks <= 0 || rank < 0 ||
-      rank >= nranks) {
-    snprintf(msg, sizeof(msg), "rank %d of %d (zcc version %u) refused: %s",
-             rank, nranks, version,
-             version != ZCC_VERSION_CODE ? "version differs from the root's"
-                                         : "rank out of range");
-    ZCC_WARN("bootstrap root %s: %s", r->where, msg);
-    root_reply(r, c->fd, zccInvalidUsage, msg);
-    return 0;
-  }
-  if (r->nranks == 0) {
-    r->fds = malloc(sizeof(int) * (size_t)nranks);
-    r->addrs = calloc((size_t)nranks, sizeof(zcc_sockaddr_t));
-    if (r->fds == NULL || r->addrs == NULL) {
-      free(r->fds);
-      free(r->addrs);
-      r->fds = NULL;
-      r->addrs = NULL;
-      root_reply(r, c->fd, zccSystemError, "bootstrap root out of memory");
-      return 0;
-    }
-    for (int i = 0; i < nranks; i++)
-      r->fds[i] = -1;
-    r->nranks = nranks;
-  } else if (nranks != r->nranks) {
-    snprintf(msg, sizeof(msg),
-             "inconsistent nranks: rank %d says %d, earlier ranks said %d",
-             rank, nranks, r->nranks);
-    root_fail(r, c->fd, zccInvalidUsage, msg);
-    return 1;
-  } else if (r->fds[rank] >= 0) {
-    snprintf(msg, sizeof(msg), "rank %d joined twice (from %s)", rank, c->from);
-    root_fail(r, c->fd, zccInvalidUsage, msg);
-    return 1;
-  }
-  char buf[ZCC_SOCKADDR_STRLEN];
-  r->fds[rank] = c->fd;
-  c->fd = -1;
-  r->addrs[rank] = addr;
-  r->arrived++;
-  ZCC_INFO(BOOT,
-           "bootstrap root %s: rank %d of %d arrived, listening on %s (%d/%d)",
-           r->where, rank, nranks, zcc_sockaddr_str(&addr, buf), r->arrived,
-           r->nranks);
-  if (r->arrived < r->nranks)
-    return 0;
-  for (int i = 0; i < r->nranks; i++)
-    root_reply(r, r->fds[i], zccSuccess, "");
-  ZCC_INFO(BOOT, "bootstrap root %s: all %d ranks arrived", r->where,
-           r->nranks);
-  return 1;
-}
-
-static void root_timeout(root_t *r) {
-  char msg[REPLY_MSG_BYTES];
-  int len = snprintf(msg, sizeof(msg),
-                     "bootstrap root timed out (ZCC_INIT_TIMEOUT) with %d of "
-                     "%d ranks; missing:",
-                     r->arrived, r->nranks);
-  for (int i = 0; i < r->nranks && len < (int)sizeof(msg) - 12; i++)
-    if (r->fds[i] < 0)
-      len += snprintf(msg + len, sizeof(msg) - (size_t)len, " %d", i);
-  if (r->nranks == 0)
-    snprintf(msg, sizeof(msg),
-             "bootstrap root timed out (ZCC_INIT_TIMEOUT): no rank arrived");
-  root_fail(r, -1, zccTimeout, msg);
-}
-
-static void *root_main(void *arg) {
-  root_t *r = arg;
-  struct pollfd *pfd = NULL;
-  int *slot = NULL;
-  int done = 0;
-  while (!done) {
-    int64_t left_ms = r->deadline_ns == INT64_MAX
-                          ? SLICE_MS
-                          : (r->deadline_ns - zcc_now_ns()) / 1000000;
-    if (left_ms <= 0) {
-      root_timeout(r);
-      break;
-    }
-    int cap = 2 + r->nranks, n = 0;
-    struct pollfd *np = realloc(pfd, sizeof(*pfd) * (size_t)cap);
-    int *ns = np ? realloc(slot, sizeof(int) * (size_t)cap) : NULL;
-    if (np)
-      pfd = np;
-    if (ns)
-      slot = ns;
-    if (np == NULL || ns == NULL) {
-      root_fail(r, -1, zccSystemError, "bootstrap root out of memory");
-      break;
-    }
-    pfd[n++] = (struct pollfd){r->gate.wake[0], POLLIN, 0};
-    pfd[n++] =
-        (struct pollfd){gate_has_room(&r->gate) ? r->listen_fd : -1, POLLIN, 0};
-    for (int i = 0; i < r->nranks; i++)
-      if (r->fds[i] >= 0) {
-        slot[n] = i;
-        pfd[n++] = (struct pollfd){r->fds[i], POLLIN, 0};
-      }
-    int rc = poll(pfd, (nfds_t)n, left_ms < SLICE_MS ? (int)left_ms : SLICE_MS);
-    if (rc < 0 && errno != EINTR) {
-      ZCC_WARN("bootstrap root %s: poll failed: %s", r->where, strerror(errno));
-      root_fail(r, -1, zccSystemError, "bootstrap root failed in poll");
-      break;
-    }
-    if (rc <= 0)
-      continue;
-    /* an arrived rank must stay silent: readable means it left or misbehaves */
-    for (int k = 2; k < n; k++) {
-      if (pfd[k].revents == 0)
-        continue;
-      int i = slot[k];
-      ZCC_INFO(
-          BOOT,
-          "bootstrap root %s: rank %d left before the rendezvous completed",
-          r->where, i);
-      zcc_socket_close(&r->fds[i]);
-      r->arrived--;
-    }
-    if (r->nranks > 0 && r->arrived == 0)
-      root_forget(r); /* all left: start afresh */
-    if (pfd[1].revents)
-      gate_accept(&r->gate, r->listen_fd);
-    if (pfd[0].revents) {
-      gate_conn_t *c = gate_take(&r->gate), *next;
-      for (; c != NULL; c = next) {
-        next = c->next;
-        if (!done)
-          done = root_admit(r, c);
-        zcc_socket_close(&c->fd);
-        free(c);
-      }
-    }
-  }
-  zcc_socket_close(&r->listen_fd);
-  gate_stop(&r->gate);
-  root_forget(r);
-  free(pfd);
-  free(slot);
-  ZCC_INFO(BOOT, "bootstrap root %s: exiting", r->where);
-  free(r);
-  return NULL;
-}
-
-zccResult_t zcc_bootstrap_create_root(zccUniqueId *id,
-                                      const zcc_sockaddr_t *addr,
-                                      const uint8_t *secret) {
-  if (id == NULL)
-    return zcc_error(zccInvalidArgument,
-                     "zcc_bootstrap_create_root: id is null");
-  if (addr != NULL && addr->u.sa.sa_family != AF_INET &&
-      addr->u.sa.sa_family != AF_INET6)
-    return zcc_error(
-        zccInvalidArgument,
-        "zcc_bootstrap_create_root: address family %d is not ipv4 or ipv6",
-        addr->u.sa.sa_family);
-  zcc_unique_id_t u;
-  memset(&u, 0, sizeof(u));
-  u.magic = ZCC_UNIQUE_ID_MAGIC;
-  u.version = ZCC_VERSION_CODE;
-  if (addr != NULL)
-    u.root = *addr;
-  else
-    ZCC_CHECK(zcc_socket_pick_addr(&u.root));
-  if (secret != NULL)
-    memcpy(u.secret, secret, ZCC_SECRET_BYTES);
-  else
-    ZCC_CHECK(zcc_random_bytes(u.secret, ZCC_SECRET_BYTES));
-
-  zccResult_t res;
-  root_t *r = calloc(1, sizeof(*r));
-  if (r == NULL)
-    return zcc_error(zccSystemError, "bootstrap root: out of memory");
-  r->listen_fd = -1;
-  ZCC_CHECK_GOTO(zcc_socket_listen(&u.root, 1024, &r->listen_fd), res,
-                 free_root);
-  zcc_sockaddr_str(&u.root, r->where);
-  int64_t timeout_ms = zcc_param_init_timeout_ms();
-  r->deadline_ns =
-      timeout_ms > 0 ? zcc_now_ns() + timeout_ms * 1000000LL : INT64_MAX;
-  ZCC_CHECK_GOTO(gate_init(&r->gate, u.secret, id_hash(&u) ^ ROOT_CONTEXT_SALT,
-                           INFO_BYTES, r->deadline_ns, "bootstrap root"),
-                 res, close_listen);
-  pthread_attr_t attr;
-  pthread_t t;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  int rc = pthread_create(&t, &attr, root_main, r);
-  pthread_attr_destroy(&attr);
-  if (rc != 0) {
-    res = zcc_error(zccSystemError,
-                    "cannot start the bootstrap root thread: %s", strerror(rc));
-    goto stop_gate;
-  }
-  ZCC_INFO(BOOT, "bootstrap root listening on %s (timeout %lld ms)", r->where,
-           (long long)timeout_ms);
-  memset(id, 0, sizeof(*id));
-  memcpy(id->internal, &u, sizeof(u));
-  return zccSuccess;
-stop_gate:
-  gate_stop(&r->gate);
-close_listen:
-  zcc_socket_close(&r->listen_fd);
-free_root:
-  free(r);
-  return res;
 }
 
 /* ---- ranks ----------------------------------------------------------------
@@ -778,8 +421,8 @@ static void *listener_main(void *arg) {
       pcap = n + 2;
     }
     pfd[0] = (struct pollfd){b->gate.wake[0], POLLIN, 0};
-    pfd[1] =
-        (struct pollfd){gate_has_room(&b->gate) ? b->listen_fd : -1, POLLIN, 0};
+    pfd[1] = (struct pollfd){
+        zcc_bootstrap_gate_has_room(&b->gate) ? b->listen_fd : -1, POLLIN, 0};
     for (int i = 0; i < n; i++)
       pfd[2 + i] = (struct pollfd){conns[i].fd, POLLIN, 0};
     int count = n;
@@ -801,9 +444,9 @@ static void *listener_main(void *arg) {
       }
     }
     if (pfd[1].revents)
-      gate_accept(&b->gate, b->listen_fd);
+      zcc_bootstrap_gate_accept(&b->gate, b->listen_fd);
     if (pfd[0].revents) {
-      gate_conn_t *g = gate_take(&b->gate), *next;
+      gate_conn_t *g = zcc_bootstrap_gate_take(&b->gate), *next;
       for (; g != NULL; g = next) {
         next = g->next;
         listener_admit(b, g, &conns, &n, &cap);
@@ -812,7 +455,7 @@ static void *listener_main(void *arg) {
       }
     }
   }
-  gate_stop(&b->gate);
+  zcc_bootstrap_gate_stop(&b->gate);
   b->gate_ready = 0;
   for (int i = 0; i < n; i++)
     in_conn_close(b, &conns[i]);
@@ -824,11 +467,11 @@ static void *listener_main(void *arg) {
 static void bootstrap_destroy(zcc_bootstrap_t *b) {
   atomic_store(&b->stop, 1);
   if (b->listener_started) {
-    gate_wake(&b->gate);
+    zcc_bootstrap_gate_wake(&b->gate);
     pthread_join(b->listener, NULL);
   }
   if (b->gate_ready)
-    gate_stop(&b->gate);
+    zcc_bootstrap_gate_stop(&b->gate);
   zcc_socket_close(&b->listen_fd);
   for (int i = 0; i < b->nranks; i++) {
     zcc_socket_close(&b->out[i].fd);
@@ -890,7 +533,7 @@ static zccResult_t recv_table(zcc_bootstrap_t *b, int fd, const zcc_wait_t *w) {
   uint8_t hdr[REPLY_BYTES];
   zccResult_t res = zcc_socket_recv_all(fd, hdr, sizeof(hdr), w);
   if (res != zccSuccess)
-    return error_in(res, "waiting for the bootstrap root");
+    return zcc_bootstrap_error_in(res, "waiting for the bootstrap root");
   uint32_t result = get32(hdr + 4);
   char *msg = (char *)hdr + 12;
   msg[REPLY_MSG_BYTES - 1] = '\0';
@@ -906,7 +549,7 @@ static zccResult_t recv_table(zcc_bootstrap_t *b, int fd, const zcc_wait_t *w) {
   uint8_t entry[WIRE_ADDR_BYTES];
   for (int i = 0; i < b->nranks; i++) {
     ZCC_CHECK(zcc_socket_recv_all(fd, entry, sizeof(entry), w));
-    if (addr_decode(entry, &b->peers[i]) != 0)
+    if (zcc_bootstrap_addr_decode(entry, &b->peers[i]) != 0)
       return zcc_error(zccInternalError,
                        "bootstrap root sent a bad address for rank %d", i);
   }
@@ -927,7 +570,7 @@ zccResult_t zcc_bootstrap_init(const zccUniqueId *id, int rank, int nranks,
   zcc_bootstrap_t *b = NULL;
   ZCC_CHECK(bootstrap_alloc(rank, nranks, &b));
   memcpy(b->secret, u.secret, ZCC_SECRET_BYTES);
-  b->hash = id_hash(&u);
+  b->hash = zcc_bootstrap_id_hash(&u);
   b->abort = abort;
 
   zccResult_t res;
@@ -947,8 +590,9 @@ zccResult_t zcc_bootstrap_init(const zccUniqueId *id, int rank, int nranks,
   b->addr.len = len;
   zcc_sockaddr_set_port(&b->addr, 0);
   ZCC_CHECK_GOTO(zcc_socket_listen(&b->addr, 1024, &b->listen_fd), res, fail);
-  ZCC_CHECK_GOTO(gate_init(&b->gate, b->secret, b->hash, HELLO_BYTES, INT64_MAX,
-                           "bootstrap listener"),
+  ZCC_CHECK_GOTO(zcc_bootstrap_gate_init(&b->gate, b->secret, b->hash,
+                                         HELLO_BYTES, INT64_MAX,
+                                         "bootstrap listener"),
                  res, fail);
   b->gate_ready = 1;
   int rc = pthread_create(&b->listener, NULL, listener_main, b);
@@ -964,7 +608,7 @@ zccResult_t zcc_bootstrap_init(const zccUniqueId *id, int rank, int nranks,
   put32(info + 4, ZCC_VERSION_CODE);
   put32(info + 8, (uint32_t)rank);
   put32(info + 12, (uint32_t)nranks);
-  addr_encode(&b->addr, info + 16);
+  zcc_bootstrap_addr_encode(&b->addr, info + 16);
   ZCC_CHECK_GOTO(zcc_socket_send_all(root_fd, info, sizeof(info), &w), res,
                  fail);
   ZCC_CHECK_GOTO(recv_table(b, root_fd, &w), res, fail);
@@ -1056,7 +700,7 @@ unlock:
   pthread_mutex_unlock(&o->lock);
   char doing[64];
   snprintf(doing, sizeof(doing), "bootstrap send to rank %d", peer);
-  return error_in(res, doing);
+  return zcc_bootstrap_error_in(res, doing);
 }
 
 static zccResult_t take(zcc_bootstrap_t *b, int peer, int kind, int tag,
@@ -1104,7 +748,7 @@ static zccResult_t take(zcc_bootstrap_t *b, int peer, int kind, int tag,
       char doing[96];
       snprintf(doing, sizeof(doing), "bootstrap recv from rank %d tag %d", peer,
                tag);
-      return error_in(res, doing);
+      return zcc_bootstrap_error_in(res, doing);
     }
     int64_t until = zcc_now_ns() + zcc_wait_poll_ms(w, SLICE_MS) * 1000000LL;
     struct timespec ts = {until / 1000000000LL, until % 1000000000LL};

@@ -21,6 +21,7 @@
  *                        and 64 MiB sizes run one root per case, rotating)
  */
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,0 +1,164 @@
+/* Unit tests of src/core: parameters, logging, results, configs, the comm registry. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "comm.h"
+#include "debug.h"
+#include "param.h"
+#include "zcc.h"
+
+ZCC_PARAM_INT(test_int, "TEST_UNIT_INT", 42, "unit-test integer")
+ZCC_PARAM_STR(test_str, "TEST_UNIT_STR", "dflt", "unit-test string")
+
+static void test_param_defaults_and_env(void **state) {
+  unsetenv("ZCC_TEST_UNIT_INT");
+  unsetenv("ZCC_TEST_UNIT_STR");
+  zcc_param_reload();
+  assert_int_equal(zcc_param_test_int(), 42);
+  assert_string_equal(zcc_param_test_str(), "dflt");
+  setenv("ZCC_TEST_UNIT_INT", "4k", 1);
+  setenv("ZCC_TEST_UNIT_STR", "abc", 1);
+  zcc_param_reload();
+  assert_int_equal(zcc_param_test_int(), 4096);
+  assert_string_equal(zcc_param_test_str(), "abc");
+  setenv("ZCC_TEST_UNIT_INT", "0x10", 1);
+  zcc_param_reload();
+  assert_int_equal(zcc_param_test_int(), 16);
+  setenv("ZCC_TEST_UNIT_INT", "12abc", 1);
+  zcc_param_reload();
+  assert_int_equal(zcc_param_test_int(), 42); /* not an integer: default */
+  unsetenv("ZCC_TEST_UNIT_INT");
+  unsetenv("ZCC_TEST_UNIT_STR");
+  zcc_param_reload();
+}
+
+static void test_param_listing(void **state) {
+  int found_int = 0, found_timeout = 0, n = 0;
+  const char *name, *value, *def, *help;
+  while (zccGetParam(n, &name, &value, &def, &help) == zccSuccess) {
+    assert_non_null(name);
+    assert_non_null(help);
+    assert_true(strlen(help) > 5);
+    if (strcmp(name, "TEST_UNIT_INT") == 0) {
+      found_int = 1;
+      assert_string_equal(def, "42");
+    }
+    if (strcmp(name, "TIMEOUT") == 0) found_timeout = 1;
+    n++;
+  }
+  assert_true(found_int);
+  assert_true(found_timeout);
+  assert_true(n >= 10);
+  assert_int_equal(zccGetParam(n, &name, &value, &def, &help), zccInvalidArgument);
+  assert_true(strlen(zccGetLastError(NULL)) > 0);
+  assert_int_equal(zccGetParam(-1, &name, &value, &def, &help), zccInvalidArgument);
+}
+
+static void test_error_strings(void **state) {
+  for (int r = 0; r < zccNumResults; r++) {
+    const char *s = zccGetErrorString((zccResult_t)r);
+    assert_non_null(s);
+    assert_string_not_equal(s, "unknown result code");
+  }
+  assert_string_equal(zccGetErrorString((zccResult_t)999), "unknown result code");
+  assert_string_equal(zccGetErrorString(zccSuccess), "no error");
+  zcc_clear_last_error();
+  assert_int_equal(zcc_error(zccTimeout, "waited %d ms for rank %d", 5, 3), zccTimeout);
+  assert_string_equal(zccGetLastError(NULL), "waited 5 ms for rank 3");
+  int v = 0;
+  assert_int_equal(zccGetVersion(&v), zccSuccess);
+  assert_int_equal(v, ZCC_VERSION_CODE);
+  assert_int_equal(zccGetVersion(NULL), zccInvalidArgument);
+}
+
+static void test_config_resolve(void **state) {
+  int dt;
+  int64_t to;
+  const char *nm;
+  unsetenv("ZCC_DEVICE");
+  zcc_param_reload();
+  assert_int_equal(zcc_config_resolve(NULL, &dt, &to, &nm, "t"), zccSuccess);
+  assert_int_equal(dt, zccDeviceHost); /* no GPU path in this build */
+  zccConfig_t c = ZCC_CONFIG_INITIALIZER;
+  c.timeoutMs = 1234;
+  c.commName = "named";
+  assert_int_equal(zcc_config_resolve(&c, &dt, &to, &nm, "t"), zccSuccess);
+  assert_int_equal(to, 1234);
+  assert_string_equal(nm, "named");
+  c.magic = 0;
+  assert_int_equal(zcc_config_resolve(&c, &dt, &to, &nm, "t"), zccInvalidArgument);
+  assert_non_null(strstr(zccGetLastError(NULL), "ZCC_CONFIG_INITIALIZER"));
+  zccConfig_t d = ZCC_CONFIG_INITIALIZER;
+  d.deviceType = 17;
+  assert_int_equal(zcc_config_resolve(&d, &dt, &to, &nm, "t"), zccInvalidArgument);
+  d.deviceType = zccDeviceCuda;
+  assert_int_equal(zcc_config_resolve(&d, &dt, &to, &nm, "t"), zccInvalidUsage);
+  zccConfig_t e = ZCC_CONFIG_INITIALIZER;
+  e.blocking = 0;
+  assert_int_equal(zcc_config_resolve(&e, &dt, &to, &nm, "t"), zccInvalidArgument);
+  setenv("ZCC_DEVICE", "tpu", 1);
+  zcc_param_reload();
+  assert_int_equal(zcc_config_resolve(NULL, &dt, &to, &nm, "t"), zccInvalidArgument);
+  setenv("ZCC_DEVICE", "host", 1);
+  zcc_param_reload();
+  assert_int_equal(zcc_config_resolve(NULL, &dt, &to, &nm, "t"), zccSuccess);
+  assert_int_equal(dt, zccDeviceHost);
+  unsetenv("ZCC_DEVICE");
+  zcc_param_reload();
+}
+
+static void test_registry_refuses_dead_handles(void **state) {
+  /* A handle that never was a communicator is refused without being read. */
+  zccComm_t bogus = (zccComm_t)(uintptr_t)0x1000;
+  int n = -1;
+  assert_int_equal(zccCommCount(bogus, &n), zccInvalidUsage);
+  assert_int_equal(n, -1);
+  assert_int_equal(zccCommDestroy(bogus), zccInvalidUsage);
+  assert_int_equal(zccCommAbort(bogus), zccInvalidUsage);
+  assert_int_equal(zccCommCount(NULL, &n), zccInvalidArgument);
+}
+
+static void test_single_rank_comm(void **state) {
+  zccComm_t comm;
+  assert_int_equal(zccCommInitAll(&comm, 1, NULL), zccSuccess);
+  int n = 0, r = -1, dev = 0;
+  assert_int_equal(zccCommCount(comm, &n), zccSuccess);
+  assert_int_equal(zccCommUserRank(comm, &r), zccSuccess);
+  assert_int_equal(zccCommCuDevice(comm, &dev), zccSuccess);
+  assert_int_equal(n, 1);
+  assert_int_equal(r, 0);
+  assert_int_equal(dev, -1);
+  float in[5] = {1, 2, 3, 4, 5}, out[5] = {0};
+  assert_int_equal(zccAllReduce(in, out, 5, zccFloat32, zccAvg, comm, NULL), zccSuccess);
+  assert_memory_equal(in, out, sizeof(in));
+  void *h = NULL;
+  assert_int_equal(zccCommRegister(comm, in, sizeof(in), &h), zccSuccess);
+  assert_int_equal(zccCommDeregister(comm, h), zccSuccess);
+  assert_int_equal(zccCommDeregister(comm, h), zccInvalidArgument);
+  zccResult_t async = zccInternalError;
+  assert_int_equal(zccCommGetAsyncError(comm, &async), zccSuccess);
+  assert_int_equal(async, zccSuccess);
+  assert_int_equal(zccCommFinalize(comm), zccSuccess);
+  assert_int_equal(zccCommDestroy(comm), zccSuccess);
+  assert_int_equal(zccCommCount(comm, &n), zccInvalidUsage);
+  assert_int_equal(zccCommDestroy(comm), zccInvalidUsage);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_param_defaults_and_env),
+      cmocka_unit_test(test_param_listing),
+      cmocka_unit_test(test_error_strings),
+      cmocka_unit_test(test_config_resolve),
+      cmocka_unit_test(test_registry_refuses_dead_handles),
+      cmocka_unit_test(test_single_rank_comm),
+  };
+  return cmocka_run_group_tests_name("core", tests, NULL, NULL);
+}

@@ -1,0 +1,355 @@
+/*
+ * The sweep: for each datatype, op and root, every size out-of-place and
+ * in-place; per placement -w untimed iterations, -n timed ones (median of
+ * the slowest rank per iteration), then one untimed checked call. Rank 0
+ * prints nccl-tests' table and writes the JSON file.
+ */
+#include "perf.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "perf_util.h"
+
+/* What each rank tells rank 0 for the header; plain bytes on the wire. */
+typedef struct {
+  int32_t pid;
+  char host[60];
+} rank_info_t;
+
+/* One placement's result. */
+typedef struct {
+  double time_us, algbw, busbw;
+  int64_t wrong; /* -1: not checked */
+} placement_t;
+
+typedef struct {
+  perf_world_t *w;
+  const perf_opts_t *o;
+  const perf_coll_t *coll;
+  char *sendbuf, *recvbuf;
+  size_t buf_bytes;
+  double *times;
+  rank_info_t *ranks;
+  FILE *json;       /* rank 0 with --json only */
+  int json_rows;
+  int64_t wrong_total;
+  double busbw_sum;
+  int busbw_count;
+} run_t;
+
+#define ZCC_PERF_CHECK(w, what, call)                                          \
+  do {                                                                         \
+    zccResult_t res_ = (call);                                                 \
+    if (res_ != zccSuccess)                                                    \
+      perf_zcc_fail((w), (what), res_);                                        \
+  } while (0)
+
+static void *alloc_buffer(const perf_world_t *w, size_t bytes, const char *what)
+{
+  void *p = NULL;
+  int err = posix_memalign(&p, 4096, bytes);
+
+  if (err != 0) {
+    fprintf(stderr, "%s: rank %d: cannot allocate %zu bytes for the %s buffer: %s\n",
+            w->prog, w->rank, bytes, what, strerror(err));
+    perf_abort(PERF_EXIT_FAIL);
+  }
+  memset(p, 0, bytes); /* fault the pages in before timing */
+  return p;
+}
+
+static void print_header(run_t *r)
+{
+  const perf_opts_t *o = r->o;
+  int version = 0;
+
+  ZCC_PERF_CHECK(r->w, "zccGetVersion", zccGetVersion(&version));
+  printf("# zcc %s: zcc %d.%d.%d, %d ranks, %s launch, host communicators\n",
+         r->w->prog, version / 10000, version / 100 % 100, version % 100,
+         r->w->nranks, r->w->launcher);
+  printf("# nThread %d nGpus %d minBytes %zu maxBytes %zu step: ", o->nthreads,
+         o->ngpus, o->min_bytes, o->max_bytes);
+  if (o->step_factor > 1)
+    printf("%ld(factor)", o->step_factor);
+  else
+    printf("%zu(bytes)", o->step_bytes);
+  printf(" warmup iters: %d iters: %d agg iters: 1 validation: %d graph: 0\n",
+         o->warmup, o->iters, o->check);
+  printf("#\n# Using devices\n");
+  for (int i = 0; i < r->w->nranks; i++)
+    printf("#  Rank %2d Group  0 Pid %6d on %10s device host\n", i,
+           (int)r->ranks[i].pid, r->ranks[i].host);
+  perf_print_table_header(stdout);
+  fflush(stdout);
+}
+
+static void json_open(run_t *r)
+{
+  const perf_opts_t *o = r->o;
+  char date[64];
+  int version = 0;
+
+  r->json = fopen(o->json_path, "w");
+  if (r->json == NULL) {
+    fprintf(stderr, "%s: cannot open %s for writing: %s\n", r->w->prog,
+            o->json_path, strerror(errno));
+    perf_abort(PERF_EXIT_FAIL);
+  }
+  ZCC_PERF_CHECK(r->w, "zccGetVersion", zccGetVersion(&version));
+  perf_iso_date(date, sizeof(date));
+  fprintf(r->json, "{\n  \"benchmark\": ");
+  perf_json_string(r->json, r->w->prog);
+  fprintf(r->json, ",\n  \"collective\": ");
+  perf_json_string(r->json, r->coll->name);
+  fprintf(r->json, ",\n  \"environment\": {\n    \"host\": ");
+  perf_json_string(r->json, r->ranks[0].host);
+  fprintf(r->json, ",\n    \"zcc_version\": \"%d.%d.%d\",\n    \"zcc_version_code\": %d,\n",
+          version / 10000, version / 100 % 100, version % 100, version);
+  fprintf(r->json, "    \"nranks\": %d,\n    \"date\": \"%s\",\n    \"launcher\": \"%s\",\n"
+          "    \"device\": \"host\",\n    \"ranks\": [",
+          r->w->nranks, date, r->w->launcher);
+  for (int i = 0; i < r->w->nranks; i++) {
+    fprintf(r->json, "%s\n      {\"rank\": %d, \"pid\": %d, \"host\": ", i ? "," : "", i,
+            (int)r->ranks[i].pid);
+    perf_json_string(r->json, r->ranks[i].host);
+    fprintf(r->json, "}");
+  }
+  fprintf(r->json, "\n    ]\n  },\n");
+  fprintf(r->json, "  \"options\": {\"min_bytes\": %zu, \"max_bytes\": %zu, \"step_factor\": %ld, "
+          "\"step_bytes\": %zu, \"iters\": %d, \"warmup_iters\": %d, \"check\": %d, "
+          "\"local_register\": %d, \"nthreads\": %d, \"ngpus\": %d},\n",
+          o->min_bytes, o->max_bytes, o->step_factor, o->step_bytes, o->iters,
+          o->warmup, o->check, o->local_register, o->nthreads, o->ngpus);
+  fprintf(r->json, "  \"results\": [");
+}
+
+static void json_placement(FILE *f, const char *name, const placement_t *p)
+{
+  fprintf(f, "\"%s\": {\"time_us\": %.3f, \"algbw_gbps\": %.6f, \"busbw_gbps\": %.6f, \"wrong\": ",
+          name, p->time_us, p->algbw, p->busbw);
+  if (p->wrong >= 0)
+    fprintf(f, "%lld}", (long long)p->wrong);
+  else
+    fprintf(f, "null}");
+}
+
+static void json_row(run_t *r, size_t size, size_t count, int type, int op,
+                     int root, const placement_t p[2])
+{
+  FILE *f = r->json;
+
+  fprintf(f, "%s\n    {\"size\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\", "
+          "\"root\": %d, ", r->json_rows++ ? "," : "", size, count, perf_type_name(type),
+          perf_op_name(op), root);
+  json_placement(f, "out_of_place", &p[0]);
+  fprintf(f, ", ");
+  json_placement(f, "in_place", &p[1]);
+  fprintf(f, "}");
+}
+
+static void json_close(run_t *r, double avg_busbw)
+{
+  fprintf(r->json, "\n  ],\n  \"out_of_bounds_values\": %lld,\n  \"avg_busbw_gbps\": %.6f\n}\n",
+          (long long)r->wrong_total, avg_busbw);
+  if (fclose(r->json) != 0) {
+    fprintf(stderr, "%s: writing %s failed: %s\n", r->w->prog, r->o->json_path,
+            strerror(errno));
+    perf_abort(PERF_EXIT_FAIL);
+  }
+  r->json = NULL;
+}
+
+/* Fill the inputs of one placement with d's data and poison every output element. */
+static void prepare(run_t *r, const perf_data_t *d, const perf_counts_t *c,
+                    int inplace, void *sendp, int root)
+{
+  int has_input = !r->coll->input_on_root_only || r->w->rank == root;
+
+  if (inplace) {
+    size_t span = c->send_count > c->recv_count ? c->send_count : c->recv_count;
+    perf_poison(d->type, r->recvbuf, span);
+    if (has_input)
+      perf_fill(d, r->w->rank, sendp, c->send_count);
+  } else {
+    perf_fill(d, r->w->rank, sendp, c->send_count);
+    perf_poison(d->type, r->recvbuf, c->recv_count);
+  }
+}
+
+static void measure(run_t *r, const perf_counts_t *c, size_t size, int type,
+                    int op, int root, int inplace, placement_t *out)
+{
+  perf_world_t *w = r->w;
+  size_t ts = perf_type_size(type);
+  size_t bytes = (c->send_count > c->recv_count ? c->send_count : c->recv_count) * ts;
+  char *sendp = inplace ? r->recvbuf + c->inplace_send_offset * ts : r->sendbuf;
+  char *recvp = inplace ? r->recvbuf + c->inplace_recv_offset * ts : r->recvbuf;
+  perf_call_t call = {.sendbuff = sendp, .recvbuff = recvp, .count = c->param_count,
+                      .type = (zccDataType_t)type, .op = op == PERF_OP_NONE ? zccSum : (zccRedOp_t)op,
+                      .root = root, .comm = w->comm, .rank = w->rank, .nranks = w->nranks};
+  perf_data_t d = {.type = type, .op = op, .nranks = w->nranks,
+                   .seed = perf_seed(size, type, op, root, inplace)};
+  int iters = r->o->iters;
+
+  prepare(r, &d, c, inplace, sendp, root);
+  for (int i = 0; i < r->o->warmup; i++)
+    ZCC_PERF_CHECK(w, r->coll->call_name, r->coll->run(&call));
+  for (int i = 0; i < iters; i++) {
+    double t0 = perf_now_us();
+    ZCC_PERF_CHECK(w, r->coll->call_name, r->coll->run(&call));
+    r->times[i] = perf_now_us() - t0;
+  }
+  /* the slowest rank's time per iteration, then the median of those */
+  ZCC_PERF_CHECK(w, "zccAllReduce (timing)",
+                 zccAllReduce(r->times, r->times, (size_t)iters, zccFloat64, zccMax,
+                              w->comm, NULL));
+  out->time_us = perf_median(r->times, iters);
+  out->algbw = perf_gbps(bytes, out->time_us);
+  out->busbw = out->algbw * r->coll->busbw_factor(w->nranks);
+  out->wrong = -1;
+
+  if (r->o->check) {
+    char label[256];
+    int64_t wrong;
+
+    snprintf(label, sizeof(label), "%s: rank %d: %s %s %s root %d %s size %zu",
+             w->prog, w->rank, r->coll->name, perf_type_name(type), perf_op_name(op),
+             r->coll->rooted ? root : -1, inplace ? "in-place" : "out-of-place", bytes);
+    prepare(r, &d, c, inplace, sendp, root);
+    ZCC_PERF_CHECK(w, r->coll->call_name, r->coll->run(&call));
+    wrong = perf_verify(&d, r->coll, c, w->rank, root, recvp, label);
+    ZCC_PERF_CHECK(w, "zccAllReduce (error count)",
+                   zccAllReduce(&wrong, &wrong, 1, zccInt64, zccSum, w->comm, NULL));
+    out->wrong = wrong;
+    r->wrong_total += wrong;
+  }
+}
+
+static void run_size(run_t *r, size_t size, int type, int op, int root)
+{
+  size_t ts = perf_type_size(type);
+  perf_counts_t c;
+  placement_t p[2];
+  size_t shown;
+
+  r->coll->counts(size / ts, r->w->rank, r->w->nranks, &c);
+  if (c.param_count == 0 && size != 0)
+    return; /* too small for this type and rank count */
+  for (int inplace = 0; inplace < 2; inplace++)
+    measure(r, &c, size, type, op, root, inplace, &p[inplace]);
+  if (r->w->rank != 0)
+    return;
+  shown = (c.send_count > c.recv_count ? c.send_count : c.recv_count) * ts;
+  perf_print_row_head(stdout, shown, c.param_count, perf_type_name(type), perf_op_name(op),
+                      r->coll->rooted ? root : -1);
+  for (int i = 0; i < 2; i++) {
+    perf_print_row_result(stdout, p[i].time_us, p[i].algbw, p[i].busbw, p[i].wrong);
+    r->busbw_sum += p[i].busbw;
+    r->busbw_count++;
+  }
+  printf("\n");
+  fflush(stdout);
+  if (r->json)
+    json_row(r, shown, c.param_count, type, op, r->coll->rooted ? root : -1, p);
+}
+
+static void sweep(run_t *r, int type, int op, int root)
+{
+  const perf_opts_t *o = r->o;
+  size_t size = o->min_bytes;
+
+  do {
+    run_size(r, size, type, op, root);
+  } while (perf_next_size(size, o->max_bytes, o->step_factor, o->step_bytes, &size));
+}
+
+static void gather_ranks(run_t *r)
+{
+  perf_world_t *w = r->w;
+  rank_info_t mine;
+
+  memset(&mine, 0, sizeof(mine));
+  mine.pid = (int32_t)getpid();
+  if (gethostname(mine.host, sizeof(mine.host) - 1) != 0)
+    snprintf(mine.host, sizeof(mine.host), "unknown");
+  r->ranks = calloc((size_t)w->nranks, sizeof(*r->ranks));
+  if (r->ranks == NULL) {
+    fprintf(stderr, "%s: rank %d: out of memory for %d rank records\n", w->prog, w->rank,
+            w->nranks);
+    perf_abort(PERF_EXIT_FAIL);
+  }
+  ZCC_PERF_CHECK(w, "zccAllGather (rank list)",
+                 zccAllGather(&mine, r->ranks, sizeof(mine), zccUint8, w->comm, NULL));
+}
+
+int perf_run(perf_world_t *w)
+{
+  const perf_opts_t *o = w->opts;
+  const perf_coll_t *coll = w->coll;
+  run_t r = {.w = w, .o = o, .coll = coll};
+  void *send_handle = NULL, *recv_handle = NULL;
+  int all_types = o->type == PERF_ALL, all_ops = o->op == PERF_ALL, all_roots = o->root == PERF_ALL;
+  int type_lo = all_types ? 0 : o->type, type_hi = all_types ? zccNumTypes - 1 : o->type;
+  int op_lo = all_ops ? 0 : o->op, op_hi = all_ops ? zccNumOps - 1 : o->op;
+  int root_lo = all_roots ? 0 : o->root, root_hi = all_roots ? w->nranks - 1 : o->root;
+  double avg;
+
+  if (coll->rooted && o->root >= w->nranks) {
+    if (w->rank == 0)
+      fprintf(stderr, "%s: root %d is out of range for %d ranks\n", w->prog, o->root,
+              w->nranks);
+    return PERF_EXIT_USAGE;
+  }
+  gather_ranks(&r);
+  if (w->rank == 0) {
+    print_header(&r);
+    if (o->json_path)
+      json_open(&r);
+  }
+
+  r.buf_bytes = perf_largest_size(o->min_bytes, o->max_bytes, o->step_factor, o->step_bytes);
+  if (r.buf_bytes < 4096)
+    r.buf_bytes = 4096;
+  r.sendbuf = alloc_buffer(w, r.buf_bytes, "send");
+  r.recvbuf = alloc_buffer(w, r.buf_bytes, "receive");
+  r.times = calloc((size_t)o->iters, sizeof(double));
+  if (r.times == NULL) {
+    fprintf(stderr, "%s: rank %d: out of memory for %d iteration times\n", w->prog, w->rank,
+            o->iters);
+    perf_abort(PERF_EXIT_FAIL);
+  }
+  if (o->local_register) {
+    ZCC_PERF_CHECK(w, "zccCommRegister (send buffer)",
+                   zccCommRegister(w->comm, r.sendbuf, r.buf_bytes, &send_handle));
+    ZCC_PERF_CHECK(w, "zccCommRegister (receive buffer)",
+                   zccCommRegister(w->comm, r.recvbuf, r.buf_bytes, &recv_handle));
+  }
+
+  for (int type = type_lo; type <= type_hi; type++)
+    for (int op = op_lo; op <= op_hi; op++)
+      for (int root = root_lo; root <= root_hi; root++)
+        sweep(&r, type, op, root);
+
+  avg = r.busbw_count ? r.busbw_sum / r.busbw_count : 0.0;
+  if (w->rank == 0) {
+    perf_print_trailer(stdout, o->check ? r.wrong_total : 0, avg);
+    fflush(stdout);
+    if (r.json)
+      json_close(&r, avg);
+  }
+  if (o->local_register) {
+    ZCC_PERF_CHECK(w, "zccCommDeregister (receive buffer)",
+                   zccCommDeregister(w->comm, recv_handle));
+    ZCC_PERF_CHECK(w, "zccCommDeregister (send buffer)",
+                   zccCommDeregister(w->comm, send_handle));
+  }
+  free(r.times);
+  free(r.recvbuf);
+  free(r.sendbuf);
+  free(r.ranks);
+  return r.wrong_total ? PERF_EXIT_WRONG : PERF_EXIT_OK;
+}
