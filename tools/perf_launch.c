@@ -24,7 +24,10 @@
 /* How long killed ranks get to exit after SIGTERM before SIGKILL, in ms. */
 #define PERF_KILL_GRACE_MS 2000
 
+#ifdef ZCC_PERF_WITH_MPI
+/* Between MPI_Init and MPI_Finalize: fatal errors go through MPI_Abort. */
 static int mpi_active;
+#endif
 
 void perf_abort(int code)
 {

@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -108,11 +109,13 @@ static void *gate_handler(void *arg) {
     zcc_socket_close(&c->fd);
     free(c);
   }
+  /* wake the owner while the gate surely exists: it is freed only once
+   * active drops to zero */
+  zcc_bootstrap_gate_wake(g);
   g->active--;
   if (g->active == 0)
     pthread_cond_broadcast(&g->idle);
   pthread_mutex_unlock(&g->lock);
-  zcc_bootstrap_gate_wake(g);
   return NULL;
 }
 
@@ -137,6 +140,8 @@ void zcc_bootstrap_gate_accept(gate_t *g, int listen_fd) {
         ZCC_WARN("%s: accept failed: %s", g->owner, strerror(errno));
       return;
     }
+    int one = 1;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     gate_conn_t *c = calloc(1, sizeof(*c));
     if (c == NULL) {
       ZCC_WARN("%s: out of memory accepting a connection", g->owner);
@@ -455,8 +460,6 @@ static void *listener_main(void *arg) {
       }
     }
   }
-  zcc_bootstrap_gate_stop(&b->gate);
-  b->gate_ready = 0;
   for (int i = 0; i < n; i++)
     in_conn_close(b, &conns[i]);
   free(conns);

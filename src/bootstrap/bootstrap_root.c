@@ -64,6 +64,7 @@ static void root_reply(root_t *r, int fd, zccResult_t result, const char *msg) {
 static void root_fail(root_t *r, int extra_fd, zccResult_t result,
                       const char *msg) {
   ZCC_WARN("bootstrap root %s: %s", r->where, msg);
+  zcc_socket_close(&r->listen_fd); /* late comers are refused from now on */
   for (int i = 0; i < r->nranks; i++)
     if (r->fds[i] >= 0)
       root_reply(r, r->fds[i], result, msg);
@@ -141,6 +142,7 @@ static int root_admit(root_t *r, gate_conn_t *c) {
            r->nranks);
   if (r->arrived < r->nranks)
     return 0;
+  zcc_socket_close(&r->listen_fd);
   for (int i = 0; i < r->nranks; i++)
     root_reply(r, r->fds[i], zccSuccess, "");
   ZCC_INFO(BOOT, "bootstrap root %s: all %d ranks arrived", r->where,
@@ -217,7 +219,7 @@ static void *root_main(void *arg) {
     }
     if (r->nranks > 0 && r->arrived == 0)
       root_forget(r); /* all left: start afresh */
-    if (pfd[1].revents)
+    if (pfd[1].revents && r->listen_fd >= 0)
       zcc_bootstrap_gate_accept(&r->gate, r->listen_fd);
     if (pfd[0].revents) {
       gate_conn_t *c = zcc_bootstrap_gate_take(&r->gate), *next;

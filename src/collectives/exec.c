@@ -64,6 +64,13 @@ static zccResult_t advance(chain_state_t *c, int *moved) {
         all_done = 0;
         continue;
       }
+      if (x->limit_by >= 0) {
+        x->avail = p->xfers[x->limit_by].done;
+        if (x->avail <= x->done) {
+          all_done = 0;
+          continue;
+        }
+      }
       int m = 0;
       zccResult_t res = x->conn->ops->progress(x->conn, x, &m);
       if (res != zccSuccess) {

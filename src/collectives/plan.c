@@ -42,32 +42,48 @@ static void batch_end(zcc_plan_t *p) {
   p->open_batch = 0;
 }
 
-/* A transfer in the open batch; zero bytes add nothing. */
+/*
+ * A transfer in the open batch; zero bytes add nothing. *index (if given)
+ * receives its index in plan->xfers, or -1.
+ */
 static zccResult_t add_xfer(zcc_plan_t *p, int is_recv, int peer, const void *src,
-                            void *dst, const void *red, size_t bytes) {
+                            void *dst, const void *red, size_t bytes, int limit_by,
+                            int *index) {
+  if (index) *index = -1;
   if (bytes == 0) return zccSuccess;
   ZCC_CHECK(grow((void **)&p->xfers, &p->cap_xfers, p->nxfers + 1, sizeof(zcc_xfer_t)));
   zcc_item_t *it = &p->items[p->nitems - 1];
   zcc_xfer_t x = {.conn = peer == p->comm->rank ? NULL : p->comm->conns[peer],
                   .is_recv = is_recv, .src = src, .dst = dst, .red = red,
-                  .type = p->type, .op = p->op, .bytes = bytes, .after = -1};
+                  .type = p->type, .op = p->op, .bytes = bytes, .avail = bytes,
+                  .after = -1, .limit_by = limit_by};
   for (int i = it->first + it->count - 1; i >= it->first; i--) {
     if (x.conn && p->xfers[i].conn == x.conn && p->xfers[i].is_recv == is_recv) {
       x.after = i;
       break;
     }
   }
+  if (index) *index = p->nxfers;
   p->xfers[p->nxfers++] = x;
   it->count++;
   return zccSuccess;
 }
 
 static zccResult_t send_to(zcc_plan_t *p, int peer, const void *src, size_t bytes) {
-  return add_xfer(p, 0, peer, src, NULL, NULL, bytes);
+  return add_xfer(p, 0, peer, src, NULL, NULL, bytes, -1, NULL);
+}
+/* A send whose source is filled by the receive at index `limit_by` (-1: ready). */
+static zccResult_t send_when(zcc_plan_t *p, int peer, const void *src, size_t bytes,
+                             int limit_by) {
+  return add_xfer(p, 0, peer, src, NULL, NULL, bytes, limit_by, NULL);
 }
 static zccResult_t recv_from(zcc_plan_t *p, int peer, void *dst, const void *red,
                              size_t bytes) {
-  return add_xfer(p, 1, peer, NULL, dst, red, bytes);
+  return add_xfer(p, 1, peer, NULL, dst, red, bytes, -1, NULL);
+}
+static zccResult_t recv_into(zcc_plan_t *p, int peer, void *dst, const void *red,
+                             size_t bytes, int *index) {
+  return add_xfer(p, 1, peer, NULL, dst, red, bytes, -1, index);
 }
 
 static zccResult_t local_copy(zcc_plan_t *p, void *dst, const void *src, size_t bytes) {
@@ -123,54 +139,64 @@ static zccResult_t reduce_in_order(zcc_plan_t *p, char *dst, const char **srcs, 
   return zccSuccess;
 }
 
+/* Offset and size in bytes of segment i: balanced ranges, or blocks of `count`. */
+static size_t soff(size_t count, int n, int i, int blocks, size_t ts) {
+  return (blocks ? (size_t)i * count : seg_off(count, n, i)) * ts;
+}
+static size_t sbytes(size_t count, int n, int i, int blocks, size_t ts) {
+  return (blocks ? count : seg_cnt(count, n, i)) * ts;
+}
+
 /*
- * Ring reduce-scatter over `n` segments of `seg(i)` elements at `off(i)`.
- * Rank r ends with segment r fully reduced in final_dst. Intermediate
- * partial results go to dst_of(i) when inter != NULL (allreduce: recvbuf)
- * or alternate between two scratch halves.
+ * Ring reduce-scatter, into the open batch. Step s sends segment r-1-s to
+ * the next rank and receives segment r-2-s from the previous one, reducing
+ * it with this rank's own contribution; rank r ends with segment r fully
+ * reduced in final_dst. Partial results of step s land in inter (same
+ * layout as sendbuf) or in slot s of scratch. Each send starts as soon as
+ * the receive that fills it has produced bytes, so all steps pipeline.
+ * Returns the index of the final receive in *final_recv.
  */
 static zccResult_t ring_reduce_scatter(zcc_plan_t *p, const char *sendbuf, size_t count,
-                                       int blocks, char *inter, char *scratch, char *final_dst) {
+                                       int blocks, char *inter, char *scratch,
+                                       char *final_dst, int *final_recv) {
   int n = p->comm->nranks, r = p->comm->rank;
   size_t ts = zcc_type_size(p->type);
   int next = mod(r + 1, n), prev = mod(r - 1, n);
-  size_t maxseg = (blocks ? count : seg_cnt(count, n, 0)) * ts;
-  const char *last_sent_from = NULL;
+  size_t maxseg = sbytes(count, n, 0, blocks, ts);
+  const char *filled = NULL; /* what the previous step's receive filled */
+  int filled_by = -1;
   for (int s = 0; s <= n - 2; s++) {
     int sseg = mod(r - 1 - s, n), rseg = mod(r - 2 - s, n);
-    size_t soff = (blocks ? (size_t)sseg * count : seg_off(count, n, sseg)) * ts;
-    size_t sbytes = (blocks ? count : seg_cnt(count, n, sseg)) * ts;
-    size_t roff = (blocks ? (size_t)rseg * count : seg_off(count, n, rseg)) * ts;
-    size_t rbytes = (blocks ? count : seg_cnt(count, n, rseg)) * ts;
-    const char *src = s == 0 ? sendbuf + soff : last_sent_from;
+    const char *src = s == 0 ? sendbuf + soff(count, n, sseg, blocks, ts) : filled;
     char *dst;
     if (s == n - 2) dst = final_dst;
-    else if (inter) dst = inter + roff;
-    else dst = scratch + (size_t)(s % 2) * maxseg;
-    ZCC_CHECK(batch_begin(p));
-    ZCC_CHECK(send_to(p, next, src, sbytes));
-    ZCC_CHECK(recv_from(p, prev, dst, sendbuf + roff, rbytes));
-    batch_end(p);
-    last_sent_from = dst;
+    else if (inter) dst = inter + soff(count, n, rseg, blocks, ts);
+    else dst = scratch + (size_t)s * maxseg;
+    ZCC_CHECK(send_when(p, next, src, sbytes(count, n, sseg, blocks, ts), s == 0 ? -1 : filled_by));
+    ZCC_CHECK(recv_into(p, prev, dst, sendbuf + soff(count, n, rseg, blocks, ts),
+                        sbytes(count, n, rseg, blocks, ts), &filled_by));
+    filled = dst;
   }
+  *final_recv = filled_by;
   return zccSuccess;
 }
 
-/* Ring allgather of n segments already placed in buf (segment r present). */
-static zccResult_t ring_allgather(zcc_plan_t *p, char *buf, size_t count, int blocks) {
+/*
+ * Ring allgather into the open batch: segment r is in buf, or is being
+ * filled by the receive at index `own_filled_by` (-1: present already).
+ */
+static zccResult_t ring_allgather(zcc_plan_t *p, char *buf, size_t count, int blocks,
+                                  int own_filled_by) {
   int n = p->comm->nranks, r = p->comm->rank;
   size_t ts = zcc_type_size(p->type);
   int next = mod(r + 1, n), prev = mod(r - 1, n);
+  int filled_by = own_filled_by;
   for (int s = 0; s <= n - 2; s++) {
     int sseg = mod(r - s, n), rseg = mod(r - s - 1, n);
-    size_t soff = (blocks ? (size_t)sseg * count : seg_off(count, n, sseg)) * ts;
-    size_t sbytes = (blocks ? count : seg_cnt(count, n, sseg)) * ts;
-    size_t roff = (blocks ? (size_t)rseg * count : seg_off(count, n, rseg)) * ts;
-    size_t rbytes = (blocks ? count : seg_cnt(count, n, rseg)) * ts;
-    ZCC_CHECK(batch_begin(p));
-    ZCC_CHECK(send_to(p, next, buf + soff, sbytes));
-    ZCC_CHECK(recv_from(p, prev, buf + roff, NULL, rbytes));
-    batch_end(p);
+    ZCC_CHECK(send_when(p, next, buf + soff(count, n, sseg, blocks, ts),
+                        sbytes(count, n, sseg, blocks, ts), filled_by));
+    ZCC_CHECK(recv_into(p, prev, buf + soff(count, n, rseg, blocks, ts), NULL,
+                        sbytes(count, n, rseg, blocks, ts), &filled_by));
   }
   return zccSuccess;
 }
@@ -197,9 +223,15 @@ static zccResult_t plan_allreduce(zcc_plan_t *p, const char *sb, char *rb, size_
     ZCC_CHECK(res);
     return local_avg(p, rb, count);
   }
-  ZCC_CHECK(ring_reduce_scatter(p, sb, count, 0, rb, NULL, rb + seg_off(count, n, r) * ts));
-  ZCC_CHECK(local_avg(p, rb + seg_off(count, n, r) * ts, seg_cnt(count, n, r)));
-  return ring_allgather(p, rb, count, 0);
+  /* One batch: the allgather forwards each reduced chunk as it is made. */
+  int final_recv;
+  ZCC_CHECK(batch_begin(p));
+  ZCC_CHECK(ring_reduce_scatter(p, sb, count, 0, rb, NULL, rb + seg_off(count, n, r) * ts,
+                                &final_recv));
+  ZCC_CHECK(ring_allgather(p, rb, count, 0, final_recv));
+  batch_end(p);
+  /* Avg divides every element once the sums are everywhere: same bits on all ranks. */
+  return local_avg(p, rb, count);
 }
 
 static zccResult_t plan_reducescatter(zcc_plan_t *p, const char *sb, char *rb, size_t count) {
@@ -224,8 +256,11 @@ static zccResult_t plan_reducescatter(zcc_plan_t *p, const char *sb, char *rb, s
     ZCC_CHECK(res);
     return local_avg(p, rb, count);
   }
-  ZCC_CHECK(alloc_tmp(p, 2 * bytes));
-  ZCC_CHECK(ring_reduce_scatter(p, sb, count, 1, NULL, p->tmp, rb));
+  int final_recv;
+  ZCC_CHECK(alloc_tmp(p, (size_t)(n - 2) * bytes));
+  ZCC_CHECK(batch_begin(p));
+  ZCC_CHECK(ring_reduce_scatter(p, sb, count, 1, NULL, p->tmp, rb, &final_recv));
+  batch_end(p);
   return local_avg(p, rb, count);
 }
 
@@ -257,20 +292,20 @@ static zccResult_t plan_reduce(zcc_plan_t *p, const char *sb, char *rb, size_t c
     return local_avg(p, rb, count);
   }
   size_t maxseg = seg_cnt(count, n, 0) * ts;
-  ZCC_CHECK(alloc_tmp(p, 3 * maxseg));
-  char *final = r == root ? rb + seg_off(count, n, r) * ts : (char *)p->tmp + 2 * maxseg;
-  ZCC_CHECK(ring_reduce_scatter(p, sb, count, 0, NULL, p->tmp, final));
-  ZCC_CHECK(local_avg(p, final, seg_cnt(count, n, r)));
+  ZCC_CHECK(alloc_tmp(p, (size_t)(n - 1) * maxseg));
+  char *final = r == root ? rb + seg_off(count, n, r) * ts : (char *)p->tmp + (size_t)(n - 2) * maxseg;
+  int final_recv;
   ZCC_CHECK(batch_begin(p));
+  ZCC_CHECK(ring_reduce_scatter(p, sb, count, 0, NULL, p->tmp, final, &final_recv));
   if (r != root) {
-    ZCC_CHECK(send_to(p, root, final, seg_cnt(count, n, r) * ts));
+    ZCC_CHECK(send_when(p, root, final, seg_cnt(count, n, r) * ts, final_recv));
   } else {
     for (int j = 0; j < n; j++)
       if (j != r)
         ZCC_CHECK(recv_from(p, j, rb + seg_off(count, n, j) * ts, NULL, seg_cnt(count, n, j) * ts));
   }
   batch_end(p);
-  return zccSuccess;
+  return r == root ? local_avg(p, rb, count) : zccSuccess;
 }
 
 static zccResult_t plan_broadcast(zcc_plan_t *p, const char *sb, char *rb, size_t count, int root) {
@@ -288,16 +323,19 @@ static zccResult_t plan_broadcast(zcc_plan_t *p, const char *sb, char *rb, size_
     batch_end(p);
     return zccSuccess;
   }
-  /* Scatter the segments from the root, then a ring allgather. */
+  /* Scatter the segments from the root, then a ring allgather, pipelined. */
+  int own = -1;
   ZCC_CHECK(batch_begin(p));
   if (r == root) {
     for (int j = 0; j < n; j++)
       if (j != r) ZCC_CHECK(send_to(p, j, rb + seg_off(count, n, j) * ts, seg_cnt(count, n, j) * ts));
   } else {
-    ZCC_CHECK(recv_from(p, root, rb + seg_off(count, n, r) * ts, NULL, seg_cnt(count, n, r) * ts));
+    ZCC_CHECK(recv_into(p, root, rb + seg_off(count, n, r) * ts, NULL, seg_cnt(count, n, r) * ts,
+                        &own));
   }
+  ZCC_CHECK(ring_allgather(p, rb, count, 0, own));
   batch_end(p);
-  return ring_allgather(p, rb, count, 0);
+  return zccSuccess;
 }
 
 static zccResult_t plan_allgather(zcc_plan_t *p, const char *sb, char *rb, size_t count) {
@@ -315,7 +353,10 @@ static zccResult_t plan_allgather(zcc_plan_t *p, const char *sb, char *rb, size_
     batch_end(p);
     return zccSuccess;
   }
-  return ring_allgather(p, rb, count, 1);
+  ZCC_CHECK(batch_begin(p));
+  ZCC_CHECK(ring_allgather(p, rb, count, 1, -1));
+  batch_end(p);
+  return zccSuccess;
 }
 
 static zccResult_t plan_alltoall(zcc_plan_t *p, const char *sb, char *rb, size_t count) {
@@ -397,10 +438,10 @@ fail:
 
 zccResult_t zcc_plan_p2p(zcc_plan_t *p, int is_recv, int peer, void *buf, size_t bytes) {
   if (!p->open_batch) ZCC_CHECK(batch_begin(p));
-  if (peer != p->comm->rank) return add_xfer(p, is_recv, peer, buf, buf, NULL, bytes);
+  if (peer != p->comm->rank) return add_xfer(p, is_recv, peer, buf, buf, NULL, bytes, -1, NULL);
   if (bytes == 0) return zccSuccess;
   /* Self: kept as a transfer with no connection, paired by zcc_plan_p2p_finish. */
-  return add_xfer(p, is_recv, peer, buf, is_recv ? buf : NULL, NULL, bytes);
+  return add_xfer(p, is_recv, peer, buf, is_recv ? buf : NULL, NULL, bytes, -1, NULL);
 }
 
 zccResult_t zcc_plan_p2p_finish(zcc_plan_t *p) {

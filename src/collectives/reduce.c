@@ -2,12 +2,13 @@
  * Host reduction loops and narrow float conversions (see reduce.h).
  *
  * Layout of the hot loops: every kernel walks its arrays in fixed-size
- * blocks. A block is copied with memcpy into local arrays (so any byte
- * offset works and dst may alias a or b), reduced by a loop with a constant
- * trip count, and copied out to dst (and dst2). Constant trip counts over
- * local arrays are what gcc -O2 vectorises without alias checks or scalar
- * epilogues; the final partial block runs the same code with a variable
- * count. Type and op are dispatched once per call through a table.
+ * blocks. A block of a and b is read through byte-aligned views (so any
+ * byte offset works), combined into a local array (fp32 for the narrow
+ * types), and only then stored to dst (and dst2), so dst may alias a or b.
+ * Loops with a constant trip count over such blocks are what gcc -O2
+ * vectorises without alias checks or scalar epilogues; the final partial
+ * block runs the same code with a variable count. Type and op are
+ * dispatched once per call through a table.
  *
  * Every kernel is built twice: once for the baseline target and once with
  * AVX2 + F16C (x86 only), chosen at run time by __builtin_cpu_supports and

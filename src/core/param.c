@@ -80,8 +80,13 @@ const zcc_param_t *zcc_param_at(int index) {
 
 void zcc_param_reload(void) {
   if (!__start_zcc_params) return;
-  for (zcc_param_t *p = __start_zcc_params; p < __stop_zcc_params; p++)
+  for (zcc_param_t *p = __start_zcc_params; p < __stop_zcc_params; p++) {
+    if (!__atomic_load_n(&p->loaded, __ATOMIC_ACQUIRE)) continue;
+    if (p->kind == ZCC_PARAM_KIND_STR && p->str_value != p->str_default)
+      free((char *)p->str_value); /* the strdup'd copy of the environment's value */
+    p->str_value = NULL;
     __atomic_store_n(&p->loaded, 0, __ATOMIC_RELEASE);
+  }
 }
 
 zccResult_t zccGetParam(int index, const char **name, const char **value,

@@ -30,8 +30,12 @@ typedef struct zcc_xfer {
   zccRedOp_t op;
   size_t bytes;
   size_t done;
+  size_t avail;     /* send: bytes of src ready to go (<= bytes); progress
+                       never sends past it */
   int after;        /* index of an earlier transfer in the batch on the same
                        connection and direction, which must finish first; -1 */
+  int limit_by;     /* send: index of a receive in the batch whose progress
+                       bounds avail (it fills src); -1: all of src is ready */
 } zcc_xfer_t;
 
 typedef enum {

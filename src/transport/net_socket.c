@@ -123,11 +123,10 @@ static zccResult_t sock_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
   sock_conn_t *s = conn->priv;
   size_t before = x->done;
   if (!x->is_recv) {
-    ZCC_CHECK(zcc_socket_send_some(s->fd, (const char *)x->src + x->done,
-                                   x->bytes - x->done, &x->done));
+    /* *_some treat *done as the offset already moved within buf. */
+    ZCC_CHECK(zcc_socket_send_some(s->fd, x->src, x->avail, &x->done));
   } else if (!x->red) {
-    ZCC_CHECK(zcc_socket_recv_some(s->fd, (char *)x->dst + x->done, x->bytes - x->done,
-                                   &x->done));
+    ZCC_CHECK(zcc_socket_recv_some(s->fd, x->dst, x->bytes, &x->done));
   } else {
     size_t tsize = zcc_type_size(x->type);
     if (!s->stage) {

@@ -194,8 +194,8 @@ static zccResult_t shm_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
   shm_conn_t *s = conn->priv;
   if (!x->is_recv) {
     uint64_t head = atomic_load_explicit(&s->send->head, memory_order_acquire);
-    while (x->done < x->bytes && s->send_tail - head < s->nslots) {
-      size_t n = x->bytes - x->done;
+    while (x->done < x->avail && s->send_tail - head < s->nslots) {
+      size_t n = x->avail - x->done;
       if (n > s->slot_size) n = s->slot_size;
       uint32_t idx = (uint32_t)(s->send_tail % s->nslots);
       memcpy(s->send_data + (size_t)idx * s->slot_size, (const char *)x->src + x->done, n);

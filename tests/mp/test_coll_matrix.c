@@ -17,6 +17,7 @@
  *                        allgather, reducescatter, alltoall, sendrecv_ring,
  *                        sendrecv_allpairs)
  *   ZCC_TEST_TYPE=name   only this datatype (int8 ... fp8e5m2)
+ *   ZCC_TEST_MAXCOUNT=N  only the sizes of at most N elements (no 64 MiB cases)
  *   ZCC_TEST_FULL=1      every root at every size (by default the 1 MiB+3
  *                        and 64 MiB sizes run one root per case, rotating)
  */
@@ -73,6 +74,7 @@ typedef struct {
   double call_s[ZT_MAX_RANKS];
   long cases;
   double max_call_s;
+  double sum_call_s; /* slowest rank's call time, summed over cases */
   char max_call_case[160];
 } shared_hdr_t;
 
@@ -83,6 +85,7 @@ typedef struct {
   uint64_t seed;
   int only_coll;   /* -1: all */
   int only_type;   /* -1: all */
+  size_t max_count; /* largest base size run */
   size_t slot;     /* bytes per input slot */
   size_t eslot;    /* bytes of the shared expected buffer */
   size_t priv;     /* bytes per private buffer (without guards) */
@@ -153,6 +156,8 @@ static long enumerate(matrix_t *m, case_fn fn, void *ctx) {
           int large = count > MIB;
           if (large && m->quick && n != 2)
             continue;
+          if (count > m->max_count)
+            continue;
           for (int inplace = 0; inplace < 2; inplace++) {
             if ((c == C_RING || c == C_ALLPAIRS) && inplace)
               continue;
@@ -186,7 +191,7 @@ static long enumerate(matrix_t *m, case_fn fn, void *ctx) {
     }
   }
   /* 64 MiB (in bytes) cases: float32 sum and bfloat16 max, at 2 and 8 ranks. */
-  if (m->quick || (n != 2 && n != 8))
+  if (m->quick || (n != 2 && n != 8) || m->max_count < BIG_BYTES)
     return index;
   for (int c = 0; c < C_NUM; c++) {
     if (m->only_coll >= 0 && c != m->only_coll)
@@ -517,6 +522,7 @@ static int run_case(const case_t *k, matrix_t *m, void *ctx) {
     else
       zt_pass();
     hdr->cases++;
+    hdr->sum_call_s += mx;
     if (mx > hdr->max_call_s) {
       hdr->max_call_s = mx;
       case_str(k, n, hdr->max_call_case, sizeof(hdr->max_call_case));
@@ -620,8 +626,10 @@ static int run_set(matrix_t *m) {
   long run = m->hdr->cases;
   if (run != sz.cases)
     zt_fail("nranks=%d: only %ld of %ld cases ran", n, run, sz.cases);
-  printf("test_coll_matrix: nranks=%d: %ld cases in %.1f s; slowest call %.3f s (%s)\n",
-         n, run, zt_now() - t0, m->hdr->max_call_s, m->hdr->max_call_case);
+  printf("test_coll_matrix: nranks=%d: %ld cases in %.1f s (%.1f s in zcc calls); "
+         "slowest call %.3f s (%s)\n",
+         n, run, zt_now() - t0, m->hdr->sum_call_s, m->hdr->max_call_s,
+         m->hdr->max_call_case);
   fflush(stdout);
   zt_shared_free(mem, m->shared_bytes);
   return 0;
@@ -653,6 +661,8 @@ int main(int argc, char **argv) {
   for (int t = 0; t < zccNumTypes; t++)
     type_names[t] = zt_type_name(t);
   m.only_type = find_name("ZCC_TEST_TYPE", type_names, zccNumTypes);
+  m.max_count = getenv("ZCC_TEST_MAXCOUNT") ? strtoull(getenv("ZCC_TEST_MAXCOUNT"), NULL, 0)
+                                            : SIZE_MAX;
   zt_seed_print();
 
   const char *nr = getenv("ZCC_TEST_NRANKS");

@@ -127,7 +127,9 @@ void zt_types_init(void) {
   }
 }
 
-size_t zt_type_size(zccDataType_t t) {
+#define ZT_INLINE static inline __attribute__((always_inline))
+
+ZT_INLINE size_t tsize(zccDataType_t t) {
   switch (t) {
   case zccInt8:
   case zccUint8:
@@ -150,6 +152,8 @@ size_t zt_type_size(zccDataType_t t) {
   }
 }
 
+size_t zt_type_size(zccDataType_t t) { return tsize(t); }
+
 const char *zt_type_name(zccDataType_t t) {
   static const char *names[] = {"int8",    "uint8",   "int32",   "uint32",
                                 "int64",   "uint64",  "float16", "float32",
@@ -164,7 +168,7 @@ const char *zt_op_name(zccRedOp_t op) {
   return (unsigned)op < zccNumOps ? names[op] : "invalid";
 }
 
-static kind_t kind_of(zccDataType_t t) {
+ZT_INLINE kind_t kind_of(zccDataType_t t) {
   switch (t) {
   case zccInt8:
   case zccInt32:
@@ -179,17 +183,17 @@ static kind_t kind_of(zccDataType_t t) {
   }
 }
 
-static int64_t smax_of(zccDataType_t t) {
+ZT_INLINE int64_t smax_of(zccDataType_t t) {
   return t == zccInt8 ? INT8_MAX : t == zccInt32 ? INT32_MAX : INT64_MAX;
 }
 
-static uint64_t umax_of(zccDataType_t t) {
+ZT_INLINE uint64_t umax_of(zccDataType_t t) {
   return t == zccUint8 ? UINT8_MAX : t == zccUint32 ? UINT32_MAX : UINT64_MAX;
 }
 
-static inline uint64_t ld_bits(zccDataType_t t, const void *p, size_t i) {
+ZT_INLINE uint64_t ld_bits(zccDataType_t t, const void *p, size_t i) {
   const char *c = p;
-  switch (zt_type_size(t)) {
+  switch (tsize(t)) {
   case 1: {
     uint8_t v;
     memcpy(&v, c + i, 1);
@@ -213,9 +217,9 @@ static inline uint64_t ld_bits(zccDataType_t t, const void *p, size_t i) {
   }
 }
 
-static inline void st_bits(zccDataType_t t, void *p, size_t i, uint64_t bits) {
+ZT_INLINE void st_bits(zccDataType_t t, void *p, size_t i, uint64_t bits) {
   char *c = p;
-  switch (zt_type_size(t)) {
+  switch (tsize(t)) {
   case 1: {
     uint8_t v = (uint8_t)bits;
     memcpy(c + i, &v, 1);
@@ -237,7 +241,7 @@ static inline void st_bits(zccDataType_t t, void *p, size_t i, uint64_t bits) {
   }
 }
 
-static inline int64_t ld_s(zccDataType_t t, const void *p, size_t i) {
+ZT_INLINE int64_t ld_s(zccDataType_t t, const void *p, size_t i) {
   uint64_t b = ld_bits(t, p, i);
   switch (t) {
   case zccInt8:
@@ -249,11 +253,11 @@ static inline int64_t ld_s(zccDataType_t t, const void *p, size_t i) {
   }
 }
 
-static inline uint64_t ld_u(zccDataType_t t, const void *p, size_t i) {
+ZT_INLINE uint64_t ld_u(zccDataType_t t, const void *p, size_t i) {
   return ld_bits(t, p, i);
 }
 
-static inline double ld_f(zccDataType_t t, const void *p, size_t i) {
+ZT_INLINE double ld_f(zccDataType_t t, const void *p, size_t i) {
   uint64_t b = ld_bits(t, p, i);
   switch (t) {
   case zccFloat16:
@@ -278,8 +282,8 @@ static inline double ld_f(zccDataType_t t, const void *p, size_t i) {
   }
 }
 
-static inline uint64_t enc_f(zccDataType_t t, double v) {
-  int small = v == nearbyint(v) && fabs(v) <= INT_CACHE;
+ZT_INLINE uint64_t enc_f(zccDataType_t t, double v) {
+  int small = v >= -INT_CACHE && v <= INT_CACHE && v == (double)(int)v;
   int k = small ? (int)v + INT_CACHE : 0;
   switch (t) {
   case zccFloat16:
@@ -304,9 +308,23 @@ static inline uint64_t enc_f(zccDataType_t t, double v) {
   }
 }
 
+/* Encoding of an integer |k| <= INT_CACHE in a narrow float type. */
+ZT_INLINE uint64_t enc_small_int(zccDataType_t t, int k) {
+  switch (t) {
+  case zccFloat16:
+    return int_fp16[k + INT_CACHE];
+  case zccBfloat16:
+    return int_bf16[k + INT_CACHE];
+  case zccFloat8e4m3:
+    return int_e4m3[k + INT_CACHE];
+  default:
+    return int_e5m2[k + INT_CACHE];
+  }
+}
+
 /* Small negative zero fix: +0 for -0 so that equal values have equal bits. */
-static inline uint64_t fix_float_bits(zccDataType_t t, uint64_t bits, int *nan) {
-  size_t sz = zt_type_size(t);
+ZT_INLINE uint64_t fix_float_bits(zccDataType_t t, uint64_t bits, int *nan) {
+  size_t sz = tsize(t);
   double v;
   uint64_t signbit = 1ull << (8 * sz - 1);
   char tmp[8];
@@ -318,40 +336,48 @@ static inline uint64_t fix_float_bits(zccDataType_t t, uint64_t bits, int *nan) 
   return bits;
 }
 
-static int64_t rand_range_s(uint64_t *s, int64_t lo, int64_t hi) {
+/* splitmix64, as zt_rand, inlined into the generators. */
+ZT_INLINE uint64_t rnd(uint64_t *state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+ZT_INLINE int64_t rand_range_s(uint64_t *s, int64_t lo, int64_t hi) {
   uint64_t span = (uint64_t)hi - (uint64_t)lo + 1; /* 0: the full 2^64 */
-  uint64_t r = zt_rand(s);
+  uint64_t r = rnd(s);
   return (int64_t)((uint64_t)lo + (span ? r % span : r));
 }
 
-void zt_gen(zccDataType_t t, zccRedOp_t op, int nranks, int rank,
-            uint64_t seed, void *buf, size_t count) {
+ZT_INLINE void gen_impl(zccDataType_t t, zccRedOp_t op, int nranks, int rank,
+                        uint64_t seed, void *buf, size_t count) {
   uint64_t s = seed;
-  size_t sz = zt_type_size(t);
+  size_t sz = tsize(t);
   kind_t k = kind_of(t);
   if (op == ZT_OP_NONE) {
     char *c = buf;
     size_t bytes = count * sz, i = 0;
     for (; i + 8 <= bytes; i += 8) {
-      uint64_t r = zt_rand(&s);
+      uint64_t r = rnd(&s);
       memcpy(c + i, &r, 8);
     }
     if (i < bytes) {
-      uint64_t r = zt_rand(&s);
+      uint64_t r = rnd(&s);
       memcpy(c + i, &r, bytes - i);
     }
     return;
   }
   if (op == zccMax || op == zccMin) {
     for (size_t i = 0; i < count; i++) {
-      uint64_t b = zt_rand(&s);
+      uint64_t b = rnd(&s);
       if (k == K_FLOAT) {
         int nan;
         if (sz < 8)
           b &= (1ull << (8 * sz)) - 1;
         b = fix_float_bits(t, b, &nan);
         while (nan) {
-          b = zt_rand(&s);
+          b = rnd(&s);
           if (sz < 8)
             b &= (1ull << (8 * sz)) - 1;
           b = fix_float_bits(t, b, &nan);
@@ -363,7 +389,7 @@ void zt_gen(zccDataType_t t, zccRedOp_t op, int nranks, int rank,
   }
   if (op == zccProd) {
     for (size_t i = 0; i < count; i++) {
-      uint64_t r = zt_rand(&s) % 4;
+      uint64_t r = rnd(&s) % 4;
       if (k == K_FLOAT) {
         static const double vals[4] = {-1.0, 1.0, 2.0, 0.5};
         st_bits(t, buf, i, enc_f(t, vals[r]));
@@ -386,7 +412,7 @@ void zt_gen(zccDataType_t t, zccRedOp_t op, int nranks, int rank,
   } else if (k == K_UINT) {
     uint64_t m = umax_of(t) / (uint64_t)nranks;
     for (size_t i = 0; i < count; i++) {
-      uint64_t r = zt_rand(&s);
+      uint64_t r = rnd(&s);
       st_bits(t, buf, i, m == UINT64_MAX ? r : r % (m + 1));
     }
   } else {
@@ -415,15 +441,23 @@ void zt_gen(zccDataType_t t, zccRedOp_t op, int nranks, int rank,
       break;
     }
     int64_t m = lim / nranks;
-    for (size_t i = 0; i < count; i++) {
-      int64_t v = rand_range_s(&s, -m, m);
-      st_bits(t, buf, i, enc_f(t, (double)v * scale));
+    if (scale == 1.0) {
+      /* narrow floats: |v| <= 2048, straight from the integer table */
+      for (size_t i = 0; i < count; i++) {
+        int64_t v = rand_range_s(&s, -m, m);
+        st_bits(t, buf, i, enc_small_int(t, (int)v));
+      }
+    } else {
+      for (size_t i = 0; i < count; i++) {
+        int64_t v = rand_range_s(&s, -m, m);
+        st_bits(t, buf, i, enc_f(t, (double)v * scale));
+      }
     }
   }
 }
 
-void zt_ref_reduce(zccDataType_t t, zccRedOp_t op, int nranks,
-                   const void *const *in, void *out, size_t lo, size_t hi) {
+ZT_INLINE void ref_impl(zccDataType_t t, zccRedOp_t op, int nranks,
+                        const void *const *in, void *out, size_t lo, size_t hi) {
   kind_t k = kind_of(t);
   for (size_t i = lo; i < hi; i++) {
     if (k == K_SINT) {
@@ -497,6 +531,57 @@ void zt_ref_reduce(zccDataType_t t, zccRedOp_t op, int nranks,
       }
       st_bits(t, out, i, enc_f(t, acc));
     }
+  }
+}
+
+/* Instantiate an always-inline body once per datatype, so that the
+ * per-element switches on the type fold away. */
+#define ZT_FOR_EACH_TYPE_(X)                                                    \
+  X(zccInt8) X(zccUint8) X(zccInt32) X(zccUint32) X(zccInt64) X(zccUint64)      \
+  X(zccFloat16) X(zccFloat32) X(zccFloat64) X(zccBfloat16) X(zccFloat8e4m3)     \
+  X(zccFloat8e5m2)
+
+void zt_gen(zccDataType_t t, zccRedOp_t op, int nranks, int rank,
+            uint64_t seed, void *buf, size_t count) {
+  switch (t) {
+#define ZT_GEN_CASE_(T)                                                        \
+  case T:                                                                      \
+    gen_impl(T, op, nranks, rank, seed, buf, count);                           \
+    break;
+    ZT_FOR_EACH_TYPE_(ZT_GEN_CASE_)
+#undef ZT_GEN_CASE_
+  default:
+    break;
+  }
+}
+
+void zt_ref_reduce(zccDataType_t t, zccRedOp_t op, int nranks,
+                   const void *const *in, void *out, size_t lo, size_t hi) {
+  switch (t) {
+#define ZT_REF_CASE_(T)                                                        \
+  case T:                                                                      \
+    switch (op) {                                                              \
+    case zccSum:                                                               \
+      ref_impl(T, zccSum, nranks, in, out, lo, hi);                            \
+      break;                                                                   \
+    case zccProd:                                                              \
+      ref_impl(T, zccProd, nranks, in, out, lo, hi);                           \
+      break;                                                                   \
+    case zccMax:                                                               \
+      ref_impl(T, zccMax, nranks, in, out, lo, hi);                            \
+      break;                                                                   \
+    case zccMin:                                                               \
+      ref_impl(T, zccMin, nranks, in, out, lo, hi);                            \
+      break;                                                                   \
+    default:                                                                   \
+      ref_impl(T, zccAvg, nranks, in, out, lo, hi);                            \
+      break;                                                                   \
+    }                                                                          \
+    break;
+    ZT_FOR_EACH_TYPE_(ZT_REF_CASE_)
+#undef ZT_REF_CASE_
+  default:
+    break;
   }
 }
 

@@ -313,9 +313,12 @@ static void test_root_init_timeout(void **state) {
   for (int i = 0; i < 2; i++)
     assert_int_equal(ctx[i].init_res, zccTimeout);
   assert_true(dt < 3000000000LL);
-  /* the root is gone: a late rank times out on its own deadline */
+  /* the root is gone (or going): a late rank fails within its own deadline */
+  t0 = zcc_now_ns();
   run_ranks(&id, 3, (const int[]){2}, 1, 500, NULL, ctx);
-  assert_int_equal(ctx[0].init_res, zccTimeout);
+  assert_true(ctx[0].init_res == zccTimeout ||
+              ctx[0].init_res == zccRemoteError);
+  assert_true(zcc_now_ns() - t0 < 1500000000LL);
 }
 
 static void test_abort_during_init(void **state) {

@@ -1,0 +1,260 @@
+#!/usr/bin/env bash
+# Two "hosts" on one machine: network namespaces zcc-a-PID and zcc-b-PID
+# joined by a veth pair (10.77.0.1/24 and 10.77.0.2/24), each with its own
+# UTS namespace and hostname, 2 ranks in each. Bootstrap and data between
+# the namespaces cross a real TCP stack.
+#
+#   phase check      4 ranks, every collective, exact results (net_driver)
+#   phase env        the same through zccCommInitFromEnv (torchrun variables)
+#   phase linkdown   4 ranks loop on allreduces; the veth goes down: every
+#                    rank returns an error within ZCC_TIMEOUT + 2 s
+#   phase kill       as linkdown, but the ranks of namespace B are SIGKILLed:
+#                    the ranks of A return an error within ZCC_TIMEOUT + 2 s
+#
+# Usage: two_host.sh /path/to/net_driver
+# Skips (exit 0, "0 passed, 0 failed, 1 skipped") without the privileges to
+# create network namespaces. Cleans up namespaces and ranks on every exit.
+# ZCC_TEST_SEED fixes the inputs; ZCC_TEST_NET_PHASES="check kill" a subset.
+set -u
+
+DRIVER=${1:-}
+PASSED=0
+FAILED=0
+TAG=$$
+NSA=zcc-a-$TAG
+NSB=zcc-b-$TAG
+VA=zva$TAG
+VB=zvb$TAG
+IPA=10.77.0.1
+IPB=10.77.0.2
+FAULT_TIMEOUT_MS=3000
+PIDS=()
+WORK=
+
+log() { echo "two_host: $*"; }
+pass() { PASSED=$((PASSED + 1)); }
+fail() {
+  FAILED=$((FAILED + 1))
+  log "FAIL: $*"
+}
+skip() {
+  log "SKIP: $*"
+  log "0 passed, 0 failed, 1 skipped"
+  exit 0
+}
+
+cleanup() {
+  local p
+  for p in "${PIDS[@]}"; do
+    kill -9 "$p" 2>/dev/null
+  done
+  ip netns del "$NSA" 2>/dev/null
+  ip netns del "$NSB" 2>/dev/null
+  ip link del "$VA" 2>/dev/null
+  [ -n "$WORK" ] && rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'log "interrupted"; exit 130' INT TERM HUP
+
+if [ -z "$DRIVER" ] || [ ! -x "$DRIVER" ]; then
+  log "FAIL: no net_driver executable given (got '$DRIVER')"
+  log "0 passed, 1 failed, 0 skipped"
+  exit 1
+fi
+command -v ip >/dev/null 2>&1 || skip "iproute2's ip command is not installed"
+WORK=$(mktemp -d /tmp/zcc-two-host.XXXXXX) || { log "FAIL: mktemp"; exit 1; }
+
+if ! ip netns add "$NSA" 2>"$WORK/err"; then
+  skip "cannot create a network namespace ($(tr '\n' ' ' <"$WORK/err")); needs root or CAP_SYS_ADMIN"
+fi
+ip netns add "$NSB" 2>"$WORK/err" || skip "cannot create a second network namespace: $(cat "$WORK/err")"
+if ! ip link add "$VA" type veth peer name "$VB" 2>"$WORK/err"; then
+  skip "cannot create a veth pair ($(tr '\n' ' ' <"$WORK/err"))"
+fi
+set -e
+ip link set "$VA" netns "$NSA"
+ip link set "$VB" netns "$NSB"
+ip -n "$NSA" addr add "$IPA/24" dev "$VA"
+ip -n "$NSB" addr add "$IPB/24" dev "$VB"
+for ns in "$NSA" "$NSB"; do ip -n "$ns" link set lo up; done
+ip -n "$NSA" link set "$VA" up
+ip -n "$NSB" link set "$VB" up
+set +e
+
+UTS=1
+if ! unshare --uts true 2>/dev/null; then
+  UTS=0
+  log "note: unshare --uts is not available; the namespaces share a hostname"
+fi
+
+SEED=${ZCC_TEST_SEED:-$(( (RANDOM << 15) ^ RANDOM ^ TAG ))}
+PHASES=${ZCC_TEST_NET_PHASES:-check env linkdown kill}
+log "namespaces $NSA ($VA $IPA) and $NSB ($VB $IPB); seed $SEED (rerun with ZCC_TEST_SEED=$SEED)"
+
+# start_rank NS HOST IFNAME LOG COMMAND...: start one rank in the background
+start_rank() {
+  local ns=$1 host=$2 ifname=$3 log=$4
+  shift 4
+  local env=(env ZCC_SOCKET_IFNAME="=$ifname" ZCC_HOSTNAME="$host" ZCC_DEVICE=host)
+  if [ "$UTS" = 1 ]; then
+    ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$host" \
+      "${env[@]}" "$@" >"$log" 2>&1 &
+  else
+    ip netns exec "$ns" "${env[@]}" "$@" >"$log" 2>&1 &
+  fi
+  LAST_PID=$!
+  PIDS+=("$LAST_PID")
+}
+
+# wait_pid PID DEADLINE_S: exit status, or 124 after killing it at the deadline
+wait_pid() {
+  local pid=$1 deadline=$(( $(date +%s) + $2 ))
+  while kill -0 "$pid" 2>/dev/null; do
+    if [ "$(date +%s)" -ge "$deadline" ]; then
+      kill -9 "$pid" 2>/dev/null
+      wait "$pid" 2>/dev/null
+      return 124
+    fi
+    sleep 0.05
+  done
+  wait "$pid"
+}
+
+# collect LOG STATUS WHAT: add the rank's counts; check its exit
+collect() {
+  local logf=$1 st=$2 what=$3 line p f
+  grep -E 'FAIL|SKIP' "$logf" | sed "s/^/  /"
+  line=$(grep -E '^net_driver rank [0-9]+: [0-9]+ passed, [0-9]+ failed' "$logf" | tail -1)
+  if [ -z "$line" ]; then
+    fail "$what: no result line (exit status $st); last lines:"
+    tail -5 "$logf" | sed "s/^/  /"
+    return
+  fi
+  p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')
+  f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
+  PASSED=$((PASSED + p))
+  FAILED=$((FAILED + f))
+  if [ "$st" -ne 0 ] && [ "$f" -eq 0 ]; then
+    fail "$what: exit status $st"
+  fi
+  log "$what: $line"
+}
+
+veth_bytes() { # rx+tx bytes of VA
+  local rx tx
+  rx=$(ip netns exec "$NSA" cat "/sys/class/net/$VA/statistics/rx_bytes" 2>/dev/null || echo 0)
+  tx=$(ip netns exec "$NSA" cat "/sys/class/net/$VA/statistics/tx_bytes" 2>/dev/null || echo 0)
+  echo $((rx + tx))
+}
+
+# rank r lives in namespace A for r < 2, else B
+rank_ns() { if [ "$1" -lt 2 ]; then echo "$NSA zcc-host-a $VA"; else echo "$NSB zcc-host-b $VB"; fi; }
+
+phase_check() {
+  local dir=$WORK/check pids=() r st before after
+  mkdir -p "$dir"
+  before=$(veth_bytes)
+  local t0=$(date +%s)
+  for r in 0 1 2 3; do
+    # shellcheck disable=SC2046
+    start_rank $(rank_ns $r) "$dir/rank$r.log" \
+      ZCC_TIMEOUT=60000 "$DRIVER" --rank $r --nranks 4 --id-file "$dir/id" --seed "$SEED" --mode check
+    pids+=("$LAST_PID")
+  done
+  for r in 0 1 2 3; do
+    wait_pid "${pids[$r]}" 400
+    st=$?
+    collect "$dir/rank$r.log" $st "check rank $r"
+  done
+  after=$(veth_bytes)
+  log "check: $(( $(date +%s) - t0 )) s, $(( (after - before) / 1024 )) KiB crossed $VA"
+  # 1 MiB+3 float32 collectives between the namespaces move well over 8 MiB.
+  if [ $((after - before)) -ge $((8 * 1024 * 1024)) ]; then
+    pass
+  else
+    fail "check: only $((after - before)) bytes crossed the veth; expected >= 8 MiB (is the socket transport used between namespaces?)"
+  fi
+}
+
+phase_env() {
+  local dir=$WORK/env pids=() r st
+  local port=$(( 20000 + (TAG % 20000) ))
+  local secret
+  secret=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+  mkdir -p "$dir"
+  for r in 0 1 2 3; do
+    # shellcheck disable=SC2046
+    start_rank $(rank_ns $r) "$dir/rank$r.log" \
+      ZCC_TIMEOUT=60000 RANK=$r LOCAL_RANK=$((r % 2)) WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 \
+      MASTER_ADDR=$IPA MASTER_PORT=$port ZCC_COMM_SECRET="$secret" \
+      "$DRIVER" --mode env --seed "$SEED" --sizes small
+    pids+=("$LAST_PID")
+  done
+  for r in 0 1 2 3; do
+    wait_pid "${pids[$r]}" 300
+    st=$?
+    collect "$dir/rank$r.log" $st "env rank $r"
+  done
+}
+
+# phase_fault NAME: start 4 looping ranks, make the fault, check them
+phase_fault() {
+  local name=$1 dir=$WORK/$1 pids=() r st
+  mkdir -p "$dir"
+  for r in 0 1 2 3; do
+    # shellcheck disable=SC2046
+    start_rank $(rank_ns $r) "$dir/rank$r.log" \
+      ZCC_TIMEOUT=$FAULT_TIMEOUT_MS "$DRIVER" --rank $r --nranks 4 --id-file "$dir/id" \
+      --seed "$SEED" --mode fault --dir "$dir"
+    pids+=("$LAST_PID")
+  done
+  local deadline=$(( $(date +%s) + 120 )) ready=0
+  while [ "$(date +%s)" -lt "$deadline" ]; do
+    ready=$(ls "$dir"/ready.* 2>/dev/null | wc -l)
+    [ "$ready" -ge 4 ] && break
+    sleep 0.05
+  done
+  if [ "$ready" -lt 4 ]; then
+    fail "$name: only $ready of 4 ranks completed two allreduces within 120 s"
+  fi
+  "$DRIVER" --now >"$dir/fault_time.tmp" && mv "$dir/fault_time.tmp" "$dir/fault_time"
+  if [ "$name" = linkdown ]; then
+    log "$name: setting $VA down"
+    ip -n "$NSA" link set "$VA" down
+  else
+    log "$name: SIGKILL ranks 2 and 3 (namespace $NSB)"
+    kill -9 "${pids[2]}" "${pids[3]}"
+  fi
+  local limit=$(( FAULT_TIMEOUT_MS / 1000 + 2 + 20 ))
+  for r in 0 1 2 3; do
+    wait_pid "${pids[$r]}" $limit
+    st=$?
+    if [ "$name" = kill ] && [ "$r" -ge 2 ]; then
+      if [ "$st" -eq 137 ]; then pass; else fail "$name: rank $r: expected death by SIGKILL (137), got $st"; fi
+      continue
+    fi
+    if [ "$st" -eq 124 ]; then
+      fail "$name: rank $r still running ${limit} s after the fault; killed"
+      tail -5 "$dir/rank$r.log" | sed "s/^/  /"
+      continue
+    fi
+    collect "$dir/rank$r.log" $st "$name rank $r"
+  done
+  if [ "$name" = linkdown ]; then
+    ip -n "$NSA" link set "$VA" up
+  fi
+}
+
+for phase in $PHASES; do
+  log "--- phase $phase"
+  case $phase in
+    check) phase_check ;;
+    env) phase_env ;;
+    linkdown) phase_fault linkdown ;;
+    kill) phase_fault kill ;;
+    *) fail "unknown phase $phase" ;;
+  esac
+done
+
+log "$PASSED passed, $FAILED failed, 0 skipped"
+[ "$FAILED" -eq 0 ]

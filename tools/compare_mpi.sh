@@ -1,0 +1,113 @@
+#!/bin/sh
+# Runs zcc's allreduce_perf and Open MPI's MPI_Allreduce (mpi_allreduce_ref)
+# over the same float32-sum sweep on this machine, and prints them side by
+# side. speedup = MPI time / zcc time (above 1: zcc is faster).
+#
+# usage: compare_mpi.sh [-B bindir] [-np N] [-b min] [-e max] [-f factor]
+#                       [-n iters] [-w warmup]
+# Defaults: the directory of this script, -np 2 -b 8 -e 256M -f 2, and the
+# benchmarks' own -n and -w. MPIRUN overrides the mpirun command.
+set -eu
+
+bindir=$(cd "$(dirname "$0")" && pwd)
+np=2
+minb=8
+maxb=256M
+factor=2
+iters=
+warmup=
+
+usage() {
+  sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+}
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -B|-np|-b|-e|-f|-n|-w)
+      if [ $# -lt 2 ]; then
+        echo "compare_mpi.sh: $1 needs a value" >&2
+        usage >&2
+        exit 2
+      fi
+      case "$1" in
+        -B) bindir=$2 ;;
+        -np) np=$2 ;;
+        -b) minb=$2 ;;
+        -e) maxb=$2 ;;
+        -f) factor=$2 ;;
+        -n) iters=$2 ;;
+        -w) warmup=$2 ;;
+      esac
+      shift 2
+      ;;
+    -h|--help)
+      usage
+      exit 0
+      ;;
+    *)
+      echo "compare_mpi.sh: unknown option '$1'" >&2
+      usage >&2
+      exit 2
+      ;;
+  esac
+done
+
+for tool in allreduce_perf mpi_allreduce_ref; do
+  if [ ! -x "$bindir/$tool" ]; then
+    echo "compare_mpi.sh: $bindir/$tool not found or not executable (build with MPI, or pass -B bindir)" >&2
+    exit 2
+  fi
+done
+
+# Open MPI refuses root without --allow-run-as-root, and counts slots by cores.
+if [ -z "${MPIRUN:-}" ]; then
+  MPIRUN=mpirun
+  if mpirun --version 2>/dev/null | grep -q "Open MPI"; then
+    MPIRUN="$MPIRUN --oversubscribe"
+    if [ "$(id -u)" = 0 ]; then
+      MPIRUN="$MPIRUN --allow-run-as-root"
+    fi
+  fi
+fi
+
+common="-d float -o sum -b $minb -e $maxb -f $factor"
+[ -n "$iters" ] && common="$common -n $iters"
+[ -n "$warmup" ] && common="$common -w $warmup"
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT INT TERM
+
+echo "# zcc:  $bindir/allreduce_perf -np $np $common"
+# shellcheck disable=SC2086
+if ! "$bindir/allreduce_perf" -np "$np" $common >"$tmp/zcc.txt"; then
+  cat "$tmp/zcc.txt"
+  echo "compare_mpi.sh: allreduce_perf failed" >&2
+  exit 1
+fi
+echo "# MPI:  $MPIRUN -np $np $bindir/mpi_allreduce_ref $common"
+# shellcheck disable=SC2086
+if ! $MPIRUN -np "$np" "$bindir/mpi_allreduce_ref" $common >"$tmp/mpi.txt"; then
+  cat "$tmp/mpi.txt"
+  echo "compare_mpi.sh: mpi_allreduce_ref failed" >&2
+  exit 1
+fi
+grep '^# zcc ' "$tmp/zcc.txt" || true
+grep '^# mpi_allreduce_ref' "$tmp/mpi.txt" || true
+
+# Rows: size count type redop root | time algbw busbw #wrong (out-of-place) | in-place.
+awk '
+  FNR == 1 { file++ }
+  /^ *[0-9]/ {
+    if (file == 1) { zt[$1] = $6; zb[$1] = $8; order[++n] = $1 }
+    else { mt[$1] = $6; mb[$1] = $8 }
+  }
+  END {
+    printf "# out-of-place, float32 sum; speedup = MPI time / zcc time\n"
+    printf "%12s  %12s  %12s  %10s  %10s  %8s\n", "size(B)", "zcc time(us)", "MPI time(us)", "zcc busbw", "MPI busbw", "speedup"
+    for (i = 1; i <= n; i++) {
+      s = order[i]
+      if (!(s in mt)) continue
+      ratio = (zt[s] > 0) ? sprintf("%8.2f", mt[s] / zt[s]) : sprintf("%8s", "-")
+      printf "%12s  %12s  %12s  %10s  %10s  %s\n", s, zt[s], mt[s], zb[s], mb[s], ratio
+    }
+  }' "$tmp/zcc.txt" "$tmp/mpi.txt"
