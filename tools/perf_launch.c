@@ -280,56 +280,157 @@ static int wait_ranks(const perf_world_t *w, pid_t *pids, int n)
   return result;
 }
 
+/* Read exactly one unique id from fd; 0 on success, -1 on EOF or error. */
+static int read_id(int fd, zccUniqueId *id)
+{
+  size_t got = 0;
+
+  while (got < sizeof(*id)) {
+    ssize_t r = read(fd, id->internal + got, sizeof(*id) - got);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      return -1;
+    got += (size_t)r;
+  }
+  return 0;
+}
+
+static int write_id(int fd, const zccUniqueId *id)
+{
+  size_t put = 0;
+
+  while (put < sizeof(*id)) {
+    ssize_t r = write(fd, id->internal + put, sizeof(*id) - put);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      return -1;
+    put += (size_t)r;
+  }
+  return 0;
+}
+
+/* A forked rank: wait for the unique id, run, and exit. */
+static void forked_rank(perf_world_t *w, int rank, int nranks, pid_t parent, int idfd)
+    __attribute__((noreturn));
+
+static void forked_rank(perf_world_t *w, int rank, int nranks, pid_t parent, int idfd)
+{
+  zccUniqueId id;
+  int code;
+
+  /* a rank must not outlive the parent that watches it */
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent)
+    _exit(PERF_EXIT_FAIL);
+  /* EOF: the parent could not make the id, and says why itself */
+  if (read_id(idfd, &id) != 0)
+    _exit(PERF_EXIT_FAIL);
+  close(idfd);
+  w->launcher = "fork";
+  w->rank = rank;
+  w->nranks = nranks;
+  init_rank(w, id);
+  code = perf_run(w);
+  finish_rank(w);
+  fflush(stdout);
+  exit(code);
+}
+
+/* Kill and reap every rank started so far, after a failure in the parent. */
+static int abandon_ranks(pid_t *pids, int *idfds, int n)
+{
+  signal_ranks(pids, n, SIGKILL);
+  for (int i = 0; i < n; i++) {
+    if (idfds[i] >= 0)
+      close(idfds[i]);
+    if (pids[i] > 0)
+      while (waitpid(pids[i], NULL, 0) < 0 && errno == EINTR)
+        ;
+  }
+  free(idfds);
+  free(pids);
+  return PERF_EXIT_FAIL;
+}
+
+/*
+ * -np: fork the ranks first, while this process has no threads (a child
+ * forked while the rendezvous thread holds an allocator or library lock
+ * could deadlock), then make the unique id here and hand it to each rank
+ * through a pipe. This process serves the rendezvous and watches the ranks.
+ */
 static int run_forked(perf_world_t *w)
 {
-  int n = w->opts->np;
+  int n = w->opts->np, *idfds, code;
   pid_t parent = getpid(), *pids;
   zccUniqueId id;
   zccResult_t res;
-  int code;
 
   if (w->coll->rooted && w->opts->root >= n) {
     fprintf(stderr, "%s: root %d is out of range for %d ranks\n", w->prog, w->opts->root, n);
     return PERF_EXIT_USAGE;
   }
   pids = calloc((size_t)n, sizeof(*pids));
-  if (pids == NULL) {
-    fprintf(stderr, "%s: out of memory for %d process ids\n", w->prog, n);
+  idfds = malloc((size_t)n * sizeof(*idfds));
+  if (pids == NULL || idfds == NULL) {
+    fprintf(stderr, "%s: out of memory for %d process records\n", w->prog, n);
+    free(pids);
+    free(idfds);
     return PERF_EXIT_FAIL;
   }
-  w->rank = -1;
-  res = zccGetUniqueId(&id);
-  if (res != zccSuccess)
-    perf_zcc_fail(w, "zccGetUniqueId", res);
+  for (int i = 0; i < n; i++)
+    idfds[i] = -1;
   fflush(stdout);
   fflush(stderr);
   for (int i = 0; i < n; i++) {
-    pid_t pid = fork();
+    int p[2];
+    pid_t pid;
+
+    if (pipe(p) != 0) {
+      fprintf(stderr, "%s: pipe for rank %d failed: %s\n", w->prog, i, strerror(errno));
+      return abandon_ranks(pids, idfds, n);
+    }
+    pid = fork();
     if (pid < 0) {
       fprintf(stderr, "%s: fork of rank %d failed: %s\n", w->prog, i, strerror(errno));
-      signal_ranks(pids, n, SIGKILL);
-      while (wait(NULL) > 0 || errno == EINTR)
-        ;
-      free(pids);
-      return PERF_EXIT_FAIL;
+      close(p[0]);
+      close(p[1]);
+      return abandon_ranks(pids, idfds, n);
     }
     if (pid == 0) {
-      /* a rank must not outlive the parent that watches it */
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent)
-        _exit(PERF_EXIT_FAIL);
+      close(p[1]);
+      for (int j = 0; j < i; j++)
+        close(idfds[j]);
+      free(idfds);
       free(pids);
-      w->launcher = "fork";
-      w->rank = i;
-      w->nranks = n;
-      init_rank(w, id);
-      code = perf_run(w);
-      finish_rank(w);
-      fflush(stdout);
-      exit(code);
+      forked_rank(w, i, n, parent, p[0]);
     }
+    close(p[0]);
+    idfds[i] = p[1];
     pids[i] = pid;
   }
+
+  /* a rank that died already must not kill this process through SIGPIPE */
+  signal(SIGPIPE, SIG_IGN);
+  res = zccGetUniqueId(&id);
+  if (res != zccSuccess) {
+    const char *last = zccGetLastError(NULL);
+    fprintf(stderr, "%s: zccGetUniqueId failed: %s%s%s\n", w->prog, zccGetErrorString(res),
+            last && *last ? ": " : "", last && *last ? last : "");
+    return abandon_ranks(pids, idfds, n);
+  }
+  for (int i = 0; i < n; i++) {
+    if (write_id(idfds[i], &id) != 0 && errno != EPIPE) {
+      fprintf(stderr, "%s: sending the unique id to rank %d failed: %s\n", w->prog, i,
+              strerror(errno));
+      return abandon_ranks(pids, idfds, n);
+    }
+    /* EPIPE: that rank is gone already; wait_ranks reports it */
+    close(idfds[i]);
+    idfds[i] = -1;
+  }
+  free(idfds);
   code = wait_ranks(w, pids, n);
   free(pids);
   return code;

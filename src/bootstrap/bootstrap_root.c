@@ -244,6 +244,7 @@ static void *root_main(void *arg) {
 
 zccResult_t zcc_bootstrap_create_root(zccUniqueId *id,
                                       const zcc_sockaddr_t *addr,
+                                      const zcc_sockaddr_t *advertise,
                                       const uint8_t *secret) {
   if (id == NULL)
     return zcc_error(zccInvalidArgument,
@@ -254,14 +255,22 @@ zccResult_t zcc_bootstrap_create_root(zccUniqueId *id,
         zccInvalidArgument,
         "zcc_bootstrap_create_root: address family %d is not ipv4 or ipv6",
         addr->u.sa.sa_family);
+  if (advertise != NULL && advertise->u.sa.sa_family != AF_INET &&
+      advertise->u.sa.sa_family != AF_INET6)
+    return zcc_error(
+        zccInvalidArgument,
+        "zcc_bootstrap_create_root: advertised address family %d is not ipv4 "
+        "or ipv6",
+        advertise->u.sa.sa_family);
   zcc_unique_id_t u;
   memset(&u, 0, sizeof(u));
   u.magic = ZCC_UNIQUE_ID_MAGIC;
   u.version = ZCC_VERSION_CODE;
+  zcc_sockaddr_t bound;
   if (addr != NULL)
-    u.root = *addr;
+    bound = *addr;
   else
-    ZCC_CHECK(zcc_socket_pick_addr(&u.root));
+    ZCC_CHECK(zcc_socket_pick_addr(&bound));
   if (secret != NULL)
     memcpy(u.secret, secret, ZCC_SECRET_BYTES);
   else
@@ -272,9 +281,12 @@ zccResult_t zcc_bootstrap_create_root(zccUniqueId *id,
   if (r == NULL)
     return zcc_error(zccSystemError, "bootstrap root: out of memory");
   r->listen_fd = -1;
-  ZCC_CHECK_GOTO(zcc_socket_listen(&u.root, 1024, &r->listen_fd), res,
+  ZCC_CHECK_GOTO(zcc_socket_listen(&bound, 1024, &r->listen_fd), res,
                  free_root);
-  zcc_sockaddr_str(&u.root, r->where);
+  u.root = advertise != NULL ? *advertise : bound;
+  if (zcc_sockaddr_port(&u.root) == 0)
+    zcc_sockaddr_set_port(&u.root, zcc_sockaddr_port(&bound));
+  zcc_sockaddr_str(&bound, r->where);
   int64_t timeout_ms = zcc_param_init_timeout_ms();
   r->deadline_ns =
       timeout_ms > 0 ? zcc_now_ns() + timeout_ms * 1000000LL : INT64_MAX;

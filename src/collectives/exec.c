@@ -7,6 +7,7 @@
  * communicator's timeout (no progress for ZCC_TIMEOUT ms) as it waits.
  */
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -74,8 +75,10 @@ static zccResult_t advance(chain_state_t *c, int *moved) {
       int m = 0;
       zccResult_t res = x->conn->ops->progress(x->conn, x, &m);
       if (res != zccSuccess) {
+        char cause[512];
+        snprintf(cause, sizeof(cause), "%s", zcc_last_error());
         return zcc_error(res, "%s with rank %d failed: %s", zcc_coll_name(p->coll),
-                         x->conn->peer, zcc_last_error());
+                         x->conn->peer, cause);
       }
       if (m) *moved = 1;
       if (x->done != x->bytes) all_done = 0;
@@ -105,8 +108,11 @@ static zccResult_t check_chain(chain_state_t *c, int64_t now) {
       zcc_xfer_t *x = &p->xfers[i];
       if (x->done == x->bytes || !x->conn->ops->check) continue;
       zccResult_t res = x->conn->ops->check(x->conn);
-      if (res != zccSuccess)
-        return zcc_error(res, "%s: %s", zcc_coll_name(p->coll), zcc_last_error());
+      if (res != zccSuccess) {
+        char cause[512];
+        snprintf(cause, sizeof(cause), "%s", zcc_last_error());
+        return zcc_error(res, "%s: %s", zcc_coll_name(p->coll), cause);
+      }
     }
   }
   if (comm->timeout_ms > 0 && now - c->last_progress_ns > comm->timeout_ms * 1000000LL) {

@@ -160,10 +160,13 @@ void zcc_log(zcc_log_level_t level, uint32_t subsys, const char *file, int line,
 static _Thread_local char last_error[1024];
 
 zccResult_t zcc_error(zccResult_t res, const char *fmt, ...) {
+  /* Format aside first: callers may pass zcc_last_error() as an argument. */
+  char msg[sizeof(last_error)];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(last_error, sizeof(last_error), fmt, ap);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
+  memcpy(last_error, msg, sizeof(msg));
   ZCC_WARN("%s (%s)", last_error, zccGetErrorString(res));
   return res;
 }

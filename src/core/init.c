@@ -118,7 +118,7 @@ fail:
 
 zccResult_t zccGetUniqueId(zccUniqueId *uniqueId) {
   if (!uniqueId) return zcc_error(zccInvalidArgument, "zccGetUniqueId: uniqueId is NULL");
-  return zcc_bootstrap_create_root(uniqueId, NULL, NULL);
+  return zcc_bootstrap_create_root(uniqueId, NULL, NULL, NULL);
 }
 
 zccResult_t zccCommInitRank(zccComm_t *comm, int nranks, zccUniqueId commId, int rank) {
@@ -164,7 +164,7 @@ zccResult_t zccCommInitAll(zccComm_t *comms, int ndev, const int *devlist) {
     goto out;
   }
   zccUniqueId id;
-  ZCC_CHECK_GOTO(zcc_bootstrap_create_root(&id, NULL, NULL), res, out);
+  ZCC_CHECK_GOTO(zcc_bootstrap_create_root(&id, NULL, NULL, NULL), res, out);
   int started = 0;
   for (int i = 0; i < ndev; i++) {
     args[i].id = id;

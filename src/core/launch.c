@@ -168,7 +168,7 @@ zccResult_t zccCommInitFromEnv(zccComm_t *comm, zccConfig_t *config) {
     if (any.u.sa.sa_family == AF_INET) any.u.sin.sin_addr.s_addr = htonl(INADDR_ANY);
     else any.u.sin6.sin6_addr = in6addr_any;
     zccUniqueId served;
-    ZCC_CHECK(zcc_bootstrap_create_root(&served, &any, uid.secret));
+    ZCC_CHECK(zcc_bootstrap_create_root(&served, &any, &uid.root, uid.secret));
   }
   return zcc_comm_init(comm, e.size, &id, e.rank, config, fn);
 }

@@ -71,7 +71,7 @@ zccResult_t zccCommSplit(zccComm_t comm, int color, int key, zccComm_t *newcomm,
   if (newrank == 0) {
     zcc_sockaddr_t addr = *zcc_bootstrap_addr(comm->bootstrap);
     zcc_sockaddr_set_port(&addr, 0);
-    ZCC_CHECK_GOTO(zcc_bootstrap_create_root(&id, &addr, NULL), res, free_members);
+    ZCC_CHECK_GOTO(zcc_bootstrap_create_root(&id, &addr, NULL, NULL), res, free_members);
     for (int i = 1; i < m; i++)
       ZCC_CHECK_GOTO(zcc_bootstrap_send(comm->bootstrap, members[i].rank, tag, &id,
                                         sizeof(id), timeout),

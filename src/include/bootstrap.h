@@ -39,9 +39,13 @@ typedef struct zcc_bootstrap zcc_bootstrap_t;
 
 /*
  * Fill `id` and start the root: listen on `addr` if given (port 0: any),
- * else on zcc_socket_pick_addr()'s address. secret: NULL draws a random one.
+ * else on zcc_socket_pick_addr()'s address. The id names `advertise` as the
+ * address ranks connect to (NULL: the bound address; a wildcard bind with a
+ * host name others resolve needs it; port 0 takes the bound port).
+ * secret: NULL draws a random one.
  */
 zccResult_t zcc_bootstrap_create_root(zccUniqueId *id, const zcc_sockaddr_t *addr,
+                                      const zcc_sockaddr_t *advertise,
                                       const uint8_t *secret);
 
 /* Decode and validate an id (bad magic -> zccInvalidArgument). */

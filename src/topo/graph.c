@@ -90,7 +90,15 @@ static double derived_bw(const zcc_topo_t *g, zcc_link_type_t type, int gen,
   switch (type) {
   case ZCC_LINK_NVLINK: return zcc_topo_nvlink_bw(gen, width);
   case ZCC_LINK_PCIE: return zcc_topo_pcie_bw(gen, width);
-  case ZCC_LINK_SMP: return zcc_topo_smp_bw(g->nodes[a].model, 0);
+  case ZCC_LINK_SMP: {
+    /* Same package: the on-die mesh, far faster than any PCIe link. */
+    if (g->nodes[a].package == g->nodes[b].package) return 60.0;
+    /* CPU models read "<vendor> <model number>|<name>" (hwloc's CPUVendor, CPUModelNumber). */
+    char vendor[32] = "";
+    int number = 0;
+    sscanf(g->nodes[a].model, "%31s %d", vendor, &number);
+    return zcc_topo_smp_bw(vendor, number);
+  }
   case ZCC_LINK_NET: {
     const zcc_topo_node_t *nic = g->nodes[a].kind == ZCC_TOPO_NIC ? &g->nodes[a]
                                                                   : &g->nodes[b];
@@ -376,7 +384,7 @@ zccResult_t zcc_topo_replicate(const zcc_topo_t *g, int copies, zcc_topo_t **out
   if (copies < 1 || (int64_t)copies * g->nhosts > ZCC_TOPO_MAX_HOSTS)
     return zcc_error(zccInvalidArgument, "topology: cannot make %d copies of %d hosts",
                      copies, g->nhosts);
-  zcc_topo_t *r;
+  zcc_topo_t *r = NULL;
   ZCC_CHECK(zcc_topo_create(&r));
   zccResult_t res = zccSuccess;
   int nnets = 0;

@@ -392,9 +392,10 @@ static int run_case(const case_t *k, matrix_t *m, void *ctx) {
   char cs[256];
   int fail = 0;
 
-  /* Inputs: a fresh stream per (run, case, rank). */
-  zt_gen(k->type, k->op, n, r, zt_mix(m->seed, (uint64_t)k->index, (uint64_t)r),
-         in, ns);
+  /* Inputs: a fresh stream per (run, case, rank); broadcast needs the root's only. */
+  if (k->coll != C_BROADCAST || r == k->root)
+    zt_gen(k->type, k->op, n, r, zt_mix(m->seed, (uint64_t)k->index, (uint64_t)r),
+           in, ns);
   memset(rc->rbase, poison, GUARD + k->roff + region + GUARD);
   if (!k->inplace) {
     memcpy(sdata, in, sbytes);

@@ -347,7 +347,8 @@ ZT_INLINE uint64_t rnd(uint64_t *state) {
 ZT_INLINE int64_t rand_range_s(uint64_t *s, int64_t lo, int64_t hi) {
   uint64_t span = (uint64_t)hi - (uint64_t)lo + 1; /* 0: the full 2^64 */
   uint64_t r = rnd(s);
-  return (int64_t)((uint64_t)lo + (span ? r % span : r));
+  /* multiply-high range reduction: no division per element */
+  return (int64_t)((uint64_t)lo + (span ? (uint64_t)(((unsigned __int128)r * span) >> 64) : r));
 }
 
 ZT_INLINE void gen_impl(zccDataType_t t, zccRedOp_t op, int nranks, int rank,
@@ -413,7 +414,7 @@ ZT_INLINE void gen_impl(zccDataType_t t, zccRedOp_t op, int nranks, int rank,
     uint64_t m = umax_of(t) / (uint64_t)nranks;
     for (size_t i = 0; i < count; i++) {
       uint64_t r = rnd(&s);
-      st_bits(t, buf, i, m == UINT64_MAX ? r : r % (m + 1));
+      st_bits(t, buf, i, m == UINT64_MAX ? r : (uint64_t)(((unsigned __int128)r * (m + 1)) >> 64));
     }
   } else {
     int64_t lim;

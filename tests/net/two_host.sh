@@ -14,7 +14,8 @@
 # Usage: two_host.sh /path/to/net_driver
 # Skips (exit 0, "0 passed, 0 failed, 1 skipped") without the privileges to
 # create network namespaces. Cleans up namespaces and ranks on every exit.
-# ZCC_TEST_SEED fixes the inputs; ZCC_TEST_NET_PHASES="check kill" a subset.
+# ZCC_TEST_SEED fixes the inputs; ZCC_TEST_NET_PHASES="check kill" a subset;
+# ZCC_TEST_KEEP=1 keeps the ranks' logs.
 set -u
 
 DRIVER=${1:-}
@@ -51,7 +52,9 @@ cleanup() {
   ip netns del "$NSA" 2>/dev/null
   ip netns del "$NSB" 2>/dev/null
   ip link del "$VA" 2>/dev/null
-  [ -n "$WORK" ] && rm -rf "$WORK"
+  if [ -n "$WORK" ]; then
+    if [ -n "${ZCC_TEST_KEEP:-}" ]; then log "logs kept in $WORK"; else rm -rf "$WORK"; fi
+  fi
 }
 trap cleanup EXIT
 trap 'log "interrupted"; exit 130' INT TERM HUP
@@ -117,13 +120,14 @@ wait_pid() {
     fi
     sleep 0.05
   done
-  wait "$pid"
+  # (stderr: bash's "Killed" notice for the ranks this script killed on purpose)
+  wait "$pid" 2>/dev/null
 }
 
 # collect LOG STATUS WHAT: add the rank's counts; check its exit
 collect() {
   local logf=$1 st=$2 what=$3 line p f
-  grep -E 'FAIL|SKIP' "$logf" | sed "s/^/  /"
+  grep -E 'FAIL|SKIP|after the fault' "$logf" | sed "s/^/  /"
   line=$(grep -E '^net_driver rank [0-9]+: [0-9]+ passed, [0-9]+ failed' "$logf" | tail -1)
   if [ -z "$line" ]; then
     fail "$what: no result line (exit status $st); last lines:"

@@ -76,7 +76,7 @@ static void *rank_main(void *arg) {
 static void make_root(zccUniqueId *id) {
   zcc_sockaddr_t a;
   assert_int_equal(zcc_sockaddr_parse("127.0.0.1:0", &a), zccSuccess);
-  assert_int_equal(zcc_bootstrap_create_root(id, &a, NULL), zccSuccess);
+  assert_int_equal(zcc_bootstrap_create_root(id, &a, NULL, NULL), zccSuccess);
 }
 
 /* Start `count` of the ranks listed in `ranks` (all ranks if NULL) and join
@@ -464,7 +464,7 @@ static void test_id_decode(void **state) {
   zccUniqueId id2;
   zcc_sockaddr_t a;
   assert_int_equal(zcc_sockaddr_parse("127.0.0.1:0", &a), zccSuccess);
-  assert_int_equal(zcc_bootstrap_create_root(&id2, &a, secret), zccSuccess);
+  assert_int_equal(zcc_bootstrap_create_root(&id2, &a, NULL, secret), zccSuccess);
   assert_int_equal(zcc_bootstrap_id_decode(&id2, &ub), zccSuccess);
   assert_memory_equal(ub.secret, secret, ZCC_SECRET_BYTES);
   assert_int_not_equal(zcc_sockaddr_port(&ub.root), zcc_sockaddr_port(&u.root));
@@ -479,7 +479,7 @@ static void test_id_decode(void **state) {
   assert_int_equal(zcc_bootstrap_init(&bad, 0, 1, 100, NULL, &b),
                    zccInvalidArgument);
   assert_ptr_equal(b, (zcc_bootstrap_t *)0x1);
-  assert_int_equal(zcc_bootstrap_create_root(NULL, NULL, NULL),
+  assert_int_equal(zcc_bootstrap_create_root(NULL, NULL, NULL, NULL),
                    zccInvalidArgument);
   assert_int_equal(zcc_bootstrap_allgather(NULL, NULL, 0, 0),
                    zccInvalidArgument);

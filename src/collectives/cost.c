@@ -1,0 +1,384 @@
+/*
+ * The cost model: time = latency + bytes / bandwidth, per algorithm,
+ * protocol and link class.
+ *
+ *   latency   = base(protocol) + steps(algorithm, collective) * hop(class, protocol)
+ *   bandwidth = the algorithm's bandwidth from link loads (rings.c,
+ *               trees.c) * protocol efficiency * what the class's links
+ *               deliver to SM stores * algorithm efficiency
+ *
+ * The figures are the ones NCCL users know on Hopper: a kernel launch and
+ * its first flag cost a few us, an LL hop over NVLink about 0.6 us, a
+ * Simple hop a few us (a fence per chunk), a network hop 4-8 us; LL
+ * carries 4 data bytes per 8, LL128 120 per 128; SM stores reach 363 of
+ * the 450 GB/s an NV18 pair's wire carries each way (DESIGN.md), RDMA
+ * about 92% of a port's rate.
+ *
+ * Host communicators use constants measured with allreduce_perf on a
+ * 2-core VM (see the host section below).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "check.h"
+#include "debug.h"
+#include "param.h"
+#include "planner.h"
+
+ZCC_PARAM_STR(proto, "PROTO", NULL,
+              "force a protocol for GPU communicators: ll, ll128 or simple")
+
+static const char *algo_names[ZCC_PALGO_COUNT] = {"ring", "tree", "oneshot", "twoshot", "hier"};
+static const char *proto_names[ZCC_PROTO_COUNT] = {"ll", "ll128", "simple"};
+
+const char *zcc_palgo_name(zcc_palgo_t algo) {
+  return algo >= 0 && algo < ZCC_PALGO_COUNT ? algo_names[algo] : "invalid";
+}
+const char *zcc_proto_name(zcc_proto_t proto) {
+  return proto >= 0 && proto < ZCC_PROTO_COUNT ? proto_names[proto] : "invalid";
+}
+
+/* Kernel launch and first flag, us. */
+static const double base_lat[ZCC_PROTO_COUNT] = {3.0, 3.5, 4.5};
+/* One step over a link of each class, us: LL, LL128, Simple. */
+static const double hop_lat[ZCC_PATH_CLASS_COUNT][ZCC_PROTO_COUNT] = {
+    [ZCC_PATH_SELF] = {0.2, 0.3, 0.6}, [ZCC_PATH_NVL] = {0.6, 1.0, 2.0},
+    [ZCC_PATH_NVS] = {0.7, 1.1, 2.2},  [ZCC_PATH_PIX] = {1.0, 1.6, 2.6},
+    [ZCC_PATH_PHB] = {1.2, 1.9, 3.0},  [ZCC_PATH_SYS] = {1.6, 2.5, 3.6},
+    [ZCC_PATH_NET] = {4.0, 6.0, 8.0},  [ZCC_PATH_NONE] = {1e6, 1e6, 1e6}};
+static const double proto_eff[ZCC_PROTO_COUNT] = {0.5, 120.0 / 128.0, 1.0};
+static const double algo_eff[ZCC_PALGO_COUNT] = {1.0, 0.9, 0.9, 0.9, 0.95};
+
+/* What SM stores get of a link class's bandwidth. */
+static double class_frac(int cls) {
+  if (cls <= ZCC_PATH_SELF) return 1.0;
+  if (cls <= ZCC_PATH_NVS) return 363.0 / 450.0;
+  if (cls == ZCC_PATH_NET) return 0.92;
+  return 0.85; /* PCIe */
+}
+
+/* ---- host communicators ----
+ * allreduce_perf -np 2 -b 8 -e 64M -f 2, ZCC_ALGO=direct and =ring, 2-core
+ * VM, best of three runs per size; ZCC_SHM_DISABLE=1 for TCP (loopback).
+ * alpha: us per round (direct) or per ring step; bw: GB/s each rank moves.
+ */
+#define SHM_DIRECT_ALPHA 7.7
+#define SHM_DIRECT_BW 1.3
+#define SHM_RING_ALPHA 0.55
+#define SHM_RING_BW 2.2
+#define TCP_DIRECT_ALPHA 3.4
+#define TCP_DIRECT_BW 0.7
+#define TCP_RING_ALPHA 20.6
+#define TCP_RING_BW 1.1
+
+/* us per step for host ranks: shared memory within a host, TCP across. */
+static double host_hop(int cls) { return cls == ZCC_PATH_NET ? TCP_RING_ALPHA : SHM_RING_ALPHA; }
+
+/* ---- support ---- */
+
+static int hop_class_of(const zcc_planner_t *p, zcc_palgo_t algo) {
+  switch (algo) {
+  case ZCC_PALGO_RING: return p->ring_class;
+  case ZCC_PALGO_ONESHOT:
+  case ZCC_PALGO_TWOSHOT: return p->nnodes > 1 ? ZCC_PATH_NET : p->island_class;
+  case ZCC_PALGO_TREE:
+  case ZCC_PALGO_HIER: return p->nnodes > 1 ? ZCC_PATH_NET : p->ring_intra_class;
+  default: return ZCC_PATH_NONE;
+  }
+}
+
+int zcc_planner_supports(const zcc_planner_t *p, zcc_coll_t coll, zcc_palgo_t algo,
+                         zcc_proto_t proto, char *why, size_t whylen) {
+  char dummy[4];
+  if (!why) {
+    why = dummy;
+    whylen = sizeof(dummy);
+  }
+  if (algo < 0 || algo >= ZCC_PALGO_COUNT || proto < 0 || proto >= ZCC_PROTO_COUNT) {
+    snprintf(why, whylen, "no such algorithm or protocol");
+    return 0;
+  }
+  const char *an = zcc_palgo_name(algo);
+  int ok_coll;
+  switch (coll) {
+  case ZCC_COLL_ALLREDUCE: ok_coll = 1; break;
+  case ZCC_COLL_BROADCAST:
+  case ZCC_COLL_REDUCE:
+    ok_coll = algo == ZCC_PALGO_RING || algo == ZCC_PALGO_TREE || algo == ZCC_PALGO_ONESHOT;
+    break;
+  case ZCC_COLL_ALLGATHER:
+  case ZCC_COLL_REDUCESCATTER: ok_coll = algo == ZCC_PALGO_RING || algo == ZCC_PALGO_ONESHOT; break;
+  case ZCC_COLL_ALLTOALL:
+  case ZCC_COLL_SENDRECV: ok_coll = algo == ZCC_PALGO_ONESHOT; break;
+  default: ok_coll = 0; break;
+  }
+  if (!ok_coll) {
+    snprintf(why, whylen, "%s does not run %s", an, zcc_coll_name(coll));
+    return 0;
+  }
+  int all_pairs_coll = coll == ZCC_COLL_ALLTOALL || coll == ZCC_COLL_SENDRECV;
+  if ((algo == ZCC_PALGO_ONESHOT || algo == ZCC_PALGO_TWOSHOT) && !all_pairs_coll) {
+    if (p->nnodes > 1) {
+      snprintf(why, whylen, "%s needs every rank on one host; these %d ranks span %d hosts", an,
+               p->nranks, p->nnodes);
+      return 0;
+    }
+    if (!p->island) {
+      snprintf(why, whylen,
+               "%s needs every pair of ranks joined by NVLink; the worst pair here goes "
+               "over %s", an, zcc_topo_class_name(p->island_class));
+      return 0;
+    }
+  }
+  if (algo == ZCC_PALGO_HIER && (p->nnodes < 2 || p->max_local < 2)) {
+    snprintf(why, whylen, "hier needs several hosts with several ranks each (here %d host%s, "
+             "at most %d rank%s per host)", p->nnodes, p->nnodes == 1 ? "" : "s", p->max_local,
+             p->max_local == 1 ? "" : "s");
+    return 0;
+  }
+  if (p->cpu_ranks && proto != ZCC_PROTO_SIMPLE) {
+    snprintf(why, whylen, "host communicators run the simple protocol only, not %s",
+             zcc_proto_name(proto));
+    return 0;
+  }
+  if (proto == ZCC_PROTO_LL128) {
+    int cls = hop_class_of(p, algo);
+    if (cls > ZCC_PATH_NVS) {
+      snprintf(why, whylen, "ll128 needs NVLink on every step; %s here goes over %s", an,
+               zcc_topo_class_name(cls));
+      return 0;
+    }
+  }
+  why[0] = '\0';
+  return 1;
+}
+
+/* ---- prediction ---- */
+
+double zcc_planner_predict(const zcc_planner_t *p, zcc_coll_t coll, zcc_palgo_t algo,
+                           zcc_proto_t proto, size_t bytes) {
+  double S = (double)bytes, n = p->nranks, N = p->nnodes, L = p->max_local;
+  int cls = hop_class_of(p, algo);
+  double base = p->cpu_ranks ? 0.0 : base_lat[proto];
+  if (p->nranks == 1) return base;
+  double hop = p->cpu_ranks ? host_hop(cls) : hop_lat[cls][proto];
+  double hop_net = p->cpu_ranks ? host_hop(ZCC_PATH_NET) : hop_lat[ZCC_PATH_NET][proto];
+  int intra = p->nnodes > 1 ? p->ring_intra_class : cls;
+  double hop_in = p->cpu_ranks ? host_hop(ZCC_PATH_SELF) : hop_lat[intra][proto];
+  double eff = proto_eff[proto] * algo_eff[algo] * (p->cpu_ranks ? 1.0 : class_frac(cls));
+  double steps = 0, us_bw = 0; /* us_bw: us per byte at full efficiency */
+  switch (algo) {
+  case ZCC_PALGO_RING: {
+    double factor = 1;
+    if (coll == ZCC_COLL_ALLREDUCE) {
+      steps = 2 * (n - 1);
+      factor = 2 * (n - 1) / n;
+    } else if (coll == ZCC_COLL_ALLGATHER || coll == ZCC_COLL_REDUCESCATTER) {
+      steps = n - 1;
+      factor = (n - 1) / n;
+    } else {
+      steps = n - 1;
+    }
+    /* A step takes what its hops take on average around the ring: the
+     * NVLink steps of a multi-host ring are not charged the network's latency. */
+    double sum = 0, cnt = 0;
+    for (int k = 0; k < ZCC_PATH_CLASS_COUNT; k++) {
+      if (!p->ring_steps[k]) continue;
+      sum += p->ring_steps[k] * (p->cpu_ranks ? host_hop(k) : hop_lat[k][proto]);
+      cnt += p->ring_steps[k];
+    }
+    if (cnt > 0) hop = sum / cnt;
+    us_bw = factor / (p->ring_bw * 1e3);
+    return base + steps * hop + S * us_bw / eff;
+  }
+  case ZCC_PALGO_TREE: {
+    double one_way = p->trees[0].depth * hop_net + (L - 1) * hop_in;
+    steps = coll == ZCC_COLL_ALLREDUCE ? 2 : 1;
+    return base + steps * one_way + S / (p->tree_bw * 1e3) / eff;
+  }
+  case ZCC_PALGO_ONESHOT: {
+    double per_pair_bytes_inv; /* us per byte of S */
+    switch (coll) {
+    case ZCC_COLL_ALLREDUCE: per_pair_bytes_inv = p->ap_inv / 1e3; break;
+    case ZCC_COLL_BROADCAST: per_pair_bytes_inv = p->bcast_inv / 1e3; break;
+    case ZCC_COLL_REDUCE: per_pair_bytes_inv = p->gather_inv / 1e3; break;
+    default:
+      if (p->nnodes > 1) /* alltoall / sendrecv across hosts: the NICs bound it */
+        per_pair_bytes_inv = L * (N - 1) / N / (p->net_bw * 1e3) + p->hier_intra_inv / n / 1e3;
+      else
+        per_pair_bytes_inv = p->ap_inv / n / 1e3;
+      break;
+    }
+    return base + hop + S * per_pair_bytes_inv / eff;
+  }
+  case ZCC_PALGO_TWOSHOT:
+    return base + 2 * hop + 2 * S / n * p->ap_inv / 1e3 / eff;
+  case ZCC_PALGO_HIER: {
+    double lat = 2 * hop_in + 2 * (N - 1) * hop_net;
+    double bw = 2 * S / L * p->hier_intra_inv / 1e3 +
+                2 * (N - 1) / N * S / L * p->hier_rail_inv / 1e3;
+    return base + lat + bw / eff;
+  }
+  default: return INFINITY;
+  }
+}
+
+/* ---- choice and overrides ---- */
+
+/* ZCC_ALGO is declared with the host tuning (tuning.c); read it by name. */
+static const char *algo_override(void) {
+  for (int i = 0;; i++) {
+    const zcc_param_t *q = zcc_param_at(i);
+    if (!q) return NULL;
+    if (strcmp(q->name, "ALGO") == 0) return zcc_param_get_str((zcc_param_t *)q);
+  }
+}
+
+static int parse_algo(const char *s) {
+  if (strcasecmp(s, "direct") == 0) return ZCC_PALGO_ONESHOT; /* host communicators' name */
+  for (int i = 0; i < ZCC_PALGO_COUNT; i++)
+    if (strcasecmp(s, algo_names[i]) == 0) return i;
+  return -1;
+}
+
+static int parse_proto(const char *s) {
+  for (int i = 0; i < ZCC_PROTO_COUNT; i++)
+    if (strcasecmp(s, proto_names[i]) == 0) return i;
+  return -1;
+}
+
+zccResult_t zcc_planner_pick(const zcc_planner_t *p, zcc_coll_t coll, size_t bytes,
+                             zcc_choice_t *out) {
+  const char *fa = algo_override(), *fp = zcc_param_proto();
+  int want_a = -1, want_p = -1;
+  if (fa && *fa && (want_a = parse_algo(fa)) < 0)
+    return zcc_error(zccInvalidArgument,
+                     "ZCC_ALGO=%s is not an algorithm: use ring, tree, oneshot, twoshot, hier "
+                     "(or direct, the same as oneshot)", fa);
+  if (fp && *fp && (want_p = parse_proto(fp)) < 0)
+    return zcc_error(zccInvalidArgument, "ZCC_PROTO=%s is not a protocol: use ll, ll128 or simple",
+                     fp);
+  zcc_choice_t best = {ZCC_PALGO_RING, ZCC_PROTO_SIMPLE, INFINITY};
+  char why[256] = "";
+  for (int a = 0; a < ZCC_PALGO_COUNT; a++) {
+    if (want_a >= 0 && a != want_a) continue;
+    for (int q = 0; q < ZCC_PROTO_COUNT; q++) {
+      if (want_p >= 0 && q != want_p) continue;
+      char w[256];
+      if (!zcc_planner_supports(p, coll, a, q, w, sizeof(w))) {
+        if (!why[0]) snprintf(why, sizeof(why), "%s", w);
+        continue;
+      }
+      double t = zcc_planner_predict(p, coll, a, q, bytes);
+      if (t < best.time_us) best = (zcc_choice_t){a, q, t};
+    }
+  }
+  if (!isfinite(best.time_us)) {
+    if (want_a >= 0 || want_p >= 0)
+      return zcc_error(zccInvalidArgument, "%s%s%s%s%s cannot run %s here: %s",
+                       want_a >= 0 ? "ZCC_ALGO=" : "", want_a >= 0 ? fa : "",
+                       want_a >= 0 && want_p >= 0 ? " with " : "",
+                       want_p >= 0 ? "ZCC_PROTO=" : "", want_p >= 0 ? fp : "",
+                       zcc_coll_name(coll), why);
+    return zcc_error(zccInternalError, "planner: no algorithm runs %s here: %s",
+                     zcc_coll_name(coll), why);
+  }
+  ZCC_TRACE(TUNING, "%s of %zu bytes on %d ranks: %s/%s, %.1f us", zcc_coll_name(coll), bytes,
+            p->nranks, zcc_palgo_name(best.algo), zcc_proto_name(best.proto), best.time_us);
+  *out = best;
+  return zccSuccess;
+}
+
+int zcc_planner_format_row(const zcc_planner_t *p, zcc_coll_t coll, size_t bytes, char *buf,
+                           size_t len) {
+  size_t o = 0;
+  int best_a = -1, best_q = -1;
+  double best = INFINITY;
+  o += (size_t)snprintf(buf + o, o < len ? len - o : 0, "%-13s %11zu", zcc_coll_name(coll),
+                        bytes);
+  for (int a = 0; a < ZCC_PALGO_COUNT; a++)
+    for (int q = 0; q < ZCC_PROTO_COUNT; q++) {
+      if (!zcc_planner_supports(p, coll, a, q, NULL, 0)) {
+        o += (size_t)snprintf(buf + o, o < len ? len - o : 0, " %9s", "-");
+        continue;
+      }
+      double t = zcc_planner_predict(p, coll, a, q, bytes);
+      if (t < best) {
+        best = t;
+        best_a = a;
+        best_q = q;
+      }
+      o += (size_t)snprintf(buf + o, o < len ? len - o : 0, " %9.1f", t);
+    }
+  if (best_a >= 0)
+    o += (size_t)snprintf(buf + o, o < len ? len - o : 0, "  %s/%s", zcc_palgo_name(best_a),
+                          zcc_proto_name(best_q));
+  return (int)o;
+}
+
+void zcc_planner_log_table(const zcc_planner_t *p) {
+  if (!zcc_log_enabled(ZCC_LOG_INFO, ZCC_TUNING)) return;
+  char head[512];
+  size_t o = (size_t)snprintf(head, sizeof(head), "%-13s %11s", "collective", "bytes");
+  for (int a = 0; a < ZCC_PALGO_COUNT; a++)
+    for (int q = 0; q < ZCC_PROTO_COUNT; q++) {
+      char col[24];
+      snprintf(col, sizeof(col), "%s/%s", algo_names[a], proto_names[q]);
+      o += (size_t)snprintf(head + o, o < sizeof(head) ? sizeof(head) - o : 0, " %9.9s", col);
+    }
+  ZCC_INFO(TUNING, "predicted us on %d ranks, %d hosts:", p->nranks, p->nnodes);
+  ZCC_INFO(TUNING, "%s  winner", head);
+  static const zcc_coll_t colls[] = {ZCC_COLL_ALLREDUCE, ZCC_COLL_BROADCAST, ZCC_COLL_REDUCE,
+                                     ZCC_COLL_ALLGATHER, ZCC_COLL_REDUCESCATTER,
+                                     ZCC_COLL_ALLTOALL};
+  for (size_t c = 0; c < sizeof(colls) / sizeof(colls[0]); c++)
+    for (size_t b = 8; b <= ((size_t)1 << 30); b *= 8) {
+      char row[512];
+      zcc_planner_format_row(p, colls[c], b, row, sizeof(row));
+      ZCC_INFO(TUNING, "%s", row);
+    }
+}
+
+/* ---- host communicators: direct or ring ---- */
+
+zccResult_t zcc_planner_pick_host(int nranks, int nnodes, zcc_coll_t coll, size_t bytes,
+                                  zcc_algo_t *algo) {
+  if (nranks < 1 || nnodes < 1 || nnodes > nranks)
+    return zcc_error(zccInvalidArgument, "planner: %d ranks on %d hosts", nranks, nnodes);
+  if (coll < 0 || coll >= ZCC_COLL_COUNT)
+    return zcc_error(zccInvalidArgument, "planner: collective %d is invalid", (int)coll);
+  if (nranks == 1 || coll == ZCC_COLL_ALLTOALL || coll == ZCC_COLL_SENDRECV) {
+    *algo = ZCC_ALGO_DIRECT;
+    return zccSuccess;
+  }
+  int tcp = nnodes > 1;
+  double ad = tcp ? TCP_DIRECT_ALPHA : SHM_DIRECT_ALPHA, bd = tcp ? TCP_DIRECT_BW : SHM_DIRECT_BW;
+  double ar = tcp ? TCP_RING_ALPHA : SHM_RING_ALPHA, br = tcp ? TCP_RING_BW : SHM_RING_BW;
+  double n = nranks, S = (double)bytes;
+  double direct_bytes, ring_bytes, ring_steps;
+  switch (coll) {
+  case ZCC_COLL_ALLREDUCE:
+    direct_bytes = (n - 1) * S;
+    ring_bytes = 2 * (n - 1) / n * S;
+    ring_steps = 2 * (n - 1);
+    break;
+  case ZCC_COLL_ALLGATHER:
+  case ZCC_COLL_REDUCESCATTER:
+    direct_bytes = (n - 1) / n * S;
+    ring_bytes = (n - 1) / n * S;
+    ring_steps = n - 1;
+    break;
+  default: /* broadcast, reduce: the root moves (n-1) copies, or scatter + ring */
+    direct_bytes = (n - 1) * S;
+    ring_bytes = 2 * (n - 1) / n * S;
+    ring_steps = n;
+    break;
+  }
+  double td = ad + direct_bytes / (bd * 1e3), tr = ring_steps * ar + ring_bytes / (br * 1e3);
+  *algo = tr < td ? ZCC_ALGO_RING : ZCC_ALGO_DIRECT;
+  ZCC_TRACE(TUNING, "host %s of %zu bytes, %d ranks on %d hosts: direct %.1f us, ring %.1f us",
+            zcc_coll_name(coll), bytes, nranks, nnodes, td, tr);
+  return zccSuccess;
+}

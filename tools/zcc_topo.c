@@ -1,0 +1,342 @@
+/*
+ * zcc_topo: the topology zcc sees and what it would do with it.
+ *
+ *   zcc_topo                       detect this machine and show everything
+ *   zcc_topo --file saved.json     the same for a saved graph
+ *   zcc_topo --ranks 0-3,6         plan for these GPUs (graph order) only
+ *   zcc_topo --json | --dot        the graph as JSON or Graphviz
+ *   zcc_topo --params              every ZCC_* variable, value and help
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "debug.h"
+#include "planner.h"
+#include "topo.h"
+#include "zcc.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: zcc_topo [--file FILE] [--ranks LIST | --gpus] [--json | --dot | --params]\n"
+          "                [--paths all] [--no-plan]\n"
+          "  --file FILE   load a saved graph (as ZCC_TOPO_FILE does) instead of detecting\n"
+          "  --ranks LIST  plan for ranks on these GPUs, e.g. 0-7 or 0,2,4-6, counted in graph\n"
+          "                order over all hosts (CPU nodes when there is no GPU)\n"
+          "  --gpus        plan for every GPU (the default)\n"
+          "  --json        print the graph as JSON (docs/topo-json.md) and nothing else\n"
+          "  --dot         print the graph for Graphviz and nothing else\n"
+          "  --params      list every ZCC_* variable with its value, default and help\n"
+          "  --paths all   best paths between every pair of devices of every distinct host\n"
+          "                (default: devices of the first host)\n"
+          "  --no-plan     show the graph and paths only\n");
+}
+
+static int parse_list(const char *s, int max, int *out, int cap) {
+  int n = 0;
+  while (*s) {
+    char *end;
+    errno = 0;
+    long a = strtol(s, &end, 10), b;
+    if (end == s || errno || a < 0 || a >= max) return -1;
+    b = a;
+    s = end;
+    if (*s == '-') {
+      s++;
+      b = strtol(s, &end, 10);
+      if (end == s || b < a || b >= max) return -1;
+      s = end;
+    }
+    for (long i = a; i <= b; i++) {
+      if (n >= cap) return -1;
+      out[n++] = (int)i;
+    }
+    if (*s == ',') s++;
+    else if (*s) return -1;
+  }
+  return n;
+}
+
+static void print_params(void) {
+  printf("%-24s %-24s %-16s %s\n", "variable", "value", "default", "help");
+  for (int i = 0;; i++) {
+    const char *name, *value, *def, *help;
+    if (zccGetParam(i, &name, &value, &def, &help) != zccSuccess) break;
+    char full[64];
+    snprintf(full, sizeof(full), "ZCC_%s", name);
+    printf("%-24s %-24s %-16s %s\n", full, value, def, help);
+  }
+}
+
+static void print_dot(const zcc_topo_t *g) {
+  printf("graph zcc {\n  node [shape=box, fontsize=10];\n");
+  for (int h = 0; h < g->nhosts; h++) {
+    printf("  subgraph \"cluster_%d\" {\n    label=\"%s\";\n", h, g->hosts[h].name);
+    for (int i = g->hosts[h].first; i < g->hosts[h].first + g->hosts[h].nnodes; i++)
+      printf("    n%d [label=\"%s\\n%s\"];\n", i, g->nodes[i].id, g->nodes[i].model);
+    printf("  }\n");
+  }
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i].kind == ZCC_TOPO_NET)
+      printf("  n%d [shape=ellipse, label=\"%s\"];\n", i, g->nodes[i].id);
+  for (int l = 0; l < g->nlinks; l++) {
+    const zcc_topo_link_t *k = &g->links[l];
+    printf("  n%d -- n%d [label=\"%s%s %.0f\"];\n", k->a, k->b, zcc_topo_link_name(k->type),
+           k->width && k->type == ZCC_LINK_NVLINK ? "x" : "", k->bw);
+  }
+  printf("}\n");
+}
+
+static void print_host(const zcc_topo_t *g, int h) {
+  const zcc_topo_host_t *host = &g->hosts[h];
+  printf("host %s: %d nodes\n", host->name, host->nnodes);
+  static const zcc_topo_kind_t order[] = {ZCC_TOPO_CPU, ZCC_TOPO_PCI, ZCC_TOPO_GPU, ZCC_TOPO_NVS,
+                                          ZCC_TOPO_NIC};
+  for (size_t k = 0; k < sizeof(order) / sizeof(order[0]); k++)
+    for (int i = host->first; i < host->first + host->nnodes; i++) {
+      const zcc_topo_node_t *n = &g->nodes[i];
+      if (n->kind != order[k]) continue;
+      switch (n->kind) {
+      case ZCC_TOPO_CPU:
+        printf("  cpu  %-8s numa %d, socket %d, %s\n", n->id, n->dev, n->package, n->model);
+        break;
+      case ZCC_TOPO_GPU:
+        printf("  gpu  %-8s %s cuda %d, sm_%d, %s\n", n->id, n->bus, n->dev, n->arch, n->model);
+        break;
+      case ZCC_TOPO_NIC:
+        printf("  nic  %-8s %s %s port %d, %.0f Gb/s on %s\n", n->id, n->bus, n->model, n->dev,
+               n->speed, n->net >= 0 ? g->nodes[n->net].id : "no network");
+        break;
+      default:
+        printf("  %-4s %-8s %s %s\n", zcc_topo_kind_name(n->kind), n->id, n->bus, n->model);
+        break;
+      }
+    }
+  printf("  links:\n");
+  for (int l = 0; l < g->nlinks; l++) {
+    const zcc_topo_link_t *k = &g->links[l];
+    if (g->nodes[k->a].host != h && g->nodes[k->b].host != h) continue;
+    char what[32] = "";
+    if (k->type == ZCC_LINK_PCIE && k->gen) snprintf(what, sizeof(what), "gen%d x%d", k->gen, k->width ? k->width : 16);
+    if (k->type == ZCC_LINK_NVLINK) snprintf(what, sizeof(what), "%d x nvlink%d", k->width, k->gen);
+    printf("    %-8s - %-8s %-7s %-14s %8.1f GB/s %5.2f us\n", g->nodes[k->a].id,
+           g->nodes[k->b].id, zcc_topo_link_name(k->type), what, k->bw, k->lat);
+  }
+}
+
+static int is_device(const zcc_topo_node_t *n) {
+  return n->kind == ZCC_TOPO_GPU || n->kind == ZCC_TOPO_NIC || n->kind == ZCC_TOPO_CPU;
+}
+
+static void print_paths(const zcc_topo_t *g, int h) {
+  const zcc_topo_host_t *host = &g->hosts[h];
+  printf("best paths on %s (bandwidth GB/s each way, class):\n", host->name);
+  for (int a = host->first; a < host->first + host->nnodes; a++) {
+    if (!is_device(&g->nodes[a])) continue;
+    for (int b = host->first; b < host->first + host->nnodes; b++) {
+      if (a == b || !is_device(&g->nodes[b])) continue;
+      if (g->nodes[a].kind == ZCC_TOPO_CPU && g->nodes[b].kind == ZCC_TOPO_CPU && b < a) continue;
+      const zcc_topo_path_t *p = zcc_topo_path(g, a, b);
+      int via[64], n = zcc_topo_path_nodes(g, a, b, via, 64);
+      printf("  %-6s -> %-6s %8.1f  %-12s %d hops:", g->nodes[a].id, g->nodes[b].id, p->bw,
+             zcc_topo_class_name(p->cls), p->hops);
+      for (int i = 0; i < n; i++) printf(" %s", g->nodes[via[i]].id);
+      printf("\n");
+    }
+  }
+}
+
+static void print_plan(const zcc_planner_t *p) {
+  const zcc_topo_t *g = p->g;
+  printf("plan for %d ranks on %d host%s (%s ranks)\n", p->nranks, p->nnodes,
+         p->nnodes == 1 ? "" : "s", p->cpu_ranks ? "cpu" : "gpu");
+  printf("rings: %d channel%s, %.1f GB/s in all, worst step %s\n", p->nchannels,
+         p->nchannels == 1 ? "" : "s", p->ring_bw, zcc_topo_class_name(p->ring_class));
+  int show = p->nranks <= 256 ? p->nchannels : 2;
+  for (int c = 0; c < show; c++) {
+    printf("  ring %2d:", c);
+    for (int i = 0; i < p->nranks; i++) {
+      int r = p->rings[c].order[i], h = p->rank_host[r];
+      if (p->nnodes > 1 && i == p->host_off[h])
+        printf(" [%s in %s]", g->hosts[p->host_of[h]].name, g->nodes[p->rings[c].nic_in[h]].id);
+      printf(" %d", r);
+      if (p->nnodes > 1 && i == p->host_off[h + 1] - 1)
+        printf(" [out %s]", g->nodes[p->rings[c].nic_out[h]].id);
+    }
+    printf("\n");
+  }
+  if (show < p->nchannels) printf("  ... %d more\n", p->nchannels - show);
+  for (int t = 0; t < 2; t++) {
+    const zcc_tree_t *tr = &p->trees[t];
+    printf("tree %d: root %s, depth %d over hosts", t, g->hosts[p->host_of[tr->root]].name,
+           tr->depth);
+    if (p->nnodes > 1 && p->nnodes <= 64) {
+      printf("; parents:");
+      for (int h = 0; h < p->nnodes; h++) printf(" %d", tr->parent[h]);
+    }
+    printf("\n");
+  }
+  printf("  within each host, a chain in ring order; tree bandwidth %.1f GB/s\n", p->tree_bw);
+  if (p->nnodes > 1)
+    printf("all-pairs (oneshot/twoshot): not possible, the ranks span %d hosts\n", p->nnodes);
+  else
+    printf("all-pairs (oneshot/twoshot): %s (worst pair %s)\n",
+           p->island ? "possible" : "not possible", zcc_topo_class_name(p->island_class));
+  printf("\npredicted time (us) per collective and size; '-' cannot run\n");
+  printf("%-13s %11s", "collective", "bytes");
+  for (int a = 0; a < ZCC_PALGO_COUNT; a++)
+    for (int q = 0; q < ZCC_PROTO_COUNT; q++) {
+      char col[24];
+      snprintf(col, sizeof(col), "%s/%s", zcc_palgo_name(a), zcc_proto_name(q));
+      printf(" %9.9s", col);
+    }
+  printf("  winner\n");
+  static const zcc_coll_t colls[] = {ZCC_COLL_ALLREDUCE, ZCC_COLL_BROADCAST, ZCC_COLL_REDUCE,
+                                     ZCC_COLL_ALLGATHER, ZCC_COLL_REDUCESCATTER,
+                                     ZCC_COLL_ALLTOALL};
+  for (size_t c = 0; c < sizeof(colls) / sizeof(colls[0]); c++) {
+    for (size_t b = 8; b <= ((size_t)1 << 30); b *= 8) {
+      char row[512];
+      zcc_planner_format_row(p, colls[c], b, row, sizeof(row));
+      printf("%s\n", row);
+    }
+  }
+  zcc_choice_t ch;
+  if (zcc_planner_pick(p, ZCC_COLL_ALLREDUCE, 1 << 20, &ch) != zccSuccess)
+    printf("\nZCC_ALGO / ZCC_PROTO: %s\n", zcc_last_error());
+}
+
+int main(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"file", required_argument, 0, 'f'}, {"ranks", required_argument, 0, 'r'},
+      {"gpus", no_argument, 0, 'g'},       {"json", no_argument, 0, 'j'},
+      {"dot", no_argument, 0, 'd'},        {"params", no_argument, 0, 'p'},
+      {"paths", required_argument, 0, 'a'}, {"no-plan", no_argument, 0, 'n'},
+      {"help", no_argument, 0, 'h'},       {0, 0, 0, 0}};
+  const char *file = NULL, *ranks = NULL;
+  int json = 0, dot = 0, params = 0, all_paths = 0, plan = 1;
+  for (int c; (c = getopt_long(argc, argv, "f:r:gjdpa:nh", opts, NULL)) != -1;) {
+    switch (c) {
+    case 'f': file = optarg; break;
+    case 'r': ranks = optarg; break;
+    case 'g': ranks = NULL; break;
+    case 'j': json = 1; break;
+    case 'd': dot = 1; break;
+    case 'p': params = 1; break;
+    case 'a':
+      if (strcmp(optarg, "all") != 0) {
+        fprintf(stderr, "zcc_topo: --paths takes 'all', not '%s'\n", optarg);
+        return 2;
+      }
+      all_paths = 1;
+      break;
+    case 'n': plan = 0; break;
+    case 'h': usage(stdout); return 0;
+    default: usage(stderr); return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "zcc_topo: unexpected argument '%s'\n", argv[optind]);
+    usage(stderr);
+    return 2;
+  }
+  if (params) {
+    print_params();
+    return 0;
+  }
+  zcc_topo_t *g;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  zccResult_t res = file ? zcc_topo_load_file(file, &g) : zcc_topo_detect(&g);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  if (res != zccSuccess) {
+    fprintf(stderr, "zcc_topo: %s\n", zcc_last_error());
+    return 1;
+  }
+  double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+  if (json || dot) {
+    if (json) {
+      char *text;
+      if (zcc_topo_dump_json(g, 1, &text) != zccSuccess) {
+        fprintf(stderr, "zcc_topo: %s\n", zcc_last_error());
+        zcc_topo_free(g);
+        return 1;
+      }
+      printf("%s\n", text);
+      free(text);
+    } else {
+      print_dot(g);
+    }
+    zcc_topo_free(g);
+    return 0;
+  }
+  printf("topology %s: %d host%s, %d nodes, %d links (%s in %.1f ms, %zu KiB)\n",
+         file ? file : "detected", g->nhosts, g->nhosts == 1 ? "" : "s", g->nnodes, g->nlinks,
+         file ? "loaded" : "detected", ms, zcc_topo_memory(g) / 1024);
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i].kind == ZCC_TOPO_NET)
+      printf("network %s: %s\n", g->nodes[i].id, g->nodes[i].model);
+  /* Hosts with the same table are the same machine: show the first only. */
+  int shown = 0;
+  for (int h = 0; h < g->nhosts; h++) {
+    int first = 1;
+    for (int k = 0; k < h; k++) first &= g->hosts[k].table != g->hosts[h].table;
+    if (!first) continue;
+    if (shown++) printf("\n");
+    print_host(g, h);
+    int same = 0;
+    for (int k = h + 1; k < g->nhosts; k++) same += g->hosts[k].table == g->hosts[h].table;
+    if (same) printf("  (%d more host%s identical to %s)\n", same, same == 1 ? "" : "s", g->hosts[h].name);
+    if (all_paths || h == 0) print_paths(g, h);
+  }
+  int rc = 0;
+  if (plan) {
+    int ndev = zcc_topo_count(g, -1, ZCC_TOPO_GPU);
+    int *nodes = NULL, n = 0;
+    int *all = malloc(sizeof(int) * (size_t)(g->nnodes + 1));
+    int total = 0;
+    zcc_topo_kind_t kind = ndev ? ZCC_TOPO_GPU : ZCC_TOPO_CPU;
+    for (int i = 0; i < g->nnodes; i++)
+      if (g->nodes[i].kind == kind) all[total++] = i;
+    nodes = malloc(sizeof(int) * (size_t)(total + 1));
+    if (ranks) {
+      int *idx = malloc(sizeof(int) * (size_t)(total + 1));
+      n = parse_list(ranks, total, idx, total);
+      if (n <= 0) {
+        fprintf(stderr, "zcc_topo: --ranks %s: not a list of %s indices below %d (e.g. 0-3,6)\n",
+                ranks, zcc_topo_kind_name(kind), total);
+        free(idx);
+        free(all);
+        free(nodes);
+        zcc_topo_free(g);
+        return 2;
+      }
+      for (int i = 0; i < n; i++) nodes[i] = all[idx[i]];
+      free(idx);
+    } else {
+      n = total;
+      memcpy(nodes, all, sizeof(int) * (size_t)total);
+    }
+    zcc_planner_t *p;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    res = zcc_planner_build(g, n, nodes, &p);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (res != zccSuccess) {
+      fprintf(stderr, "zcc_topo: %s\n", zcc_last_error());
+      rc = 1;
+    } else {
+      printf("\n");
+      print_plan(p);
+      printf("\n(planned in %.1f ms)\n",
+             (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6);
+      zcc_planner_free(p);
+    }
+    free(all);
+    free(nodes);
+  }
+  zcc_topo_free(g);
+  return rc;
+}
