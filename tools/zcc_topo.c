@@ -304,17 +304,21 @@ int main(int argc, char **argv) {
     nodes = malloc(sizeof(int) * (size_t)(total + 1));
     if (ranks) {
       int *idx = malloc(sizeof(int) * (size_t)(total + 1));
-      n = parse_list(ranks, total, idx, total);
+      /* host communicators may put several ranks on one CPU node */
+      int max = kind == ZCC_TOPO_CPU ? 4096 : total;
+      idx = realloc(idx, sizeof(int) * (size_t)max);
+      n = idx ? parse_list(ranks, max, idx, max) : -1;
       if (n <= 0) {
         fprintf(stderr, "zcc_topo: --ranks %s: not a list of %s indices below %d (e.g. 0-3,6)\n",
-                ranks, zcc_topo_kind_name(kind), total);
+                ranks, zcc_topo_kind_name(kind), max);
         free(idx);
         free(all);
         free(nodes);
         zcc_topo_free(g);
         return 2;
       }
-      for (int i = 0; i < n; i++) nodes[i] = all[idx[i]];
+      nodes = realloc(nodes, sizeof(int) * (size_t)(n > 0 ? n : 1));
+      for (int i = 0; i < n && nodes; i++) nodes[i] = all[idx[i] % total];
       free(idx);
     } else {
       n = total;
