@@ -401,12 +401,12 @@ typedef struct rail {
   int nic, rank;
 } rail_t;
 
-static int rails_of(const zcc_planner_t *p, int h, rail_t *out, int cap) {
+static int rails_of(const zcc_planner_t *p, int h, int net, rail_t *out, int cap) {
   const zcc_topo_t *g = p->g;
   const zcc_topo_host_t *host = &g->hosts[p->host_of[h]];
   int n = 0;
   for (int i = host->first; i < host->first + host->nnodes && n < cap; i++) {
-    if (g->nodes[i].kind != ZCC_TOPO_NIC || g->nodes[i].net < 0) continue;
+    if (g->nodes[i].kind != ZCC_TOPO_NIC || g->nodes[i].net != net) continue;
     int best = -1;
     double bbw = 0, blat = 0;
     for (int k = p->host_off[h]; k < p->host_off[h + 1]; k++) {
@@ -518,12 +518,18 @@ static zccResult_t build_rings(zcc_planner_t *p, zcc_flow_t *f) {
       res = zcc_error(zccSystemError, "planner: out of memory");
       goto out;
     }
+    /* The network every host must reach: the first host's first one. */
+    int net = -1;
+    const zcc_topo_host_t *h0 = &p->g->hosts[p->host_of[0]];
+    for (int i = h0->first; i < h0->first + h0->nnodes && net < 0; i++)
+      if (p->g->nodes[i].kind == ZCC_TOPO_NIC) net = p->g->nodes[i].net;
     for (int h = 0; h < p->nnodes; h++) {
-      nrails[h] = rails_of(p, h, &rails[(size_t)h * maxr], maxr);
+      nrails[h] = net < 0 ? 0 : rails_of(p, h, net, &rails[(size_t)h * maxr], maxr);
       if (nrails[h] == 0) {
         res = zcc_error(zccInvalidArgument,
-                        "planner: host '%s' has no nic on a network: its ranks cannot reach "
-                        "the other %d hosts", p->g->hosts[p->host_of[h]].name, p->nnodes - 1);
+                        "planner: host '%s' has no nic on network '%s' that its ranks reach: "
+                        "they cannot reach the other %d hosts", p->g->hosts[p->host_of[h]].name,
+                        net < 0 ? "(none)" : p->g->nodes[net].id, p->nnodes - 1);
         goto out;
       }
     }

@@ -449,6 +449,8 @@ static zccResult_t load_tree(loader_t *L, json_object *root) {
   if (strcmp(format, FORMAT_NAME) != 0)
     return LERR(L, "%s: format is '%s', not '" FORMAT_NAME "'", L->what, format);
   int version = -1;
+  if (!json_object_object_get_ex(root, "version", NULL))
+    return LERR(L, "%s: the top level has no \"version\"", L->what);
   ZCC_CHECK(get_int(L, root, "version", 0, 1000, &version, "the top level"));
   if (version != FORMAT_VERSION)
     return LERR(L, "%s: version %d is not supported (this zcc reads version %d)", L->what,

@@ -1,0 +1,388 @@
+/*
+ * The planner on fixtures, each test a property an engineer would check:
+ * NVLink-only rings with as many channels as the NVLinks carry, rings that
+ * cross the socket link exactly twice, one entry and one exit per host
+ * through a NIC next to the GPU that uses it, trees of depth log2(hosts),
+ * latency algorithms for 8 B and bandwidth ones for 1 GiB with the
+ * crossover stated, overrides that refuse what cannot run, and scale.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "param.h"
+#include "planner.h"
+#include "test_topo_util.h"
+
+static zcc_planner_t *plan_all(const zcc_topo_t *g) {
+  int n = zcc_topo_count(g, -1, ZCC_TOPO_GPU);
+  int *nodes = malloc(sizeof(int) * (size_t)n);
+  assert_int_equal(zcc_planner_place(g, n, nodes), zccSuccess);
+  zcc_planner_t *p = NULL;
+  if (zcc_planner_build(g, n, nodes, &p) != zccSuccess) fail_msg("plan: %s", zcc_last_error());
+  free(nodes);
+  return p;
+}
+
+static int step_class(const zcc_planner_t *p, int a, int b) {
+  if (p->rank_host[a] != p->rank_host[b]) return ZCC_PATH_NET;
+  return zcc_topo_path(p->g, p->rank_node[a], p->rank_node[b])->cls;
+}
+
+static void test_rings_nvswitch(void **s) {
+  zcc_topo_t *g = load_fixture("dgx-h100.json");
+  zcc_planner_t *p = plan_all(g);
+  for (int c = 0; c < p->nchannels; c++)
+    for (int i = 0; i < p->nranks; i++) {
+      int a = p->rings[c].order[i], b = p->rings[c].order[(i + 1) % p->nranks];
+      if (step_class(p, a, b) != ZCC_PATH_NVS)
+        fail_msg("ring %d step %d -> %d goes over %s, not nvswitch", c, a, b,
+                 zcc_topo_class_name(step_class(p, a, b)));
+    }
+  /* 18 NVLink4 links of 25 GB/s each way; one channel drives 25 GB/s */
+  int want = (int)(zcc_topo_nvlink_bw(4, 18) / ZCC_PLANNER_GPU_CHANNEL_BW);
+  assert_int_equal(want, 18);
+  assert_int_equal(p->nchannels, want);
+  assert_true(fabs(p->ring_bw - 450.0) < 1e-6);
+  assert_true(p->island);
+  zcc_planner_free(p);
+  zcc_topo_free(g);
+  /* the NV18 pair in a VM: direct NVLink, same channel count */
+  g = load_fixture("h200-nv18-vm.json");
+  p = plan_all(g);
+  assert_int_equal(p->nchannels, 18);
+  assert_int_equal(p->ring_class, ZCC_PATH_NVL);
+  zcc_planner_free(p);
+  zcc_topo_free(g);
+}
+
+/* Times a ring's steps traverse the link between the two sockets. */
+static int smp_crossings(const zcc_planner_t *p, const zcc_ring_t *r) {
+  int n = 0;
+  for (int i = 0; i < p->nranks; i++) {
+    int a = p->rank_node[r->order[i]], b = p->rank_node[r->order[(i + 1) % p->nranks]];
+    int via[64], k = zcc_topo_path_nodes(p->g, a, b, via, 64);
+    for (int j = 0; j + 1 < k; j++)
+      n += p->g->nodes[via[j]].kind == ZCC_TOPO_CPU && p->g->nodes[via[j + 1]].kind == ZCC_TOPO_CPU &&
+           p->g->nodes[via[j]].package != p->g->nodes[via[j + 1]].package;
+  }
+  return n;
+}
+
+static void test_rings_two_sockets(void **s) {
+  zcc_topo_t *g = load_fixture("pcie-4gpu-2socket.json");
+  zcc_planner_t *p = plan_all(g);
+  for (int c = 0; c < p->nchannels; c++)
+    if (smp_crossings(p, &p->rings[c]) != 2)
+      fail_msg("ring %d crosses the socket link %d times, not 2", c, smp_crossings(p, &p->rings[c]));
+  /* the bottleneck is the socket link, 10 GB/s each way: one channel */
+  assert_int_equal(p->nchannels, 1);
+  assert_true(fabs(p->ring_bw - 10.0) < 1e-6);
+  assert_false(p->island);
+  /* and whatever order the ranks come in */
+  int nodes[4] = {NODE(g, 0, "gpu0"), NODE(g, 0, "gpu2"), NODE(g, 0, "gpu1"), NODE(g, 0, "gpu3")};
+  zcc_planner_t *q;
+  assert_int_equal(zcc_planner_build(g, 4, nodes, &q), zccSuccess);
+  assert_int_equal(smp_crossings(q, &q->rings[0]), 2);
+  zcc_planner_free(q);
+  zcc_planner_free(p);
+  zcc_topo_free(g);
+}
+
+static void check_multinode(const char *fixture, int hosts) {
+  zcc_topo_t *g = load_fixture(fixture);
+  zcc_planner_t *p = plan_all(g);
+  assert_int_equal(p->nnodes, hosts);
+  assert_true(p->nchannels >= 8);
+  int *used_in = calloc((size_t)g->nnodes, sizeof(int));
+  for (int c = 0; c < p->nchannels; c++) {
+    const zcc_ring_t *r = &p->rings[c];
+    int enters = 0;
+    for (int i = 0; i < p->nranks; i++) {
+      int a = r->order[i], b = r->order[(i + 1) % p->nranks];
+      int ha = p->rank_host[a], hb = p->rank_host[b];
+      if (ha == hb) continue;
+      enters++;
+      /* leaves ha by a NIC next to a, enters hb by one next to b */
+      const zcc_topo_path_t *out = zcc_topo_path(g, p->rank_node[a], r->nic_out[ha]);
+      const zcc_topo_path_t *in = zcc_topo_path(g, p->rank_node[b], r->nic_in[hb]);
+      if (out->cls != ZCC_PATH_PIX || in->cls != ZCC_PATH_PIX)
+        fail_msg("%s ring %d: %d leaves by %s (%s), %d enters by %s (%s)", fixture, c, a,
+                 g->nodes[r->nic_out[ha]].id, zcc_topo_class_name(out->cls), b,
+                 g->nodes[r->nic_in[hb]].id, zcc_topo_class_name(in->cls));
+      used_in[r->nic_in[hb]]++;
+    }
+    /* each host entered once and left once: as many host changes as hosts */
+    if (enters != hosts) fail_msg("%s ring %d changes host %d times for %d hosts", fixture, c, enters, hosts);
+  }
+  /* every NIC carries a share: 16 channels over 8 NICs, 2 each */
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i].kind == ZCC_TOPO_NIC && used_in[i] != p->nchannels / 8)
+      fail_msg("%s: nic %s of %s enters %d rings, not %d", fixture, g->nodes[i].id,
+               g->hosts[g->nodes[i].host].name, used_in[i], p->nchannels / 8);
+  assert_int_equal(p->nchannels, 16);
+  assert_true(fabs(p->ring_bw - 400.0) < 1e-6); /* 8 x 400 Gb/s */
+  free(used_in);
+  zcc_planner_free(p);
+  zcc_topo_free(g);
+}
+
+static void test_rings_multinode(void **s) {
+  check_multinode("dgx-h100-x2.json", 2);
+  check_multinode("dgx-h100-x16.json", 16);
+}
+
+static void check_trees(const zcc_planner_t *p) {
+  int n = p->nnodes, log2n = 0;
+  while ((1 << (log2n + 1)) <= n) log2n++;
+  int *inner = calloc((size_t)n, sizeof(int));
+  for (int t = 0; t < 2; t++) {
+    const zcc_tree_t *tr = &p->trees[t];
+    if (tr->depth != log2n) fail_msg("%d hosts: tree %d depth %d, not %d", n, t, tr->depth, log2n);
+    int roots = 0;
+    for (int h = 0; h < n; h++) {
+      if (tr->parent[h] < 0) roots++;
+      else {
+        int q = tr->parent[h];
+        assert_true(tr->child[2 * q] == h || tr->child[2 * q + 1] == h);
+      }
+      if (tr->child[2 * h] >= 0) inner[h]++;
+    }
+    assert_int_equal(roots, 1);
+  }
+  /* double tree: no host is an inner node of both trees */
+  for (int h = 0; h < n && n % 2 == 0; h++)
+    if (inner[h] > 1) fail_msg("%d hosts: host %d is inner in both trees", n, h);
+  free(inner);
+}
+
+static void test_trees(void **s) {
+  zcc_topo_t *g = load_fixture("dgx-h100-x16.json");
+  zcc_planner_t *p = plan_all(g);
+  check_trees(p);
+  assert_int_equal(p->trees[0].depth, 4);
+  zcc_planner_free(p);
+  zcc_topo_free(g);
+  g = load_fixture("dgx-h100-x2.json");
+  p = plan_all(g);
+  check_trees(p);
+  assert_int_equal(p->trees[0].depth, 1);
+  zcc_planner_free(p);
+  zcc_topo_free(g);
+}
+
+static zcc_choice_t pick(const zcc_planner_t *p, zcc_coll_t coll, size_t bytes) {
+  zcc_choice_t c;
+  if (zcc_planner_pick(p, coll, bytes, &c) != zccSuccess) fail_msg("pick: %s", zcc_last_error());
+  return c;
+}
+
+/* Smallest power of two from which the winner is `algo` at every larger size up to 1 GiB. */
+static size_t crossover(const zcc_planner_t *p, zcc_palgo_t algo) {
+  size_t from = 0;
+  for (size_t b = 8; b <= ((size_t)1 << 30); b *= 2) {
+    zcc_choice_t c = pick(p, ZCC_COLL_ALLREDUCE, b);
+    if (c.algo == algo && !from) from = b;
+    if (c.algo != algo) from = 0;
+  }
+  return from;
+}
+
+static void test_model_latency_vs_bandwidth(void **s) {
+  /* One NVSwitch server: 8 B one-shot LL; 1 GiB ring Simple. Crossover
+   * (allreduce): two-shot from 32 KiB, ring from 64 MiB. */
+  zcc_topo_t *g = load_fixture("dgx-h100.json");
+  zcc_planner_t *p = plan_all(g);
+  zcc_choice_t c = pick(p, ZCC_COLL_ALLREDUCE, 8);
+  assert_int_equal(c.algo, ZCC_PALGO_ONESHOT);
+  assert_int_equal(c.proto, ZCC_PROTO_LL);
+  c = pick(p, ZCC_COLL_ALLREDUCE, (size_t)1 << 30);
+  assert_int_equal(c.algo, ZCC_PALGO_RING);
+  assert_int_equal(c.proto, ZCC_PROTO_SIMPLE);
+  size_t x = crossover(p, ZCC_PALGO_RING);
+  printf("dgx-h100 allreduce: ring (bandwidth) wins from %zu bytes\n", x);
+  assert_int_equal(x, (size_t)64 << 20);
+  zcc_planner_free(p);
+  zcc_topo_free(g);
+  /* 16 servers: 8 B tree LL (log2 16 network hops, not 2 x 127 ring steps);
+   * ring Simple from 256 MiB (tree Simple below it down to 16 MiB) */
+  g = load_fixture("dgx-h100-x16.json");
+  p = plan_all(g);
+  c = pick(p, ZCC_COLL_ALLREDUCE, 8);
+  assert_int_equal(c.algo, ZCC_PALGO_TREE);
+  assert_int_equal(c.proto, ZCC_PROTO_LL);
+  c = pick(p, ZCC_COLL_ALLREDUCE, (size_t)1 << 30);
+  assert_int_equal(c.algo, ZCC_PALGO_RING);
+  assert_int_equal(c.proto, ZCC_PROTO_SIMPLE);
+  x = crossover(p, ZCC_PALGO_RING);
+  printf("dgx-h100 x16 allreduce: ring (bandwidth) wins from %zu bytes\n", x);
+  assert_int_equal(x, (size_t)256 << 20);
+  zcc_planner_free(p);
+  zcc_topo_free(g);
+}
+
+static void expect_refusal(const zcc_planner_t *p, const char *algo, const char *proto,
+                           const char *msg) {
+  if (algo) setenv("ZCC_ALGO", algo, 1);
+  else unsetenv("ZCC_ALGO");
+  if (proto) setenv("ZCC_PROTO", proto, 1);
+  else unsetenv("ZCC_PROTO");
+  zcc_param_reload();
+  zcc_choice_t c;
+  zccResult_t res = zcc_planner_pick(p, ZCC_COLL_ALLREDUCE, 1 << 20, &c);
+  if (res != zccInvalidArgument || !strstr(zcc_last_error(), msg))
+    fail_msg("ZCC_ALGO=%s ZCC_PROTO=%s: expected an error with '%s', got %d '%s'", algo, proto,
+             msg, res, zcc_last_error());
+}
+
+static void test_overrides(void **s) {
+  zcc_topo_t *g = load_fixture("dgx-h100-x2.json");
+  zcc_planner_t *p = plan_all(g);
+  expect_refusal(p, "oneshot", NULL, "oneshot needs every rank on one host; these 16 ranks span 2 hosts");
+  expect_refusal(p, "ring", "ll128", "ll128 needs NVLink on every step; ring here goes over network");
+  expect_refusal(p, "fastest", NULL, "ZCC_ALGO=fastest is not an algorithm");
+  expect_refusal(p, NULL, "ll256", "ZCC_PROTO=ll256 is not a protocol");
+  setenv("ZCC_ALGO", "tree", 1);
+  setenv("ZCC_PROTO", "simple", 1);
+  zcc_param_reload();
+  zcc_choice_t c = pick(p, ZCC_COLL_ALLREDUCE, 8);
+  assert_int_equal(c.algo, ZCC_PALGO_TREE);
+  assert_int_equal(c.proto, ZCC_PROTO_SIMPLE);
+  /* tree runs no allgather */
+  assert_int_equal(zcc_planner_pick(p, ZCC_COLL_ALLGATHER, 8, &c), zccInvalidArgument);
+  assert_non_null(strstr(zcc_last_error(), "tree does not run allgather"));
+  zcc_planner_free(p);
+  zcc_topo_free(g);
+  g = load_fixture("pcie-4gpu-2socket.json");
+  p = plan_all(g);
+  expect_refusal(p, "twoshot", NULL, "twoshot needs every pair of ranks joined by NVLink; the worst pair here goes over cross-socket");
+  expect_refusal(p, "hier", NULL, "hier needs several hosts");
+  unsetenv("ZCC_ALGO");
+  unsetenv("ZCC_PROTO");
+  zcc_param_reload();
+  zcc_planner_free(p);
+  zcc_topo_free(g);
+}
+
+static void test_host_pick(void **s) {
+  zcc_algo_t a;
+  /* shared memory: the ring's steps cost little; direct only for alltoall */
+  assert_int_equal(zcc_planner_pick_host(2, 1, ZCC_COLL_ALLREDUCE, 8, &a), zccSuccess);
+  assert_int_equal(a, ZCC_ALGO_RING);
+  assert_int_equal(zcc_planner_pick_host(4, 1, ZCC_COLL_ALLREDUCE, 1 << 20, &a), zccSuccess);
+  assert_int_equal(a, ZCC_ALGO_RING);
+  assert_int_equal(zcc_planner_pick_host(4, 1, ZCC_COLL_ALLTOALL, 8, &a), zccSuccess);
+  assert_int_equal(a, ZCC_ALGO_DIRECT);
+  /* TCP: direct below the crossover (2 ranks: ~70 KiB), ring above */
+  assert_int_equal(zcc_planner_pick_host(2, 2, ZCC_COLL_ALLREDUCE, 8, &a), zccSuccess);
+  assert_int_equal(a, ZCC_ALGO_DIRECT);
+  assert_int_equal(zcc_planner_pick_host(2, 2, ZCC_COLL_ALLREDUCE, 32 << 10, &a), zccSuccess);
+  assert_int_equal(a, ZCC_ALGO_DIRECT);
+  assert_int_equal(zcc_planner_pick_host(2, 2, ZCC_COLL_ALLREDUCE, 256 << 10, &a), zccSuccess);
+  assert_int_equal(a, ZCC_ALGO_RING);
+  assert_int_equal(zcc_planner_pick_host(0, 1, ZCC_COLL_ALLREDUCE, 8, &a), zccInvalidArgument);
+}
+
+static void test_tuning_table_logged(void **s) {
+  /* ZCC_DEBUG=INFO, ZCC_DEBUG_SUBSYS=TUNING and the file are set in main */
+  zcc_topo_t *g = load_fixture("dgx-h100.json");
+  zcc_planner_t *p = plan_all(g);
+  zcc_planner_log_table(p);
+  zcc_planner_free(p);
+  zcc_topo_free(g);
+  FILE *f = fopen(getenv("ZCC_DEBUG_FILE"), "r");
+  assert_non_null(f);
+  char line[1024];
+  int winners = 0, rows = 0;
+  while (fgets(line, sizeof(line), f)) {
+    winners += strstr(line, "winner") != NULL;
+    rows += strstr(line, "allreduce") != NULL && strstr(line, "oneshot/ll") != NULL;
+  }
+  fclose(f);
+  assert_true(winners >= 1);
+  assert_true(rows >= 1);
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* Resident memory now, KiB. */
+static long rss_kib(void) {
+  long pages = 0, resident = 0;
+  FILE *f = fopen("/proc/self/statm", "r");
+  if (f) {
+    if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    fclose(f);
+  }
+  return resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+/* Load a cluster of `hosts` DGX H100 servers from JSON and plan for all GPUs. */
+static void scale(const char *text, size_t len, int hosts) {
+  long rss0 = rss_kib();
+  double t0 = now_s();
+  zcc_topo_t *g;
+  if (zcc_topo_load_json(text, len, "generated.json", &g) != zccSuccess)
+    fail_msg("%s", zcc_last_error());
+  double t1 = now_s();
+  long rss1 = rss_kib();
+  zcc_planner_t *p = plan_all(g);
+  double t2 = now_s();
+  printf("%d x 8 GPUs: %zu bytes of json loaded with paths in %.3f s, planned in %.3f s; "
+         "graph and paths %zu KiB (resident +%ld KiB), plan resident +%ld KiB\n",
+         hosts, len, t1 - t0, t2 - t1, zcc_topo_memory(g) / 1024, rss1 - rss0,
+         rss_kib() - rss1);
+  assert_int_equal(p->nranks, hosts * 8);
+  assert_int_equal(p->nchannels, 16);
+  if (t1 - t0 >= 1.0 || t2 - t1 >= 1.0)
+    fail_msg("%d hosts: load %.3f s, plan %.3f s: each must take under 1 s", hosts, t1 - t0, t2 - t1);
+  zcc_planner_free(p);
+  zcc_topo_free(g);
+}
+
+static void test_scale(void **s) {
+  size_t len;
+  char *text = read_fixture("dgx-h100-x16.json", &len);
+  assert_non_null(text);
+  scale(text, len, 16);
+  free(text);
+  /* 1024 servers, generated: every host written out in full (no same_as) */
+  zcc_topo_t *one = load_fixture("dgx-h100.json"), *big;
+  assert_int_equal(zcc_topo_replicate(one, 1024, &big), zccSuccess);
+  assert_int_equal(zcc_topo_dump_json(big, 0, &text), zccSuccess);
+  zcc_topo_free(big);
+  zcc_topo_free(one);
+  scale(text, strlen(text), 1024);
+  free(text);
+}
+
+int main(void) {
+  static char log[] = "/tmp/zcc_test_tuning_XXXXXX";
+  int fd = mkstemp(log);
+  if (fd >= 0) close(fd);
+  setenv("ZCC_DEBUG", "INFO", 1);
+  setenv("ZCC_DEBUG_SUBSYS", "TUNING", 1);
+  setenv("ZCC_DEBUG_FILE", log, 1);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_rings_nvswitch),  cmocka_unit_test(test_rings_two_sockets),
+      cmocka_unit_test(test_rings_multinode), cmocka_unit_test(test_trees),
+      cmocka_unit_test(test_model_latency_vs_bandwidth), cmocka_unit_test(test_overrides),
+      cmocka_unit_test(test_host_pick),       cmocka_unit_test(test_tuning_table_logged),
+      cmocka_unit_test(test_scale),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  unlink(log);
+  return rc;
+}
