@@ -1,0 +1,447 @@
+"""What the rank processes run (see workers.py). Each function takes the
+rank's context and plain arguments, and returns plain values or tensors
+that the test in the parent checks against torch's own reductions of the
+same inputs (make() builds every rank's input in any process)."""
+import os
+
+import torch
+import torch.distributed as dist
+
+DTYPES = ["int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
+for _extra in ("uint32", "uint64", "float8_e4m3fn", "float8_e5m2"):
+    if hasattr(torch, _extra):
+        DTYPES.append(_extra)
+OPS = ["sum", "prod", "max", "min", "avg"]
+TORCH_OPS = {"sum": "SUM", "prod": "PRODUCT", "max": "MAX", "min": "MIN", "avg": "AVG"}
+
+
+def is_float(dtype_name):
+    return dtype_name.startswith(("float", "bfloat"))
+
+
+def make(rank, numel, dtype_name, salt=0):
+    """Rank `rank`'s input: small values, exact in every dtype, so that sums,
+    products and averages of up to 4 ranks are exact too."""
+    g = torch.Generator().manual_seed(1000 * rank + 7 * salt + numel)
+    if dtype_name.startswith("uint"):
+        v = torch.randint(0, 4, (numel,), generator=g)
+    else:
+        v = torch.randint(-4, 5, (numel,), generator=g)
+        if is_float(dtype_name):
+            v = v.to(torch.float64) / 2  # -2.0 .. 2.0 in halves
+        else:
+            v = v.clamp(-2, 2)
+    return v.to(getattr(torch, dtype_name))
+
+
+def reference(inputs, op, dtype_name):
+    """torch's reduction over ranks (stacked on dim 0), in float64 or int64
+    where small dtypes lack CPU kernels, then cast back."""
+    wide = torch.float64 if is_float(dtype_name) else torch.int64
+    x = torch.stack([t.to(wide) for t in inputs])
+    if op == "sum":
+        r = x.sum(0)
+    elif op == "prod":
+        r = x.prod(0)
+    elif op == "max":
+        r = x.amax(0)
+    elif op == "min":
+        r = x.amin(0)
+    elif op == "avg":
+        if is_float(dtype_name):
+            r = x.sum(0) / len(inputs)
+        else:
+            r = torch.div(x.sum(0), len(inputs), rounding_mode="trunc")
+    else:
+        raise ValueError(op)
+    return r.to(getattr(torch, dtype_name))
+
+
+def setup(rank, size, port):
+    import zcc
+    import zcc.torch  # noqa: F401  registers the backend
+    dist.init_process_group("zcc", init_method="tcp://127.0.0.1:%d" % port,
+                            rank=rank, world_size=size)
+    store = dist.distributed_c10d._get_default_store()
+    comm = zcc.Communicator.from_store(store, rank, size, key="tests/comm")
+    return {"rank": rank, "size": size, "comm": comm, "store": store}
+
+
+def teardown(ctx):
+    ctx["comm"].destroy()
+    dist.destroy_process_group()
+
+
+def _t(dtype_name):
+    return getattr(torch, dtype_name)
+
+
+def _op(name):
+    return getattr(dist.ReduceOp, TORCH_OPS[name])
+
+
+# ---- torch.distributed backend ---------------------------------------------
+
+def ops_for(dtype_name):
+    return OPS
+
+
+def dist_all_reduce(ctx, dtype_name, numel):
+    out = {}
+    for op in ops_for(dtype_name):
+        t = make(ctx["rank"], numel, dtype_name)
+        work = dist.all_reduce(t, op=_op(op), async_op=True)
+        work.wait()
+        out[op] = t
+    return out
+
+
+def dist_reduce(ctx, dtype_name, numel, root):
+    out = {}
+    for op in ops_for(dtype_name):
+        t = make(ctx["rank"], numel, dtype_name)
+        dist.reduce(t, root, op=_op(op))
+        out[op] = t
+    return out
+
+
+def dist_broadcast(ctx, dtype_name, numel, root):
+    t = make(ctx["rank"], numel, dtype_name)
+    dist.broadcast(t, root)
+    return t
+
+
+def dist_all_gather(ctx, dtype_name, numel):
+    outs = [torch.full((numel,), 9, dtype=_t(dtype_name)) for _ in range(ctx["size"])]
+    dist.all_gather(outs, make(ctx["rank"], numel, dtype_name))
+    return outs
+
+
+def dist_all_gather_into_tensor(ctx, dtype_name, numel):
+    out = torch.empty(ctx["size"] * numel, dtype=_t(dtype_name))
+    fn = getattr(dist, "all_gather_into_tensor", None) or dist._all_gather_base
+    fn(out, make(ctx["rank"], numel, dtype_name))
+    return out
+
+
+def dist_reduce_scatter(ctx, dtype_name, numel):
+    out = {}
+    for op in ops_for(dtype_name):
+        ins = [make(ctx["rank"], numel, dtype_name, salt=j) for j in range(ctx["size"])]
+        o = torch.empty(numel, dtype=_t(dtype_name))
+        dist.reduce_scatter(o, ins, op=_op(op))
+        out[op] = o
+    return out
+
+
+def dist_reduce_scatter_tensor(ctx, dtype_name, numel):
+    out = {}
+    fn = getattr(dist, "reduce_scatter_tensor", None) or dist._reduce_scatter_base
+    for op in ops_for(dtype_name):
+        inp = make(ctx["rank"], numel * ctx["size"], dtype_name)
+        o = torch.empty(numel, dtype=_t(dtype_name))
+        fn(o, inp, op=_op(op))
+        out[op] = o
+    return out
+
+
+def dist_all_to_all(ctx, dtype_name, numel):
+    n = ctx["size"]
+    ins = [make(ctx["rank"], numel, dtype_name, salt=j) for j in range(n)]
+    outs = [torch.empty(numel, dtype=_t(dtype_name)) for _ in range(n)]
+    dist.all_to_all(outs, ins)
+    return outs
+
+
+def dist_all_to_all_single(ctx, dtype_name, rows, uneven):
+    n, r = ctx["size"], ctx["rank"]
+    if uneven:
+        # rank r sends (r + j) % 3 rows to rank j: splits differ per pair
+        in_splits = [(r + j) % 3 for j in range(n)]
+        out_splits = [(j + r) % 3 for j in range(n)]
+    else:
+        in_splits = out_splits = None
+    nin = sum(in_splits) if uneven else rows * n
+    nout = sum(out_splits) if uneven else rows * n
+    inp = make(r, nin * 2, dtype_name).reshape(nin, 2)
+    out = torch.full((nout, 2), 7, dtype=_t(dtype_name))
+    dist.all_to_all_single(out, inp, out_splits, in_splits)
+    return out
+
+
+def dist_send_recv(ctx, dtype_name, numel):
+    """A ring through isend/irecv (each would block the other one by one),
+    then a blocking send/recv pair between ranks 0 and 1."""
+    n, r = ctx["size"], ctx["rank"]
+    send = make(r, numel, dtype_name)
+    got = torch.empty(numel, dtype=_t(dtype_name))
+    reqs = [dist.isend(send, (r + 1) % n), dist.irecv(got, (r - 1) % n)]
+    for q in reqs:
+        q.wait()
+    got2 = torch.empty(numel, dtype=_t(dtype_name))
+    ops = [dist.P2POp(dist.irecv, got2, (r + 1) % n), dist.P2POp(dist.isend, send, (r - 1) % n)]
+    for q in dist.batch_isend_irecv(ops):
+        q.wait()
+    pair = None
+    if r == 0:
+        dist.send(send, 1)
+    elif r == 1:
+        pair = torch.empty(numel, dtype=_t(dtype_name))
+        dist.recv(pair, 0)
+    return {"ring": got, "ring_back": got2, "pair": pair}
+
+
+def dist_gather_scatter(ctx, dtype_name, numel, root):
+    n, r = ctx["size"], ctx["rank"]
+    gl = [torch.empty(numel, dtype=_t(dtype_name)) for _ in range(n)] if r == root else None
+    dist.gather(make(r, numel, dtype_name), gl, dst=root)
+    sl = [make(r, numel, dtype_name, salt=j) for j in range(n)] if r == root else None
+    so = torch.empty(numel, dtype=_t(dtype_name))
+    dist.scatter(so, sl, src=root)
+    return {"gather": gl, "scatter": so}
+
+
+def dist_barrier(ctx):
+    import time
+    # rank 0 arrives late: nobody may leave before it arrives
+    if ctx["rank"] == 0:
+        time.sleep(0.3)
+    t0 = time.time()
+    dist.barrier()
+    return time.time() - t0
+
+
+def dist_new_group(ctx):
+    """A subgroup of the even ranks, with its own zcc communicators."""
+    n, r = ctx["size"], ctx["rank"]
+    evens = list(range(0, n, 2))
+    g = dist.new_group(evens, backend="zcc")
+    res = None
+    if r in evens:
+        t = torch.tensor([float(r)])
+        dist.all_reduce(t, group=g)
+        res = t.item()
+    return res
+
+
+def dist_backend_name(ctx):
+    return dist.get_backend()
+
+
+# ---- errors --------------------------------------------------------------
+
+def _error(fn):
+    try:
+        fn()
+    except Exception as e:
+        return (type(e).__name__, str(e))
+    return None
+
+
+def err_dtype(ctx):
+    import zcc
+    return [
+        _error(lambda: dist.all_reduce(torch.ones(4, dtype=torch.bool))),
+        _error(lambda: dist.all_reduce(torch.ones(4, dtype=torch.complex64))),
+        _error(lambda: ctx["comm"].all_reduce(torch.ones(4, dtype=torch.int16))),
+        _error(lambda: dist.all_reduce(torch.ones(4), op=dist.ReduceOp.BAND)),
+        _error(lambda: ctx["comm"].all_reduce(torch.ones(4), op="xor")),
+        _error(lambda: ctx["comm"].all_reduce(torch.ones(4), out=torch.ones(4,
+                                                                            dtype=torch.float64))),
+        isinstance(zcc.dtype_of(torch.ones(1)), int),
+    ]
+
+
+def err_noncontiguous(ctx):
+    m = torch.ones(4, 6)
+    return [
+        _error(lambda: dist.all_reduce(m.t())),
+        _error(lambda: dist.broadcast(m[:, ::2], 0)),
+        _error(lambda: ctx["comm"].all_gather(torch.empty(ctx["size"] * 12), m[::2])),
+        _error(lambda: ctx["comm"].all_reduce(m.t())),
+    ]
+
+
+def err_shapes(ctx):
+    n, c = ctx["size"], ctx["comm"]
+    return [
+        _error(lambda: dist.all_gather_into_tensor(torch.empty(n * 4 + 1), torch.ones(4))
+               if hasattr(dist, "all_gather_into_tensor")
+               else dist._all_gather_base(torch.empty(n * 4 + 1), torch.ones(4))),
+        _error(lambda: dist.all_gather([torch.empty(4)] * (n - 1), torch.ones(4))),
+        _error(lambda: dist.all_gather([torch.empty(3)] * n, torch.ones(4))),
+        _error(lambda: c.reduce_scatter(torch.empty(4), torch.ones(n * 4 + 2))),
+        _error(lambda: c.all_reduce(torch.ones(4), out=torch.empty(5))),
+        _error(lambda: dist.all_to_all_single(torch.empty(n * 2), torch.ones(n * 2),
+                                              [3] + [0] * (n - 1), [2] * n)),
+        _error(lambda: c.all_to_all(torch.empty(n * 2 + 1), torch.ones(n * 2))),
+    ]
+
+
+def err_zcc(ctx):
+    """Errors that the C library reports carry zccGetLastError()."""
+    import zcc
+    c = ctx["comm"]
+    e1 = _error(lambda: c.broadcast(torch.ones(2), root=ctx["size"] + 3))
+    try:
+        c.reduce(torch.ones(2), root=-1)
+    except zcc.ZccError as e:
+        e2 = (e.result, e.name, e.function, e.message)
+    sub = c.split(0)
+    sub.destroy()
+    e3 = _error(lambda: sub.all_reduce(torch.ones(2)))
+    e4 = _error(lambda: c.send(torch.ones(2), ctx["rank"]))  # to self outside a group
+    return [e1, e2, e3, e4]
+
+
+def err_uninitialised(ctx):
+    """In a fresh interpreter: torch.distributed with no process group."""
+    import subprocess
+    import sys
+    code = ("import torch, torch.distributed as dist, zcc.torch\n"
+            "try:\n    dist.all_reduce(torch.ones(2))\n"
+            "except Exception as e:\n    print(type(e).__name__ + ': ' + str(e))\n")
+    env = dict(os.environ)
+    here = os.path.dirname(os.path.abspath(__file__))
+    env["PYTHONPATH"] = os.path.join(os.path.dirname(os.path.dirname(here)), "python")
+    for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                       text=True, timeout=120)
+    return p.stdout + p.stderr
+
+
+# ---- the Communicator API --------------------------------------------------
+
+def comm_matrix(ctx, dtype_name, numel):
+    """Every collective of zcc.Communicator on one dtype."""
+    c, n, r = ctx["comm"], ctx["size"], ctx["rank"]
+    t = _t(dtype_name)
+    res = {}
+    for op in ops_for(dtype_name):
+        x = make(r, numel, dtype_name)
+        res["all_reduce_" + op] = c.all_reduce(x, op=op)
+        x = make(r, numel, dtype_name)
+        y = torch.empty_like(x)
+        c.all_reduce(x, op=op, out=y)
+        res["all_reduce_out_" + op] = y
+        res["reduce_" + op] = c.reduce(make(r, numel, dtype_name), root=n - 1, op=op)
+        rs = torch.empty(numel, dtype=t)
+        res["reduce_scatter_" + op] = c.reduce_scatter(
+            rs, make(r, numel * n, dtype_name), op=op)
+    res["broadcast"] = c.broadcast(make(r, numel, dtype_name), root=1)
+    ag = torch.empty(n * numel, dtype=t)
+    res["all_gather"] = c.all_gather(ag, make(r, numel, dtype_name))
+    # in place: the input is this rank's block of the output
+    ag2 = torch.zeros(n * numel, dtype=t)
+    ag2[r * numel:(r + 1) * numel] = make(r, numel, dtype_name)
+    res["all_gather_inplace"] = c.all_gather(ag2, ag2[r * numel:(r + 1) * numel])
+    a2a = torch.empty(n * numel, dtype=t)
+    res["all_to_all"] = c.all_to_all(a2a, make(r, n * numel, dtype_name))
+    peer = (r + 1) % n
+    got = torch.empty(numel, dtype=t)
+    with __import__("zcc").group():
+        c.send(make(r, numel, dtype_name), peer)
+        c.recv(got, (r - 1) % n)
+    res["sendrecv"] = got
+    return res
+
+
+def comm_split(ctx):
+    c, r = ctx["comm"], ctx["rank"]
+    sub = c.split(r % 2, key=-r)  # reversed order inside each colour
+    t = torch.tensor([r], dtype=torch.int64)
+    sub.all_reduce(t)
+    out = (sub.rank, sub.size, t.item())
+    none = c.split(None if r == 0 else 1)
+    sub.destroy()
+    if none is not None:
+        none.destroy()
+    with c.split(0) as s2:
+        s2.barrier()
+    return out + (none is None,)
+
+
+def comm_info(ctx):
+    import zcc
+    c = ctx["comm"]
+    return {"rank": c.rank, "size": c.size, "device": c.device, "repr": repr(c),
+            "async": c.async_error(), "version": zcc.version(),
+            "params": [p["name"] for p in zcc.params()]}
+
+
+def comm_register(ctx):
+    c = ctx["comm"]
+    t = torch.ones(16)
+    h = c.register(t)
+    c.all_reduce(t)
+    c.deregister(h)
+    return t
+
+
+def hook_allreduce(ctx, numel):
+    """allreduce_hook on a bucket-like object: the average over ranks."""
+    import zcc.torch
+
+    class Bucket:
+        def __init__(self, t):
+            self._t = t
+
+        def buffer(self):
+            return self._t
+
+    r = ctx["rank"]
+    buf = make(r, numel, "float32")
+    fut = zcc.torch.allreduce_hook(ctx["comm"], Bucket(buf))
+    return fut.wait()
+
+
+def cuda_probe(ctx):
+    """Whether this zcc can create GPU communicators here, and why not."""
+    if not torch.cuda.is_available():
+        return "no CUDA GPU is visible to torch"
+    if torch.cuda.device_count() < ctx["size"]:
+        return "%d GPUs for %d ranks" % (torch.cuda.device_count(), ctx["size"])
+    import zcc
+    torch.cuda.set_device(ctx["rank"])
+    try:
+        c = zcc.Communicator.from_store(ctx["store"], ctx["rank"], ctx["size"],
+                                        key="tests/cuda_probe", device="cuda")
+    except zcc.ZccError as e:
+        return "zcc cannot create GPU communicators: %s" % e.message
+    c.destroy()
+    return None
+
+
+def cuda_all_reduce(ctx, dtype_name, numel):
+    """zcc vs torch's NCCL on the GPU: results, and a CUDA graph capture."""
+    import zcc
+    dev = torch.device("cuda", ctx["rank"])
+    torch.cuda.set_device(dev)
+    if not hasattr(ctx, "nccl"):
+        ctx["nccl"] = dist.new_group(backend="nccl")
+        ctx["gpu_comm"] = zcc.Communicator.from_store(ctx["store"], ctx["rank"], ctx["size"],
+                                                      key="tests/gpu", device="cuda")
+    c = ctx["gpu_comm"]
+    res = {}
+    for op in ops_for(dtype_name):
+        x = make(ctx["rank"], numel, dtype_name).to(dev)
+        y = x.clone()
+        c.all_reduce(x, op=op)
+        dist.all_reduce(y, op=_op(op), group=ctx["nccl"])
+        res[op] = (x.cpu(), y.cpu())
+    x = make(ctx["rank"], numel, dtype_name).to(dev)
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        c.all_reduce(x)  # warm-up outside the capture
+        x.copy_(make(ctx["rank"], numel, dtype_name).to(dev))
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(g):
+        c.all_reduce(x)
+    x.copy_(make(ctx["rank"], numel, dtype_name).to(dev))
+    g.replay()
+    torch.cuda.synchronize()
+    res["graph"] = x.cpu()
+    return res
