@@ -223,7 +223,7 @@ def check(result, function, comm=None):
 
 def _version():
     v = c_int()
-    check(zccGetVersion(ctypes.byref(v)), "zccGetVersion")
+    check(LIB.zccGetVersion(ctypes.byref(v)), "zccGetVersion")
     return v.value
 
 

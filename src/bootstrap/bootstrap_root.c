@@ -19,7 +19,13 @@
 
 ZCC_PARAM_INT(
     init_timeout_ms, "INIT_TIMEOUT", 120000,
-    "ms the bootstrap root waits for every rank to arrive (<= 0: forever)")
+    "ms the bootstrap root waits for every rank to arrive, and ranks wait "
+    "for the rendezvous to complete; then init fails with zccTimeout (<= 0: "
+    "forever)")
+
+int64_t zcc_bootstrap_init_timeout_ms(void) {
+  return zcc_param_init_timeout_ms();
+}
 
 /* ---- root ---------------------------------------------------------------- */
 

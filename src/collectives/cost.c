@@ -27,6 +27,10 @@
 #include "param.h"
 #include "planner.h"
 
+ZCC_PARAM_STR(algo, "ALGO", NULL,
+              "force an algorithm: ring, tree, oneshot, twoshot or hier (GPU "
+              "and topology planner); host communicators run direct (= oneshot) "
+              "or ring; an impossible choice is an error")
 ZCC_PARAM_STR(proto, "PROTO", NULL,
               "force a protocol for GPU communicators: ll, ll128 or simple")
 
@@ -60,17 +64,27 @@ static double class_frac(int cls) {
 }
 
 /* ---- host communicators ----
- * allreduce_perf -np 2 -b 8 -e 64M -f 2, ZCC_ALGO=direct and =ring, 2-core
- * VM, best of three runs per size; ZCC_SHM_DISABLE=1 for TCP (loopback).
- * alpha: us per round (direct) or per ring step; bw: GB/s each rank moves.
+ * Measured with allreduce_perf -np 2 -b 8 -e 64M -f 4 -n 40 -w 5,
+ * ZCC_ALGO=direct and =ring, on the shared-memory transport and with
+ * ZCC_SHM_DISABLE=1 (TCP over loopback), five runs each on a 2-core VM that
+ * other builds were loading. Latencies are the median of the 8..512-byte
+ * times over the runs (they are bimodal: a wakeup costs ~30 us when the
+ * peer sleeps), per round for direct and per step for the ring (2 steps on
+ * 2 ranks); bandwidths are bytes each rank moves / time at 2 and 8 MiB,
+ * best run.
+ *   shm  direct: 6.5-7.9 us small, 2 MiB 978 us, 8 MiB 3952 us -> 7.3 us, 2.1 GB/s
+ *   shm  ring:   6.1-7.0 us small (1.1 us on a quiet machine), 2 MiB 591 us,
+ *                8 MiB 2434 us -> 3.5 us a step, 3.45 GB/s
+ *   tcp  direct: 3-76 us small, median 36; 8 MiB 8076 us -> 36 us, 1.0 GB/s
+ *   tcp  ring:   6-43 us small, median 38; 8 MiB 7523 us -> 19 us a step, 1.1 GB/s
  */
-#define SHM_DIRECT_ALPHA 7.7
-#define SHM_DIRECT_BW 1.3
-#define SHM_RING_ALPHA 0.55
-#define SHM_RING_BW 2.2
-#define TCP_DIRECT_ALPHA 3.4
-#define TCP_DIRECT_BW 0.7
-#define TCP_RING_ALPHA 20.6
+#define SHM_DIRECT_ALPHA 7.3
+#define SHM_DIRECT_BW 2.1
+#define SHM_RING_ALPHA 3.5
+#define SHM_RING_BW 3.45
+#define TCP_DIRECT_ALPHA 36.0
+#define TCP_DIRECT_BW 1.0
+#define TCP_RING_ALPHA 19.0
 #define TCP_RING_BW 1.1
 
 /* us per step for host ranks: shared memory within a host, TCP across. */
@@ -227,14 +241,7 @@ double zcc_planner_predict(const zcc_planner_t *p, zcc_coll_t coll, zcc_palgo_t 
 
 /* ---- choice and overrides ---- */
 
-/* ZCC_ALGO is declared with the host tuning (tuning.c); read it by name. */
-static const char *algo_override(void) {
-  for (int i = 0;; i++) {
-    const zcc_param_t *q = zcc_param_at(i);
-    if (!q) return NULL;
-    if (strcmp(q->name, "ALGO") == 0) return zcc_param_get_str((zcc_param_t *)q);
-  }
-}
+const char *zcc_planner_algo_override(void) { return zcc_param_algo(); }
 
 static int parse_algo(const char *s) {
   if (strcasecmp(s, "direct") == 0) return ZCC_PALGO_ONESHOT; /* host communicators' name */
@@ -251,7 +258,7 @@ static int parse_proto(const char *s) {
 
 zccResult_t zcc_planner_pick(const zcc_planner_t *p, zcc_coll_t coll, size_t bytes,
                              zcc_choice_t *out) {
-  const char *fa = algo_override(), *fp = zcc_param_proto();
+  const char *fa = zcc_param_algo(), *fp = zcc_param_proto();
   int want_a = -1, want_p = -1;
   if (fa && *fa && (want_a = parse_algo(fa)) < 0)
     return zcc_error(zccInvalidArgument,

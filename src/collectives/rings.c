@@ -21,7 +21,7 @@
 
 /* Copy bandwidth of one host rank through shared memory, GB/s (cost.c's
  * measurement of the ring on this VM's shm transport). */
-#define HOST_SHM_BW 2.2
+#define HOST_SHM_BW 3.45
 #define EXHAUSTIVE_MAX 8
 
 /* ---- link loads ---- */
@@ -501,7 +501,7 @@ static void add_ring_flows(zcc_planner_t *p, zcc_flow_t *f, const zcc_ring_t *r,
 }
 
 static zccResult_t build_rings(zcc_planner_t *p, zcc_flow_t *f) {
-  int maxc = p->cpu_ranks ? 1 : ZCC_PLANNER_MAX_CHANNELS;
+  int maxc = p->cpu_ranks || p->nranks == 1 ? 1 : ZCC_PLANNER_MAX_CHANNELS;
   double chan = p->cpu_ranks ? HOST_SHM_BW : ZCC_PLANNER_GPU_CHANNEL_BW;
   memos_t ms = {0, 0, NULL};
   rail_t *rails = NULL;

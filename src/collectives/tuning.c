@@ -8,12 +8,8 @@
 #include "check.h"
 #include "coll.h"
 #include "debug.h"
-#include "param.h"
+#include "planner.h"
 
-ZCC_PARAM_STR(algo, "ALGO", NULL, "force an algorithm: direct or ring")
-ZCC_PARAM_INT(direct_max_bytes, "DIRECT_MAX_BYTES", 65536,
-              "host communicators: largest message (bytes per rank) that takes "
-              "the direct all-pairs algorithm rather than the ring")
 
 const char *zcc_coll_name(zcc_coll_t coll) {
   static const char *names[] = {"allreduce", "broadcast",     "reduce",  "allgather",
@@ -32,17 +28,21 @@ zccResult_t zcc_tuning_pick(const struct zccComm *comm, zcc_coll_t coll, size_t 
     *algo = ZCC_ALGO_DIRECT;
     return zccSuccess;
   }
-  const char *forced = zcc_param_algo();
+  const char *forced = zcc_planner_algo_override();
   if (forced && *forced) {
-    if (strcasecmp(forced, "direct") == 0) *algo = ZCC_ALGO_DIRECT;
-    else if (strcasecmp(forced, "ring") == 0) *algo = ZCC_ALGO_RING;
+    if (strcasecmp(forced, "direct") == 0 || strcasecmp(forced, "oneshot") == 0)
+      *algo = ZCC_ALGO_DIRECT;
+    else if (strcasecmp(forced, "ring") == 0)
+      *algo = ZCC_ALGO_RING;
     else
       return zcc_error(zccInvalidArgument,
-                       "ZCC_ALGO=%s: host communicators run 'direct' or 'ring'", forced);
+                       "ZCC_ALGO=%s: host communicators run 'direct' (or 'oneshot') or "
+                       "'ring'", forced);
     return zccSuccess;
   }
-  *algo = comm->nranks > 1 && bytes > (size_t)zcc_param_direct_max_bytes() ? ZCC_ALGO_RING
-                                                                           : ZCC_ALGO_DIRECT;
+  /* The cost model, with constants measured for shared memory and TCP. */
+  ZCC_CHECK(zcc_planner_pick_host(comm->nranks, comm->nnodes > 0 ? comm->nnodes : 1, coll,
+                                  bytes, algo));
   ZCC_TRACE(TUNING, "%s of %zu bytes on %d ranks: %s", zcc_coll_name(coll), bytes,
             comm->nranks, zcc_algo_name(*algo));
   return zccSuccess;

@@ -10,6 +10,7 @@
 #include "cudawrap.h"
 #include "debug.h"
 #include "param.h"
+#include "topo.h"
 #include "transport.h"
 
 ZCC_PARAM_STR(device, "DEVICE", "auto",
@@ -18,9 +19,6 @@ ZCC_PARAM_STR(device, "DEVICE", "auto",
 ZCC_PARAM_INT(timeout_ms, "TIMEOUT", 300000,
               "a collective that makes no progress for this many ms fails with "
               "zccTimeout (<= 0: wait forever)")
-ZCC_PARAM_INT(init_timeout_ms, "INIT_TIMEOUT", 120000,
-              "communicator creation fails with zccTimeout when not every rank "
-              "arrives within this many ms")
 
 zccResult_t zcc_config_resolve(const zccConfig_t *config, int *device_type,
                                int64_t *timeout_ms, const char **name,
@@ -70,6 +68,23 @@ zccResult_t zcc_config_resolve(const zccConfig_t *config, int *device_type,
   return zccSuccess;
 }
 
+/*
+ * Host communicators plan with the host link classes (shared memory, TCP);
+ * the machine's graph is loaded or detected when ZCC_TOPO_FILE or
+ * ZCC_TOPO_DUMP_FILE asks for it, by the first rank of each host.
+ */
+static zccResult_t comm_topology(struct zccComm *comm) {
+  if (!zcc_topo_requested()) return zccSuccess;
+  for (int j = 0; j < comm->rank; j++)
+    if (comm->peers[j].host_hash == comm->peers[comm->rank].host_hash) return zccSuccess;
+  zcc_topo_t *g = NULL;
+  ZCC_CHECK(zcc_topo_for_comm(&g));
+  ZCC_INFO(TOPO, "comm %s rank %d: topology of %d host(s), %d nodes", comm->name, comm->rank,
+           g->nhosts, g->nnodes);
+  zcc_topo_free(g);
+  return zccSuccess;
+}
+
 zccResult_t zcc_comm_init(struct zccComm **out, int nranks, const zccUniqueId *id,
                           int rank, const zccConfig_t *config, const char *fn) {
   zccResult_t res = zccSuccess;
@@ -97,7 +112,7 @@ zccResult_t zcc_comm_init(struct zccComm **out, int nranks, const zccUniqueId *i
   pthread_mutex_init(&comm->reg_lock, NULL);
   zcc_log_rank = rank;
 
-  ZCC_CHECK_GOTO(zcc_bootstrap_init(id, rank, nranks, zcc_param_init_timeout_ms(),
+  ZCC_CHECK_GOTO(zcc_bootstrap_init(id, rank, nranks, zcc_bootstrap_init_timeout_ms(),
                                     &comm->abort_flag, &comm->bootstrap),
                  res, fail);
   comm->hash = zcc_bootstrap_hash(comm->bootstrap);
@@ -107,6 +122,7 @@ zccResult_t zcc_comm_init(struct zccComm **out, int nranks, const zccUniqueId *i
   else
     snprintf(comm->name, sizeof(comm->name), "%016llx", (unsigned long long)comm->hash);
   ZCC_CHECK_GOTO(zcc_transport_connect_all(comm), res, fail);
+  ZCC_CHECK_GOTO(comm_topology(comm), res, fail);
   zcc_comm_register(comm);
   ZCC_INFO(INIT, "comm %s rank %d nranks %d on the host ready", comm->name, rank, nranks);
   *out = comm;

@@ -48,6 +48,9 @@ zccResult_t zcc_bootstrap_create_root(zccUniqueId *id, const zcc_sockaddr_t *add
                                       const zcc_sockaddr_t *advertise,
                                       const uint8_t *secret);
 
+/* ZCC_INIT_TIMEOUT: how long a rendezvous may take, in ms (<= 0: forever). */
+int64_t zcc_bootstrap_init_timeout_ms(void);
+
 /* Decode and validate an id (bad magic -> zccInvalidArgument). */
 zccResult_t zcc_bootstrap_id_decode(const zccUniqueId *id, zcc_unique_id_t *out);
 

@@ -52,6 +52,7 @@ struct zccComm {
 
   zcc_bootstrap_t *bootstrap;
   zcc_peer_info_t *peers;          /* [nranks] */
+  int nnodes;                      /* distinct hosts among the ranks */
   struct zcc_conn **conns;         /* [nranks]; NULL for self */
   void *transport_state[ZCC_MAX_TRANSPORTS];
 

@@ -141,6 +141,9 @@ void zcc_planner_log_table(const zcc_planner_t *p);
  * hosts (shared memory within a host, TCP between), from constants
  * measured with allreduce_perf on a 2-core VM (see cost.c).
  */
+/* ZCC_ALGO as set (NULL: unset). */
+const char *zcc_planner_algo_override(void);
+
 zccResult_t zcc_planner_pick_host(int nranks, int nnodes, zcc_coll_t coll,
                                   size_t bytes, zcc_algo_t *algo);
 

@@ -210,5 +210,7 @@ zccResult_t zcc_topo_detect(zcc_topo_t **out);
  * Finalized; free with zcc_topo_free.
  */
 zccResult_t zcc_topo_for_comm(zcc_topo_t **out);
+/* Is ZCC_TOPO_FILE or ZCC_TOPO_DUMP_FILE set? */
+int zcc_topo_requested(void);
 
 #endif /* ZCC_TOPO_H_ */

@@ -246,7 +246,7 @@ static int nvlink_gen(int arch, int version) {
   if (arch >= 80) return 3;
   if (arch >= 70) return 2;
   if (arch >= 60) return 1;
-  return version >= 1 && version <= 5 ? version : 4;
+  return version >= 1 && version <= 5 ? version : 4; /* NVML's generation, else Hopper's */
 }
 
 static zccResult_t add_nvlinks(det_t *d) {
@@ -270,7 +270,7 @@ static zccResult_t add_nvlinks(det_t *d) {
           count++;
         }
       int gen = nvlink_gen(arch, links[l].version);
-      int peer = gpu_by_bus(d, links[l].remote_bus);
+      int peer = links[l].remote_bus[0] ? gpu_by_bus(d, links[l].remote_bus) : -1;
       if (peer >= 0) {
         if (peer > i)
           ZCC_CHECK(zcc_topo_add_link(d->g, i, peer, ZCC_LINK_NVLINK, gen, count, 0, -1));
@@ -281,14 +281,19 @@ static zccResult_t add_nvlinks(det_t *d) {
                                     count, 0, -1));
         continue;
       }
-      /* A switch, or a GPU this process cannot see: its bus names an NVSwitch. */
+      /*
+       * A switch, or a GPU this process cannot see: an NVSwitch by its bus.
+       * A VM given some GPUs of an NVSwitch server sees its links end at
+       * masked buses: all of those reach one NVSwitch fabric, hidden.
+       */
       int sw = nvs_by_bus(d, links[l].remote_bus);
       if (sw < 0) {
         char id[ZCC_TOPO_ID_LEN];
         snprintf(id, sizeof(id), "nvs%d", d->nnvs++);
         ZCC_CHECK(zcc_topo_add_node(d->g, d->host, ZCC_TOPO_NVS, id, &sw));
         snprintf(d->g->nodes[sw].bus, ZCC_TOPO_BUS_LEN, "%s", links[l].remote_bus);
-        snprintf(d->g->nodes[sw].model, ZCC_TOPO_NAME_LEN, "NVSwitch");
+        snprintf(d->g->nodes[sw].model, ZCC_TOPO_NAME_LEN, "%s",
+                 links[l].remote_bus[0] ? "NVSwitch" : "NVSwitch fabric (bus hidden by the VM)");
       }
       ZCC_CHECK(zcc_topo_add_link(d->g, i, sw, ZCC_LINK_NVLINK, gen, count, 0, -1));
     }
@@ -341,6 +346,11 @@ zccResult_t zcc_topo_detect(zcc_topo_t **out) {
   if (hwloc_topology_init(&d.topo) != 0)
     return zcc_error(zccSystemError, "topology: hwloc_topology_init failed");
   hwloc_topology_set_io_types_filter(d.topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+  /* GPUs are found through CUDA and NVML below; hwloc's own GPU plugins
+   * would load those libraries (and an X display) a second time. */
+  static const char *const skip[] = {"gl", "opencl", "cuda", "nvml", "rsmi", "levelzero"};
+  for (size_t i = 0; i < sizeof(skip) / sizeof(skip[0]); i++)
+    hwloc_topology_set_components(d.topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, skip[i]);
   if (hwloc_topology_load(d.topo) != 0) {
     hwloc_topology_destroy(d.topo);
     return zcc_error(zccSystemError, "topology: hwloc_topology_load failed");

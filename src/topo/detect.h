@@ -25,9 +25,9 @@ typedef enum {
 } zcc_nvl_remote_t;
 
 typedef struct zcc_topo_nvlink_info {
-  int version;
+  int version;                       /* NVLink generation, 0 unknown */
   zcc_nvl_remote_t remote;
-  char remote_bus[ZCC_TOPO_BUS_LEN];
+  char remote_bus[ZCC_TOPO_BUS_LEN]; /* "" when NVML masks it (VMs) */
 } zcc_topo_nvlink_info_t;
 
 /* CUDA devices with their PCI bus ids; returns how many (0 without CUDA). */

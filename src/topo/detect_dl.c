@@ -169,9 +169,15 @@ int zcc_topo_nvml_links(const char *bus, zcc_topo_nvlink_info_t *out, int cap) {
     const char *rb = pci.bus_id[0] ? pci.bus_id : pci.bus_id_legacy;
     pci.bus_id[sizeof(pci.bus_id) - 1] = '\0';
     pci.bus_id_legacy[sizeof(pci.bus_id_legacy) - 1] = '\0';
-    if (zcc_topo_bus_normalize(rb, x->remote_bus, sizeof(x->remote_bus)) != 0) continue;
+    /* VMs mask the far end ("FFFFFFFF:FF:FF.0"): the link stays, its end unnamed. */
+    if (zcc_topo_bus_normalize(rb, x->remote_bus, sizeof(x->remote_bus)) != 0)
+      x->remote_bus[0] = '\0';
     unsigned version = 0;
-    if (nvml.link_version && nvml.link_version(dev, l, &version) == 0) x->version = (int)version;
+    /* nvmlNvlinkVersion_t: 1 = 1.0, 2 = 2.0, 3 = 2.2, 4 = 3.0, 5 = 3.1, 6 = 4.0, 7 = 5.0 */
+    if (nvml.link_version && nvml.link_version(dev, l, &version) == 0) {
+      static const int gen[] = {0, 1, 2, 2, 3, 3, 4, 5};
+      x->version = version < sizeof(gen) / sizeof(gen[0]) ? gen[version] : 5;
+    }
     int type = -1;
     if (nvml.remote_type && nvml.remote_type(dev, l, &type) == 0)
       x->remote = type == 2 ? ZCC_NVL_REMOTE_SWITCH : type == 1 ? ZCC_NVL_REMOTE_CPU

@@ -370,8 +370,9 @@ static zccResult_t copy_host(loader_t *L, int h, int src) {
   int base = g->nnodes;
   for (int i = 0; i < n; i++) {
     int idx;
-    ZCC_CHECK(zcc_topo_add_node(g, h, g->nodes[first + i].kind, g->nodes[first + i].id, &idx));
-    g->nodes[idx] = g->nodes[first + i];
+    zcc_topo_node_t copy = g->nodes[first + i]; /* adding may move g->nodes */
+    ZCC_CHECK(zcc_topo_add_node(g, h, copy.kind, copy.id, &idx));
+    g->nodes[idx] = copy;
     g->nodes[idx].host = h;
   }
   for (int l = L->lfirst[src]; l < L->lend[src]; l++) {

@@ -40,3 +40,8 @@ zccResult_t zcc_topo_for_comm(zcc_topo_t **out) {
   *out = g;
   return zccSuccess;
 }
+
+int zcc_topo_requested(void) {
+  const char *a = zcc_param_topo_file(), *b = zcc_param_topo_dump_file();
+  return (a && *a) || (b && *b);
+}

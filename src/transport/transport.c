@@ -71,6 +71,13 @@ zccResult_t zcc_transport_connect_all(struct zccComm *comm) {
     if (comm->peers[j].rank != j)
       return zcc_error(zccInternalError, "init: peer info of rank %d claims rank %d", j,
                        comm->peers[j].rank);
+  comm->nnodes = 0;
+  for (int j = 0; j < n; j++) {
+    int first = 1;
+    for (int k = 0; k < j && first; k++)
+      if (comm->peers[k].host_hash == comm->peers[j].host_hash) first = 0;
+    comm->nnodes += first;
+  }
   for (int j = 0; j < n; j++) {
     if (j == me) continue;
     const zcc_transport_ops_t *ops = NULL;

@@ -255,7 +255,7 @@ int zt_spawn(zt_group_t *g, int nranks, zt_rank_fn fn, void *arg) {
       close(fds[0]);
       int rc = fn(r, nranks, &id, arg);
       fflush(NULL);
-      _exit(rc);
+      _exit(rc == 1 ? 0 : rc);
     }
     close(fds[0]);
     g->pid[r] = pid;
@@ -352,7 +352,7 @@ int zt_wait_all(zt_group_t *g, double timeout_s, const char *what) {
       zt_fail("%s: rank %d (pid %d) killed by signal %d (%s)", what, r,
               (int)g->pid[r], WTERMSIG(st), strsignal(WTERMSIG(st)));
       bad++;
-    } else if (WIFEXITED(st) && WEXITSTATUS(st) > 1) {
+    } else if (WIFEXITED(st) && WEXITSTATUS(st) != 0) {
       zt_fail("%s: rank %d (pid %d) exited with status %d", what, r,
               (int)g->pid[r], WEXITSTATUS(st));
       bad++;

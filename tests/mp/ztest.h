@@ -94,8 +94,9 @@ int zt_barrier_wait(zt_barrier_t *b, int nranks, double timeout_s);
 /*
  * Forked ranks. zt_spawn forks nranks children; each blocks until the parent
  * hands it the unique id with zt_release (or zt_release_rank), then runs
- * fn and exits with its return value (0: fine, 1: failures already counted;
- * anything else, or a signal, the parent counts as a failure).
+ * fn. fn returns 0 (fine) or 1 (failures already counted): the child then
+ * exits with 0. Any other exit status (a sanitizer's report exits with 1
+ * from inside fn) or a signal the parent counts as a failure.
  */
 typedef int (*zt_rank_fn)(int rank, int nranks, const zccUniqueId *id,
                           void *arg);
@@ -114,8 +115,8 @@ int zt_release_rank(zt_group_t *g, int rank, const zccUniqueId *id);
 int zt_release(zt_group_t *g, const zccUniqueId *id);
 /*
  * Reap the children, SIGKILLing those still running after timeout_s.
- * Counts a failure for each child that did not exit with 0 or 1 and
- * returns how many those were.
+ * Counts a failure for each child that did not exit with 0 and returns how
+ * many those were.
  */
 int zt_wait_all(zt_group_t *g, double timeout_s, const char *what);
 /* Reap one child (as zt_wait_all) without counting; returns its wait status or -1 on timeout. */

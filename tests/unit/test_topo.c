@@ -22,7 +22,7 @@ static void test_fixture_contents(void **s) {
   struct {
     const char *name;
     int hosts, gpus, cpus, nics, nvs;
-  } want[] = {{"dgx-h100.json", 1, 8, 2, 8, 4},     {"h200-nv18-vm.json", 1, 2, 1, 1, 0},
+  } want[] = {{"dgx-h100.json", 1, 8, 2, 8, 4},     {"h200-nv18-vm.json", 1, 2, 1, 1, 1},
               {"pcie-4gpu-2socket.json", 1, 4, 2, 2, 0}, {"dgx-h100-x2.json", 2, 16, 4, 16, 8},
               {"dgx-h100-x16.json", 16, 128, 32, 128, 64}, {"cpu-vm.json", 1, 0, 1, 1, 0}};
   for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
@@ -76,10 +76,14 @@ static void test_paths_dgx(void **s) {
 }
 
 static void test_paths_vm_and_pcie(void **s) {
+  /* Detected on the real pair: flat PCIe in the VM, and NVML masks the far
+   * end of all 18 links of each GPU ("FFFFFFFF:FF:FF.0", a switch): the
+   * NVLinks alone, through the hidden NVSwitch fabric, give 450 GB/s. */
   zcc_topo_t *g = load_fixture("h200-nv18-vm.json");
   assert_non_null(g);
-  /* flat PCIe in the VM: the NVLinks alone give the pair its bandwidth */
-  expect_path(g, 0, "gpu0", "gpu1", ZCC_PATH_NVL, 450.0);
+  assert_string_equal(g->nodes[NODE(g, 0, "gpu0")].bus, "0000:00:06.0");
+  assert_string_equal(g->nodes[NODE(g, 0, "gpu1")].bus, "0000:00:07.0");
+  expect_path(g, 0, "gpu0", "gpu1", ZCC_PATH_NVS, 450.0);
   expect_path(g, 0, "gpu0", "cpu0", ZCC_PATH_PHB, 50.4);
   zcc_topo_free(g);
   g = load_fixture("pcie-4gpu-2socket.json");
@@ -271,6 +275,17 @@ static void test_hostile_json(void **s) {
   assert_int_equal(zcc_topo_load_file("/tmp", &g), zccInvalidArgument);
   assert_non_null(strstr(zcc_last_error(), "is not a regular file"));
 }
+
+/*
+ * LeakSanitizer: hwloc's libxml2 plugin allocates the parser's globals once
+ * per process when hwloc loads its plugins and never frees them (a bare
+ * hwloc_topology_init/load/destroy shows the same 2032 bytes).
+ */
+const char *__lsan_default_suppressions(void);
+const char *__lsan_default_suppressions(void) { return "leak:libhwloc.so\n"; }
+/* the slow unwinder, so that the plugin's stacks reach libhwloc */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "fast_unwind_on_malloc=0"; }
 
 int main(void) {
   const struct CMUnitTest tests[] = {

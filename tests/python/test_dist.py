@@ -1,0 +1,148 @@
+"""The torch.distributed backend "zcc": every op x every dtype, 2 and 4
+ranks, against torch's own reductions of the same inputs."""
+import pytest
+import torch
+
+from cases import DTYPES, make, reference
+
+NUMEL = 37  # odd: no op may assume alignment
+
+
+def assert_equal(got, want, what):
+    assert got.dtype == want.dtype, "%s: dtype %s, expected %s" % (what, got.dtype, want.dtype)
+    assert got.shape == want.shape, "%s: shape %s, expected %s" % (what, got.shape, want.shape)
+    if not torch.equal(got, want):
+        raise AssertionError("%s:\n got  %s\n want %s" % (what, got.tolist(), want.tolist()))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_all_reduce(pool, dtype):
+    n = pool.size
+    res = pool.run("dist_all_reduce", dtype, NUMEL)
+    inputs = [make(r, NUMEL, dtype) for r in range(n)]
+    for r in range(n):
+        for op, got in res[r].items():
+            assert_equal(got, reference(inputs, op, dtype), "rank %d %s %s" % (r, op, dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_reduce(pool, dtype):
+    n = pool.size
+    root = n - 1
+    res = pool.run("dist_reduce", dtype, NUMEL, root)
+    inputs = [make(r, NUMEL, dtype) for r in range(n)]
+    for op, got in res[root].items():
+        assert_equal(got, reference(inputs, op, dtype), "root %s %s" % (op, dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_broadcast(pool, dtype):
+    n = pool.size
+    res = pool.run("dist_broadcast", dtype, NUMEL, 1)
+    for r in range(n):
+        assert_equal(res[r], make(1, NUMEL, dtype), "rank %d" % r)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_all_gather(pool, dtype):
+    n = pool.size
+    res = pool.run("dist_all_gather", dtype, NUMEL)
+    for r in range(n):
+        for j in range(n):
+            assert_equal(res[r][j], make(j, NUMEL, dtype), "rank %d block %d" % (r, j))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_all_gather_into_tensor(pool, dtype):
+    n = pool.size
+    res = pool.run("dist_all_gather_into_tensor", dtype, NUMEL)
+    want = torch.cat([make(j, NUMEL, dtype) for j in range(n)])
+    for r in range(n):
+        assert_equal(res[r], want, "rank %d" % r)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_reduce_scatter(pool, dtype):
+    n = pool.size
+    res = pool.run("dist_reduce_scatter", dtype, NUMEL)
+    for r in range(n):
+        blocks = [make(q, NUMEL, dtype, salt=r) for q in range(n)]
+        for op, got in res[r].items():
+            assert_equal(got, reference(blocks, op, dtype), "rank %d %s" % (r, op))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_reduce_scatter_tensor(pool, dtype):
+    n = pool.size
+    res = pool.run("dist_reduce_scatter_tensor", dtype, NUMEL)
+    inputs = [make(q, NUMEL * n, dtype) for q in range(n)]
+    for r in range(n):
+        blocks = [x[r * NUMEL:(r + 1) * NUMEL] for x in inputs]
+        for op, got in res[r].items():
+            assert_equal(got, reference(blocks, op, dtype), "rank %d %s" % (r, op))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_all_to_all(pool, dtype):
+    n = pool.size
+    res = pool.run("dist_all_to_all", dtype, NUMEL)
+    for r in range(n):
+        for j in range(n):
+            assert_equal(res[r][j], make(j, NUMEL, dtype, salt=r), "rank %d from %d" % (r, j))
+
+
+@pytest.mark.parametrize("uneven", [False, True], ids=["equal", "uneven"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_all_to_all_single(pool, dtype, uneven):
+    n, rows = pool.size, 3
+    res = pool.run("dist_all_to_all_single", dtype, rows, uneven)
+    for r in range(n):
+        want = []
+        for j in range(n):
+            if uneven:
+                splits = [(j + q) % 3 for q in range(n)]
+            else:
+                splits = [rows] * n
+            src = make(j, sum(splits) * 2, dtype).reshape(-1, 2)
+            start = sum(splits[:r])
+            want.append(src[start:start + splits[r]])
+        assert_equal(res[r], torch.cat(want), "rank %d" % r)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_send_recv(pool, dtype):
+    n = pool.size
+    res = pool.run("dist_send_recv", dtype, NUMEL)
+    for r in range(n):
+        assert_equal(res[r]["ring"], make((r - 1) % n, NUMEL, dtype), "ring rank %d" % r)
+        assert_equal(res[r]["ring_back"], make((r + 1) % n, NUMEL, dtype), "back rank %d" % r)
+    assert_equal(res[1]["pair"], make(0, NUMEL, dtype), "pair")
+
+
+@pytest.mark.parametrize("dtype", ["int32", "bfloat16", "float64"])
+def test_gather_scatter(pool, dtype):
+    n = pool.size
+    root = n - 1
+    res = pool.run("dist_gather_scatter", dtype, NUMEL, root)
+    for j in range(n):
+        assert_equal(res[root]["gather"][j], make(j, NUMEL, dtype), "gather block %d" % j)
+    for r in range(n):
+        assert_equal(res[r]["scatter"], make(root, NUMEL, dtype, salt=r), "scatter rank %d" % r)
+
+
+def test_barrier(pool):
+    waited = pool.run("dist_barrier")
+    # rank 0 arrived 0.3 s late: every other rank waited for it
+    for r in range(1, pool.size):
+        assert waited[r] > 0.2, "rank %d left the barrier after %.3fs" % (r, waited[r])
+
+
+def test_new_group(pool):
+    res = pool.run("dist_new_group")
+    evens = list(range(0, pool.size, 2))
+    for r in range(pool.size):
+        assert res[r] == (float(sum(evens)) if r in evens else None)
+
+
+def test_backend_name(pool2):
+    assert pool2.run("dist_backend_name") == ["zcc", "zcc"]
