@@ -1,0 +1,171 @@
+/*
+ * zccCommInitFromEnv under each launcher's environment: two forked ranks
+ * get torchrun's, Open MPI's, MPICH's or Slurm's variables, build a
+ * communicator and allreduce; and logging to ZCC_DEBUG_FILE with %h/%p.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "zcc.h"
+
+typedef void (*set_env_fn)(int rank, int port);
+
+static void torchrun_env(int rank, int port) {
+  char v[16];
+  snprintf(v, sizeof(v), "%d", rank);
+  setenv("RANK", v, 1);
+  setenv("WORLD_SIZE", "2", 1);
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  snprintf(v, sizeof(v), "%d", port - 1); /* zcc uses MASTER_PORT + 1 */
+  setenv("MASTER_PORT", v, 1);
+}
+
+static void ompi_env(int rank, int port) {
+  char v[32];
+  snprintf(v, sizeof(v), "%d", rank);
+  setenv("OMPI_COMM_WORLD_RANK", v, 1);
+  setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1); /* one host: loopback rendezvous */
+  snprintf(v, sizeof(v), "job-%d", port);
+  setenv("PMIX_NAMESPACE", v, 1);
+}
+
+static void mpich_env(int rank, int port) {
+  char v[32];
+  snprintf(v, sizeof(v), "%d", rank);
+  setenv("PMI_RANK", v, 1);
+  setenv("PMI_SIZE", "2", 1);
+  setenv("MPI_LOCALNRANKS", "2", 1);
+  snprintf(v, sizeof(v), "kvs_%d", port);
+  setenv("PMI_KVSNAME", v, 1);
+}
+
+static void slurm_env(int rank, int port) {
+  char v[32];
+  snprintf(v, sizeof(v), "%d", rank);
+  setenv("SLURM_PROCID", v, 1);
+  setenv("SLURM_NTASKS", "2", 1);
+  setenv("SLURM_STEP_NODELIST", "localhost", 1);
+  snprintf(v, sizeof(v), "%d", port);
+  setenv("SLURM_JOB_ID", v, 1);
+  setenv("SLURM_STEP_ID", "0", 1);
+}
+
+/* Each child: environment, init, allreduce of its rank + 1, check 3. */
+static int child(set_env_fn fn, int rank, int port, const char *comm_id) {
+  fn(rank, port);
+  if (comm_id) setenv("ZCC_COMM_ID", comm_id, 1);
+  setenv("ZCC_DEVICE", "host", 1);
+  zccComm_t comm;
+  if (zccCommInitFromEnv(&comm, NULL) != zccSuccess) {
+    fprintf(stderr, "rank %d: zccCommInitFromEnv: %s\n", rank, zccGetLastError(NULL));
+    return 1;
+  }
+  int n = 0, r = -1;
+  zccCommCount(comm, &n);
+  zccCommUserRank(comm, &r);
+  int32_t v = rank + 1, sum = 0;
+  zccResult_t res = zccAllReduce(&v, &sum, 1, zccInt32, zccSum, comm, NULL);
+  zccCommDestroy(comm);
+  if (res != zccSuccess || n != 2 || r != rank || sum != 3) {
+    fprintf(stderr, "rank %d: res %d n %d r %d sum %d\n", rank, res, n, r, sum);
+    return 1;
+  }
+  return 0;
+}
+
+static void run_launcher(set_env_fn fn, const char *comm_id) {
+  int port = 20000 + (int)(getpid() % 20000);
+  pid_t pids[2];
+  for (int r = 0; r < 2; r++) {
+    pids[r] = fork();
+    assert_true(pids[r] >= 0);
+    if (pids[r] == 0) _exit(child(fn, r, port, comm_id));
+  }
+  for (int r = 0; r < 2; r++) {
+    int st = 0;
+    assert_int_equal(waitpid(pids[r], &st, 0), pids[r]);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fail_msg("rank %d failed (status 0x%x)", r, st);
+  }
+}
+
+static void test_torchrun(void **s) { run_launcher(torchrun_env, NULL); }
+static void test_openmpi(void **s) { run_launcher(ompi_env, NULL); }
+static void test_mpich(void **s) { run_launcher(mpich_env, NULL); }
+static void test_slurm(void **s) { run_launcher(slurm_env, NULL); }
+
+static void test_comm_id_override(void **s) {
+  char id[64];
+  snprintf(id, sizeof(id), "127.0.0.1:%d", 40000 + (int)(getpid() % 20000));
+  run_launcher(ompi_env, id);
+}
+
+static void test_no_launcher(void **s) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    const char *vars[] = {"RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_RANK",
+                          "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) unsetenv(vars[i]);
+    zccComm_t comm = NULL;
+    zccResult_t res = zccCommInitFromEnv(&comm, NULL);
+    _exit(res == zccInvalidUsage && comm == NULL && strstr(zccGetLastError(NULL), "launcher") ? 0 : 1);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+static void test_debug_file(void **s) {
+  char dir[] = "/tmp/zcc-log-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  pid_t pid = fork();
+  if (pid == 0) {
+    char path[128];
+    snprintf(path, sizeof(path), "%s/zcc.%%h.%%p.log", dir);
+    setenv("ZCC_DEBUG", "INFO", 1);
+    setenv("ZCC_DEBUG_SUBSYS", "INIT", 1);
+    setenv("ZCC_DEBUG_FILE", path, 1);
+    zccComm_t comm;
+    if (zccCommInitAll(&comm, 1, NULL) != zccSuccess) _exit(2);
+    zccCommDestroy(comm);
+    _exit(0);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  char host[64] = "";
+  gethostname(host, sizeof(host) - 1);
+  char *dot = strchr(host, '.');
+  if (dot) *dot = '\0';
+  char path[256];
+  snprintf(path, sizeof(path), "%s/zcc.%s.%d.log", dir, host, (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) fail_msg("no log file %s", path);
+  char line[1024];
+  int init_lines = 0;
+  while (fgets(line, sizeof(line), f))
+    if (strstr(line, " ZCC INFO INIT ")) init_lines++;
+  fclose(f);
+  unlink(path);
+  rmdir(dir);
+  assert_true(init_lines > 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_torchrun),   cmocka_unit_test(test_openmpi),
+      cmocka_unit_test(test_mpich),      cmocka_unit_test(test_slurm),
+      cmocka_unit_test(test_comm_id_override), cmocka_unit_test(test_no_launcher),
+      cmocka_unit_test(test_debug_file),
+  };
+  return cmocka_run_group_tests_name("launch", tests, NULL, NULL);
+}
