@@ -74,6 +74,28 @@ count_tests() {
   tests_passed=$((tests_passed + total - fail - skipped))
 }
 
+# pytest's closing line ("N passed, N failed, N skipped in Xs") into the totals.
+count_pytest() {
+  local line n
+  line=$(grep -E '^=* *[0-9]+ (passed|failed|skipped|error)' "$1" | tail -n 1 || true)
+  [ -n "$line" ] || return 0
+  n=$(grep -oE '[0-9]+ passed' <<<"$line" | grep -oE '[0-9]+' || echo 0)
+  tests_passed=$((tests_passed + n))
+  n=$(grep -oE '[0-9]+ (failed|errors?)' <<<"$line" | awk '{s += $1} END {print s + 0}')
+  tests_failed=$((tests_failed + ${n:-0}))
+  n=$(grep -oE '[0-9]+ skipped' <<<"$line" | grep -oE '[0-9]+' || echo 0)
+  tests_skipped=$((tests_skipped + n))
+}
+
+# The Python shim and torch backend against build/src/libzcc.so.
+run_python() {
+  local status=0
+  ZCC_LIBRARY="$root/build/src/libzcc.so" "$root/scripts/test_python.sh" 2>&1 |
+    tee "$root/build/pytest.log" || status=$?
+  count_pytest "$root/build/pytest.log"
+  return "$status"
+}
+
 step deps "$root/scripts/deps.sh" || true
 
 # 1. Normal build: everything but the quick matrix.
@@ -82,12 +104,15 @@ if step configure cmake -S "$root" -B "$root/build" \
   -DZCC_SANITIZE= -DZCC_BUILD_TESTS=ON; then
   if step build cmake --build "$root/build" -j"$jobs"; then
     step ctest run_ctest "$root/build" -LE mp-quick || true
+    step python run_python || true
   else
     skip ctest "build failed"
+    skip python "build failed"
   fi
 else
   skip build "configure failed"
   skip ctest "configure failed"
+  skip python "configure failed"
 fi
 
 # 2. ASan + UBSan: host code only (nvcc takes no -fsanitize).

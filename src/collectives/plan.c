@@ -201,28 +201,44 @@ static zccResult_t ring_allgather(zcc_plan_t *p, char *buf, size_t count, int bl
   return zccSuccess;
 }
 
+/*
+ * Direct (one-round) reduction: each rank sends the block sb + j * stride
+ * to rank j (stride 0: the same buffer to all), the receiving ranks collect
+ * every peer's block in scratch and reduce all of them in rank order into
+ * rb. root >= 0: only the root receives; the others send it sb.
+ */
+static zccResult_t direct_reduce(zcc_plan_t *p, const char *sb, size_t stride, char *rb,
+                                 size_t count, int root) {
+  int n = p->comm->nranks, r = p->comm->rank;
+  size_t bytes = count * zcc_type_size(p->type);
+  ZCC_CHECK(batch_begin(p));
+  if (root >= 0 && r != root) {
+    ZCC_CHECK(send_to(p, root, sb, bytes));
+    batch_end(p);
+    return zccSuccess;
+  }
+  ZCC_CHECK(alloc_tmp(p, (size_t)n * bytes));
+  char *tmp = p->tmp;
+  for (int k = 1; k < n; k++) {
+    int peer = mod(r + k, n);
+    if (root < 0) ZCC_CHECK(send_to(p, peer, sb + (size_t)peer * stride, bytes));
+    ZCC_CHECK(recv_from(p, peer, tmp + (size_t)peer * bytes, NULL, bytes));
+  }
+  batch_end(p);
+  const char **srcs = calloc((size_t)n, sizeof(*srcs));
+  if (!srcs) return zcc_error(zccSystemError, "%s: out of memory", zcc_coll_name(p->coll));
+  for (int i = 0; i < n; i++) srcs[i] = i == r ? sb + (size_t)r * stride : tmp + (size_t)i * bytes;
+  zccResult_t res = reduce_in_order(p, rb, srcs, tmp + (size_t)r * bytes, count);
+  free(srcs);
+  ZCC_CHECK(res);
+  return local_avg(p, rb, count);
+}
+
 static zccResult_t plan_allreduce(zcc_plan_t *p, const char *sb, char *rb, size_t count) {
   int n = p->comm->nranks, r = p->comm->rank;
   size_t ts = zcc_type_size(p->type), bytes = count * ts;
   if (n == 1) return local_copy(p, rb, sb, bytes);
-  if (p->algo == ZCC_ALGO_DIRECT) {
-    ZCC_CHECK(alloc_tmp(p, (size_t)n * bytes));
-    char *tmp = p->tmp;
-    ZCC_CHECK(batch_begin(p));
-    for (int k = 1; k < n; k++) {
-      int peer = mod(r + k, n);
-      ZCC_CHECK(send_to(p, peer, sb, bytes));
-      ZCC_CHECK(recv_from(p, peer, tmp + (size_t)peer * bytes, NULL, bytes));
-    }
-    batch_end(p);
-    const char **srcs = calloc((size_t)n, sizeof(*srcs));
-    if (!srcs) return zcc_error(zccSystemError, "allreduce: out of memory");
-    for (int i = 0; i < n; i++) srcs[i] = i == r ? sb : tmp + (size_t)i * bytes;
-    zccResult_t res = reduce_in_order(p, rb, srcs, tmp + (size_t)r * bytes, count);
-    free(srcs);
-    ZCC_CHECK(res);
-    return local_avg(p, rb, count);
-  }
+  if (p->algo == ZCC_ALGO_DIRECT) return direct_reduce(p, sb, 0, rb, count, -1);
   /* One batch: the allgather forwards each reduced chunk as it is made. */
   int final_recv;
   ZCC_CHECK(batch_begin(p));
@@ -235,27 +251,10 @@ static zccResult_t plan_allreduce(zcc_plan_t *p, const char *sb, char *rb, size_
 }
 
 static zccResult_t plan_reducescatter(zcc_plan_t *p, const char *sb, char *rb, size_t count) {
-  int n = p->comm->nranks, r = p->comm->rank;
+  int n = p->comm->nranks;
   size_t ts = zcc_type_size(p->type), bytes = count * ts;
   if (n == 1) return local_copy(p, rb, sb, bytes);
-  if (p->algo == ZCC_ALGO_DIRECT) {
-    ZCC_CHECK(alloc_tmp(p, (size_t)n * bytes));
-    char *tmp = p->tmp;
-    ZCC_CHECK(batch_begin(p));
-    for (int k = 1; k < n; k++) {
-      int peer = mod(r + k, n);
-      ZCC_CHECK(send_to(p, peer, sb + (size_t)peer * bytes, bytes));
-      ZCC_CHECK(recv_from(p, peer, tmp + (size_t)peer * bytes, NULL, bytes));
-    }
-    batch_end(p);
-    const char **srcs = calloc((size_t)n, sizeof(*srcs));
-    if (!srcs) return zcc_error(zccSystemError, "reducescatter: out of memory");
-    for (int i = 0; i < n; i++) srcs[i] = i == r ? sb + (size_t)r * bytes : tmp + (size_t)i * bytes;
-    zccResult_t res = reduce_in_order(p, rb, srcs, tmp + (size_t)r * bytes, count);
-    free(srcs);
-    ZCC_CHECK(res);
-    return local_avg(p, rb, count);
-  }
+  if (p->algo == ZCC_ALGO_DIRECT) return direct_reduce(p, sb, bytes, rb, count, -1);
   int final_recv;
   ZCC_CHECK(alloc_tmp(p, (size_t)(n - 2) * bytes));
   ZCC_CHECK(batch_begin(p));
@@ -268,29 +267,7 @@ static zccResult_t plan_reduce(zcc_plan_t *p, const char *sb, char *rb, size_t c
   int n = p->comm->nranks, r = p->comm->rank;
   size_t ts = zcc_type_size(p->type), bytes = count * ts;
   if (n == 1) return local_copy(p, rb, sb, bytes);
-  if (p->algo == ZCC_ALGO_DIRECT) {
-    if (r != root) {
-      ZCC_CHECK(batch_begin(p));
-      ZCC_CHECK(send_to(p, root, sb, bytes));
-      batch_end(p);
-      return zccSuccess;
-    }
-    ZCC_CHECK(alloc_tmp(p, (size_t)n * bytes));
-    char *tmp = p->tmp;
-    ZCC_CHECK(batch_begin(p));
-    for (int k = 1; k < n; k++) {
-      int peer = mod(r + k, n);
-      ZCC_CHECK(recv_from(p, peer, tmp + (size_t)peer * bytes, NULL, bytes));
-    }
-    batch_end(p);
-    const char **srcs = calloc((size_t)n, sizeof(*srcs));
-    if (!srcs) return zcc_error(zccSystemError, "reduce: out of memory");
-    for (int i = 0; i < n; i++) srcs[i] = i == r ? sb : tmp + (size_t)i * bytes;
-    zccResult_t res = reduce_in_order(p, rb, srcs, tmp + (size_t)r * bytes, count);
-    free(srcs);
-    ZCC_CHECK(res);
-    return local_avg(p, rb, count);
-  }
+  if (p->algo == ZCC_ALGO_DIRECT) return direct_reduce(p, sb, 0, rb, count, root);
   size_t maxseg = seg_cnt(count, n, 0) * ts;
   ZCC_CHECK(alloc_tmp(p, (size_t)(n - 1) * maxseg));
   char *final = r == root ? rb + seg_off(count, n, r) * ts : (char *)p->tmp + (size_t)(n - 2) * maxseg;
