@@ -152,9 +152,11 @@ ZCC_API zccResult_t zccGetVersion(int *version);
 /**
  * Create a unique id: opens a listening socket (ZCC_SOCKET_IFNAME chooses the
  * interface; ZCC_COMM_ID=host:port a fixed address) and draws a random
- * secret. The calling process serves the rendezvous until every rank of the
- * communicator has arrived or ZCC_INIT_TIMEOUT passes. Give the id to every
- * rank out of band.
+ * secret. The calling process serves the rendezvous, from a thread it
+ * starts here, until every rank of the communicator has arrived or
+ * ZCC_INIT_TIMEOUT passes. Give the id to every rank out of band. A process
+ * that forks its ranks should fork them before this call: a fork taken while
+ * another thread allocates memory is unsafe with some allocators (ASan's).
  */
 ZCC_API zccResult_t zccGetUniqueId(zccUniqueId *uniqueId);
 

@@ -1,0 +1,112 @@
+/*
+ * The plain-C face of zcc's CUDA kernels (src/device/). Host code includes
+ * this header only: plain structs, extern "C" functions, and an opaque
+ * stream pointer (a cudaStream_t is a struct CUstream_st *; NULL is the
+ * legacy default stream). Every function only enqueues work on the stream
+ * and returns: no allocation, no host synchronisation, so every call can be
+ * captured in a CUDA graph. Each returns 0 or the cudaError_t of the launch
+ * (cudaErrorInvalidValue, 1, for a bad argument); zcc_dev_error_string
+ * names it.
+ *
+ * Arithmetic is that of the host reduction loops (reduce.h), bit for bit:
+ * integer sums and products wrap; fp16, bf16 and both fp8 formats are
+ * reduced in fp32 per element and rounded to nearest-even once per step;
+ * max/min of floats give NaN if either operand is NaN; avg reduces as sum
+ * and the finish step divides by nranks (integers truncate; narrow floats
+ * divide in fp32 and round once). Compiled without fast-math: no FTZ, IEEE
+ * division.
+ *
+ * Alignment: none is required. Buffers that share one offset modulo 16 run
+ * with 16-byte loads and stores after a few scalar head elements; others
+ * with the widest accesses each pointer allows.
+ */
+#ifndef ZCC_DEVICE_H_
+#define ZCC_DEVICE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zcc.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct CUstream_st;
+
+/* Ranks one all-pairs allreduce kernel handles (each GPU reads all inputs). */
+#define ZCC_DEV_MAX_RANKS 8
+/* Blocks one allreduce launch may use; each owns one line of flags. */
+#define ZCC_DEV_MAX_BLOCKS 256
+/* Bytes of one rank's flag area: allocate on its GPU, zero once, map to peers. */
+#define ZCC_DEV_FLAGS_BYTES (ZCC_DEV_MAX_BLOCKS * 64)
+
+/* "no error", or the CUDA runtime's name for code. */
+const char *zcc_dev_error_string(int code);
+
+/*
+ * dst[i] = a[i] op b[i] for i < count on stream. dst may alias a or b
+ * exactly (not partially). zccAvg reduces as zccSum.
+ */
+int zcc_dev_reduce(void *dst, const void *a, const void *b, size_t count,
+                   zccDataType_t type, zccRedOp_t op, struct CUstream_st *stream);
+
+/* dst[i] = src[i] / nranks (see above); dst may alias src exactly. */
+int zcc_dev_finish_avg(void *dst, const void *src, size_t count,
+                       zccDataType_t type, int nranks,
+                       struct CUstream_st *stream);
+
+/*
+ * One rank's view of an all-pairs allreduce over nranks GPUs that can
+ * address each other's memory (peer access in a process, or IPC / cuMem
+ * mappings across processes). Pointers are as *this* GPU addresses them.
+ *
+ * Every rank launches the same algorithm with the same count, type, op,
+ * nranks and max_blocks, in the same order on every flag area: the kernels
+ * keep a per-block sequence number in the flag areas themselves, so the
+ * same buffers serve every launch, also in CUDA graph replays, with no host
+ * help. A launch returns on each GPU once every peer has finished reading
+ * that GPU's input and writing its output, so the caller's stream may reuse
+ * both right after. Inputs are read, never written; out-of-place and
+ * in-place (outputs[r] == inputs[r]) both work.
+ *
+ * zccAvg is finished inside the kernel (sum, then the avg step).
+ */
+typedef struct zcc_dev_allreduce {
+  const void *inputs[ZCC_DEV_MAX_RANKS]; /* rank r's send buffer */
+  void *outputs[ZCC_DEV_MAX_RANKS];      /* rank r's recv buffer (one-shot: only [rank] is used) */
+  uint32_t *flags[ZCC_DEV_MAX_RANKS];    /* rank r's flag area, ZCC_DEV_FLAGS_BYTES, zeroed before first use */
+  const volatile uint32_t *abort_flag;   /* NULL, or nonzero: waiting kernels give up (results undefined) */
+  size_t count;
+  zccDataType_t type;
+  zccRedOp_t op;
+  int nranks; /* 1..ZCC_DEV_MAX_RANKS */
+  int rank;
+  int max_blocks; /* 0: the default (ZCC_DEV_DEFAULT_BLOCKS); at most ZCC_DEV_MAX_BLOCKS and the SM count */
+} zcc_dev_allreduce_t;
+
+#define ZCC_DEV_DEFAULT_BLOCKS 64
+
+/*
+ * One-shot: every GPU reads all nranks inputs and reduces them in rank order
+ * into its own output, so all outputs are bitwise identical. Moves
+ * (nranks-1) x bytes into each GPU; for small and, at nranks = 2, all sizes.
+ */
+int zcc_dev_allreduce_oneshot(const zcc_dev_allreduce_t *args,
+                              struct CUstream_st *stream);
+
+/*
+ * Two-shot: rank r reduces slice r of all inputs (in rank order) and writes
+ * it into every rank's output. Moves 2 (nranks-1)/nranks x bytes per GPU.
+ */
+int zcc_dev_allreduce_twoshot(const zcc_dev_allreduce_t *args,
+                              struct CUstream_st *stream);
+
+/* Blocks a launch of count elements would use (for tests and the planner). */
+int zcc_dev_allreduce_blocks(const zcc_dev_allreduce_t *args, int twoshot);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZCC_DEVICE_H_ */
