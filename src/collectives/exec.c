@@ -72,6 +72,12 @@ static zccResult_t advance(chain_state_t *c, int *moved) {
           continue;
         }
       }
+      x->fwd_ready = NULL;
+      if (x->fwd >= 0) {
+        zcc_xfer_t *f = &p->xfers[x->fwd];
+        if (f->done == x->done && (f->after < 0 || p->xfers[f->after].done == p->xfers[f->after].bytes))
+          x->fwd_ready = f;
+      }
       int m = 0;
       zccResult_t res = x->conn->ops->progress(x->conn, x, &m);
       if (res != zccSuccess) {

@@ -56,7 +56,7 @@ static zccResult_t add_xfer(zcc_plan_t *p, int is_recv, int peer, const void *sr
   zcc_xfer_t x = {.conn = peer == p->comm->rank ? NULL : p->comm->conns[peer],
                   .is_recv = is_recv, .src = src, .dst = dst, .red = red,
                   .type = p->type, .op = p->op, .bytes = bytes, .avail = bytes,
-                  .after = -1, .limit_by = limit_by};
+                  .after = -1, .limit_by = limit_by, .fwd = -1, .fwd_ready = NULL};
   for (int i = it->first + it->count - 1; i >= it->first; i--) {
     if (x.conn && p->xfers[i].conn == x.conn && p->xfers[i].is_recv == is_recv) {
       x.after = i;
@@ -64,6 +64,7 @@ static zccResult_t add_xfer(zcc_plan_t *p, int is_recv, int peer, const void *sr
     }
   }
   if (index) *index = p->nxfers;
+  if (limit_by >= 0) p->xfers[limit_by].fwd = p->nxfers;
   p->xfers[p->nxfers++] = x;
   it->count++;
   return zccSuccess;

@@ -36,6 +36,11 @@ typedef struct zcc_xfer {
                        connection and direction, which must finish first; -1 */
   int limit_by;     /* send: index of a receive in the batch whose progress
                        bounds avail (it fills src); -1: all of src is ready */
+  int fwd;          /* recv: index of the send that forwards what this
+                       receive produces (its limit_by is this one); -1 */
+  struct zcc_xfer *fwd_ready; /* recv: set by the executor when that send is
+                       caught up and may be written now, so the transport
+                       can produce both outputs in one pass; else NULL */
 } zcc_xfer_t;
 
 typedef enum {

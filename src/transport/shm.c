@@ -190,18 +190,28 @@ static zccResult_t peer_gone(zcc_conn_t *conn, shm_conn_t *s) {
   return zccSuccess;
 }
 
+/* The next free send slot of s, or NULL when the FIFO is full. */
+static char *send_slot(shm_conn_t *s) {
+  uint64_t head = atomic_load_explicit(&s->send->head, memory_order_acquire);
+  if (s->send_tail - head >= s->nslots) return NULL;
+  return s->send_data + (size_t)(s->send_tail % s->nslots) * s->slot_size;
+}
+
+static void send_post(shm_conn_t *s, size_t n) {
+  s->send->sizes[s->send_tail % s->nslots] = (uint32_t)n;
+  s->send_tail++;
+  atomic_store_explicit(&s->send->tail, s->send_tail, memory_order_release);
+}
+
 static zccResult_t shm_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
   shm_conn_t *s = conn->priv;
   if (!x->is_recv) {
-    uint64_t head = atomic_load_explicit(&s->send->head, memory_order_acquire);
-    while (x->done < x->avail && s->send_tail - head < s->nslots) {
+    char *out;
+    while (x->done < x->avail && (out = send_slot(s)) != NULL) {
       size_t n = x->avail - x->done;
       if (n > s->slot_size) n = s->slot_size;
-      uint32_t idx = (uint32_t)(s->send_tail % s->nslots);
-      memcpy(s->send_data + (size_t)idx * s->slot_size, (const char *)x->src + x->done, n);
-      s->send->sizes[idx] = (uint32_t)n;
-      s->send_tail++;
-      atomic_store_explicit(&s->send->tail, s->send_tail, memory_order_release);
+      memcpy(out, (const char *)x->src + x->done, n);
+      send_post(s, n);
       x->done += n;
       *moved = 1;
     }
@@ -220,10 +230,26 @@ static zccResult_t shm_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
                        "shm: %zu bytes from rank %d are not whole %s elements (message "
                        "sizes differ between ranks?)", n, conn->peer, zcc_type_name(x->type));
     char *dst = (char *)x->dst + x->done;
+    /* Forwarding send caught up on a shm connection: write its slot in the
+       same pass, while the result is in registers, instead of re-reading
+       dst later. */
+    zcc_xfer_t *f = x->fwd_ready;
+    shm_conn_t *fs = f && f->conn->ops == &zcc_transport_shm ? f->conn->priv : NULL;
+    char *out = fs ? send_slot(fs) : NULL;
+    if (out && n > fs->slot_size) n = fs->slot_size;
     if (x->red)
-      zcc_reduce(dst, (const char *)x->red + x->done, slot, n / tsize, x->type, x->op);
-    else
+      zcc_reduce2(dst, out, (const char *)x->red + x->done, slot, n / tsize, x->type, x->op);
+    else {
       memcpy(dst, slot, n);
+      if (out) memcpy(out, slot, n);
+    }
+    if (out) {
+      send_post(fs, n);
+      f->done += n;
+    }
+    /* Once a chunk went unforwarded the send is behind: it must copy that
+       chunk itself before anything else is forwarded. */
+    if (!out || f->done == f->bytes) x->fwd_ready = NULL;
     x->done += n;
     s->recv_off += n;
     if (s->recv_off == s->recv->sizes[idx]) {
