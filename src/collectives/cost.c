@@ -64,28 +64,27 @@ static double class_frac(int cls) {
 }
 
 /* ---- host communicators ----
- * Measured with allreduce_perf -np 2 -b 8 -e 64M -f 4 -n 40 -w 5,
- * ZCC_ALGO=direct and =ring, on the shared-memory transport and with
- * ZCC_SHM_DISABLE=1 (TCP over loopback), five runs each on a 2-core VM that
- * other builds were loading. Latencies are the median of the 8..512-byte
- * times over the runs (they are bimodal: a wakeup costs ~30 us when the
- * peer sleeps), per round for direct and per step for the ring (2 steps on
- * 2 ranks); bandwidths are bytes each rank moves / time at 2 and 8 MiB,
- * best run.
- *   shm  direct: 6.5-7.9 us small, 2 MiB 978 us, 8 MiB 3952 us -> 7.3 us, 2.1 GB/s
- *   shm  ring:   6.1-7.0 us small (1.1 us on a quiet machine), 2 MiB 591 us,
- *                8 MiB 2434 us -> 3.5 us a step, 3.45 GB/s
- *   tcp  direct: 3-76 us small, median 36; 8 MiB 8076 us -> 36 us, 1.0 GB/s
- *   tcp  ring:   6-43 us small, median 38; 8 MiB 7523 us -> 19 us a step, 1.1 GB/s
+ * Measured on the 2-core VM with nothing else running (2026-11-29), 2 ranks,
+ * float32 sum, allreduce_perf -np 2 -n 2000..20000, ZCC_ALGO=direct and
+ * =ring, shared memory and ZCC_SHM_DISABLE=1 (TCP over loopback); alpha is
+ * per round (direct) or per step (ring: 2 steps on 2 ranks), bandwidth is
+ * bytes each rank moves per us, fitted at 8-32 KiB (where the choice is
+ * made) and checked at 2 MiB:
+ *   shm  direct: 8 B 0.70 us, 8 KiB 2.14, 16 KiB 3.88, 32 KiB 5.59, 2 MiB 589
+ *   shm  ring:   8 B 0.94 us, 8 KiB 2.78, 16 KiB 3.27, 32 KiB 4.87, 2 MiB 303
+ *     -> crossover measured between 8 and 16 KiB; the model puts it at 9 KiB
+ *   tcp  direct: 4 KiB 4.3 us, 16 KiB 7.4, 64 KiB 19.9, 256 KiB 53.6, 8 MiB 4392
+ *   tcp  ring:   4 KiB 8.0 us, 16 KiB 11.8, 64 KiB 19.4, 256 KiB 54.1, 8 MiB 3921
+ *     -> crossover measured between 64 and 256 KiB; the model puts it at 207 KiB
  */
-#define SHM_DIRECT_ALPHA 7.3
-#define SHM_DIRECT_BW 2.1
-#define SHM_RING_ALPHA 3.5
-#define SHM_RING_BW 3.45
-#define TCP_DIRECT_ALPHA 36.0
-#define TCP_DIRECT_BW 1.0
-#define TCP_RING_ALPHA 19.0
-#define TCP_RING_BW 1.1
+#define SHM_DIRECT_ALPHA 0.7
+#define SHM_DIRECT_BW 6.0
+#define SHM_RING_ALPHA 0.5
+#define SHM_RING_BW 7.5
+#define TCP_DIRECT_ALPHA 4.3
+#define TCP_DIRECT_BW 4.0
+#define TCP_RING_ALPHA 4.5
+#define TCP_RING_BW 4.4
 
 /* us per step for host ranks: shared memory within a host, TCP across. */
 static double host_hop(int cls) { return cls == ZCC_PATH_NET ? TCP_RING_ALPHA : SHM_RING_ALPHA; }

@@ -107,12 +107,18 @@ static zccResult_t local_avg(zcc_plan_t *p, void *dst, size_t count) {
 }
 
 static zccResult_t alloc_tmp(zcc_plan_t *p, size_t bytes) {
-  if (bytes == 0) return zccSuccess;
+  if (bytes <= p->tmp_cap) return zccSuccess;
+  free(p->tmp);
+  p->tmp_cap = 0;
   p->tmp = malloc(bytes);
   if (!p->tmp) return zcc_error(zccSystemError, "%s: cannot allocate %zu bytes of scratch",
                                 zcc_coll_name(p->coll), bytes);
+  p->tmp_cap = bytes;
   return zccSuccess;
 }
+
+/* Scratch kept in a spare plan beyond this is freed rather than kept. */
+#define SPARE_TMP_MAX ((size_t)4 << 20)
 
 static size_t seg_off(size_t count, int n, int i) {
   size_t base = count / (size_t)n, rem = count % (size_t)n;
@@ -359,8 +365,26 @@ static zccResult_t plan_alltoall(zcc_plan_t *p, const char *sb, char *rb, size_t
 }
 
 zccResult_t zcc_plan_new(struct zccComm *comm, zcc_coll_t coll, zcc_plan_t **out) {
-  zcc_plan_t *p = calloc(1, sizeof(*p));
-  if (!p) return zcc_error(zccSystemError, "plan: out of memory");
+  zcc_plan_t *p = comm->spare_plan;
+  if (p) {
+    /* Keep the arrays and scratch; forget the contents. */
+    comm->spare_plan = NULL;
+    zcc_item_t *items = p->items;
+    zcc_xfer_t *xfers = p->xfers;
+    void *tmp = p->tmp;
+    int ci = p->cap_items, cx = p->cap_xfers;
+    size_t ct = p->tmp_cap;
+    memset(p, 0, sizeof(*p));
+    p->items = items;
+    p->xfers = xfers;
+    p->tmp = tmp;
+    p->cap_items = ci;
+    p->cap_xfers = cx;
+    p->tmp_cap = ct;
+  } else {
+    p = calloc(1, sizeof(*p));
+    if (!p) return zcc_error(zccSystemError, "plan: out of memory");
+  }
   p->comm = comm;
   p->coll = coll;
   p->type = zccUint8;
@@ -370,12 +394,31 @@ zccResult_t zcc_plan_new(struct zccComm *comm, zcc_coll_t coll, zcc_plan_t **out
   return zccSuccess;
 }
 
-void zcc_plan_free(zcc_plan_t *p) {
-  if (!p) return;
+static void plan_destroy(zcc_plan_t *p) {
   free(p->items);
   free(p->xfers);
   free(p->tmp);
   free(p);
+}
+
+void zcc_plan_free(zcc_plan_t *p) {
+  if (!p) return;
+  struct zccComm *comm = p->comm;
+  if (comm && !comm->spare_plan) {
+    if (p->tmp_cap > SPARE_TMP_MAX) {
+      free(p->tmp);
+      p->tmp = NULL;
+      p->tmp_cap = 0;
+    }
+    comm->spare_plan = p;
+    return;
+  }
+  plan_destroy(p);
+}
+
+void zcc_plan_release_spare(struct zccComm *comm) {
+  if (comm->spare_plan) plan_destroy(comm->spare_plan);
+  comm->spare_plan = NULL;
 }
 
 zccResult_t zcc_plan_coll(struct zccComm *comm, const zcc_coll_args_t *a, zcc_plan_t **out) {

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "debug.h"
+#include "coll.h"
 #include "transport.h"
 
 /* Live communicators: a small growable array under one lock. */
@@ -82,6 +83,7 @@ void zcc_comm_set_error(struct zccComm *comm, zccResult_t res) {
 
 void zcc_comm_free(struct zccComm *comm) {
   if (!comm) return;
+  zcc_plan_release_spare(comm);
   zcc_transport_free_all(comm);
   if (comm->bootstrap) zcc_bootstrap_free(comm->bootstrap);
   zcc_reg_t *r = comm->regs;

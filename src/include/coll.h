@@ -68,6 +68,7 @@ typedef struct zcc_plan {
   int nxfers, cap_xfers;
   zcc_xfer_t *xfers;
   void *tmp; /* scratch owned by the plan */
+  size_t tmp_cap;
   int cur;   /* executor's position */
   int open_batch; /* builder: an XFERS item is open */
   struct zcc_plan *next;
@@ -93,7 +94,13 @@ zccResult_t zcc_plan_p2p(zcc_plan_t *plan, int is_recv, int peer, void *buf,
                          size_t bytes);
 /* Close a point-to-point plan: pairs sends to self with receives from self. */
 zccResult_t zcc_plan_p2p_finish(zcc_plan_t *plan);
+/*
+ * Done with a plan: the communicator keeps one, with its arrays and
+ * scratch, for the next call (so small collectives allocate nothing).
+ */
 void zcc_plan_free(zcc_plan_t *plan);
+/* Free the communicator's kept plan (at communicator destruction). */
+void zcc_plan_release_spare(struct zccComm *comm);
 
 /*
  * Run chains of plans to completion: chains[i] is a linked list (next) of

@@ -56,6 +56,8 @@ struct zccComm {
   struct zcc_conn **conns;         /* [nranks]; NULL for self */
   void *transport_state[ZCC_MAX_TRANSPORTS];
 
+  struct zcc_plan *spare_plan; /* kept by zcc_plan_free for reuse */
+
   pthread_mutex_t reg_lock;
   struct zcc_reg *regs;
   int split_seq; /* splits made from this communicator */

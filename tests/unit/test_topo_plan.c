@@ -275,23 +275,28 @@ static void test_overrides(void **s) {
 
 static void test_host_pick(void **s) {
   zcc_algo_t a;
-  /* Shared memory (cost.c's measurements): 2 ranks, the ring at every size
-   * (two 3.5 us steps beat one 7.3 us round); 4 ranks, direct up to the
-   * crossover at ~14 KiB, ring above. */
+  /* Shared memory (cost.c's measurements): direct below the crossover
+   * (2 ranks: measured between 8 and 16 KiB, modelled at 9 KiB; 4 ranks:
+   * modelled at 7.7 KiB), ring above. */
   assert_int_equal(zcc_planner_pick_host(2, 1, ZCC_COLL_ALLREDUCE, 8, &a), zccSuccess);
+  assert_int_equal(a, ZCC_ALGO_DIRECT);
+  assert_int_equal(zcc_planner_pick_host(2, 1, ZCC_COLL_ALLREDUCE, 4 << 10, &a), zccSuccess);
+  assert_int_equal(a, ZCC_ALGO_DIRECT);
+  assert_int_equal(zcc_planner_pick_host(2, 1, ZCC_COLL_ALLREDUCE, 16 << 10, &a), zccSuccess);
   assert_int_equal(a, ZCC_ALGO_RING);
-  assert_int_equal(zcc_planner_pick_host(4, 1, ZCC_COLL_ALLREDUCE, 8 << 10, &a), zccSuccess);
+  assert_int_equal(zcc_planner_pick_host(4, 1, ZCC_COLL_ALLREDUCE, 4 << 10, &a), zccSuccess);
   assert_int_equal(a, ZCC_ALGO_DIRECT);
   assert_int_equal(zcc_planner_pick_host(4, 1, ZCC_COLL_ALLREDUCE, 16 << 10, &a), zccSuccess);
   assert_int_equal(a, ZCC_ALGO_RING);
   assert_int_equal(zcc_planner_pick_host(4, 1, ZCC_COLL_ALLTOALL, 1 << 20, &a), zccSuccess);
   assert_int_equal(a, ZCC_ALGO_DIRECT);
-  /* TCP: 2 ranks, direct below the crossover at ~22 KiB, ring above */
+  /* TCP: 2 ranks, direct below the crossover (measured between 64 and
+   * 256 KiB, modelled at 207 KiB), ring above */
   assert_int_equal(zcc_planner_pick_host(2, 2, ZCC_COLL_ALLREDUCE, 8, &a), zccSuccess);
   assert_int_equal(a, ZCC_ALGO_DIRECT);
-  assert_int_equal(zcc_planner_pick_host(2, 2, ZCC_COLL_ALLREDUCE, 16 << 10, &a), zccSuccess);
+  assert_int_equal(zcc_planner_pick_host(2, 2, ZCC_COLL_ALLREDUCE, 64 << 10, &a), zccSuccess);
   assert_int_equal(a, ZCC_ALGO_DIRECT);
-  assert_int_equal(zcc_planner_pick_host(2, 2, ZCC_COLL_ALLREDUCE, 32 << 10, &a), zccSuccess);
+  assert_int_equal(zcc_planner_pick_host(2, 2, ZCC_COLL_ALLREDUCE, 1 << 20, &a), zccSuccess);
   assert_int_equal(a, ZCC_ALGO_RING);
   assert_int_equal(zcc_planner_pick_host(0, 1, ZCC_COLL_ALLREDUCE, 8, &a), zccInvalidArgument);
   assert_int_equal(zcc_planner_pick_host(2, 3, ZCC_COLL_ALLREDUCE, 8, &a), zccInvalidArgument);
