@@ -23,10 +23,6 @@
 #include "reduce.h"
 #include "transport.h"
 
-ZCC_PARAM_INT(shm_stream_min, "SHM_STREAM_MIN_BYTES", 1048576,
-              "receives of at least this many bytes copy out of shared memory with "
-              "non-temporal stores (the destination is not read back soon; saves "
-              "the read-for-ownership traffic); 0 disables")
 ZCC_PARAM_INT(shm_disable, "SHM_DISABLE", 0,
               "1: never use shared memory between processes of one host (use sockets)")
 ZCC_PARAM_INT(shm_slot_size, "SHM_SLOT_SIZE", 131072,
@@ -194,48 +190,6 @@ static zccResult_t peer_gone(zcc_conn_t *conn, shm_conn_t *s) {
   return zccSuccess;
 }
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-
-/* memcpy with streaming stores: the destination bypasses the caches. */
-__attribute__((target("avx2"))) static void copy_stream_avx2(char *dst, const char *src,
-                                                             size_t n) {
-  size_t head = (32 - ((uintptr_t)dst & 31)) & 31;
-  if (head > n) head = n;
-  memcpy(dst, src, head);
-  dst += head;
-  src += head;
-  n -= head;
-  size_t body = n & ~(size_t)127;
-  for (size_t i = 0; i < body; i += 128) {
-    __m256i a = _mm256_loadu_si256((const __m256i *)(src + i));
-    __m256i b = _mm256_loadu_si256((const __m256i *)(src + i + 32));
-    __m256i c = _mm256_loadu_si256((const __m256i *)(src + i + 64));
-    __m256i d = _mm256_loadu_si256((const __m256i *)(src + i + 96));
-    _mm256_stream_si256((__m256i *)(dst + i), a);
-    _mm256_stream_si256((__m256i *)(dst + i + 32), b);
-    _mm256_stream_si256((__m256i *)(dst + i + 64), c);
-    _mm256_stream_si256((__m256i *)(dst + i + 96), d);
-  }
-  _mm_sfence();
-  memcpy(dst + body, src + body, n - body);
-}
-#endif
-
-/* Copy out of a slot; large transfers stream past the caches. */
-static void copy_out(char *dst, const char *src, size_t n, size_t transfer_bytes) {
-#if defined(__x86_64__)
-  static int avx2 = -1;
-  if (avx2 < 0) avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
-  int64_t min = zcc_param_shm_stream_min();
-  if (avx2 && min > 0 && transfer_bytes >= (size_t)min) {
-    copy_stream_avx2(dst, src, n);
-    return;
-  }
-#endif
-  memcpy(dst, src, n);
-}
-
 /* The next free send slot of s, or NULL when the FIFO is full. */
 static char *send_slot(shm_conn_t *s) {
   uint64_t head = atomic_load_explicit(&s->send->head, memory_order_acquire);
@@ -286,7 +240,7 @@ static zccResult_t shm_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
     if (x->red)
       zcc_reduce2(dst, out, (const char *)x->red + x->done, slot, n / tsize, x->type, x->op);
     else {
-      copy_out(dst, slot, n, x->bytes);
+      memcpy(dst, slot, n);
       if (out) memcpy(out, slot, n);
     }
     if (out) {
