@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The host performance report of docs/perf/host.md, in one run: machine and
+# versions, the memory-bandwidth ceiling (membw on both cores), and zcc's
+# allreduce beside Open MPI's (tools/compare_mpi.sh), 2 ranks, float32 sum,
+# 8 B to 256 MiB. Builds build/ first if needed. Run it on a quiet machine.
+# Usage: scripts/host_perf.sh [BUILD_DIR]
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${1:-$root/build}
+if [ ! -x "$build/tools/allreduce_perf" ] || [ ! -x "$build/tools/mpi_allreduce_ref" ]; then
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build "$build" -j"$(nproc)" --target allreduce_perf mpi_allreduce_ref membw >/dev/null
+fi
+echo "# date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+echo "# host: $(uname -srm), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+echo "# load average before the run: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# compiler: $(cc --version | head -n 1)"
+echo "# open mpi: $(mpirun --version 2>/dev/null | head -n 1)"
+echo "# zcc: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+echo
+echo "## memcpy on both cores at once (membw -t 2): the ceiling"
+for b in 1M 2M 4M 8M 16M 32M 64M 128M 256M; do
+  "$build/tools/membw" -b "$b" -t 2 -n 20 | tail -n 1 | awk -v b="$b" '{printf "%6s per-core %6.2f GB/s\n", b, $2}'
+done
+echo
+echo "## allreduce, 2 ranks, float32 sum (compare_mpi.sh)"
+"$build/tools/compare_mpi.sh" -B "$build/tools" -b 8 -e 256M -f 2 -n 50 -w 5
