@@ -76,6 +76,7 @@ typedef struct zcc_dev_allreduce {
   const void *inputs[ZCC_DEV_MAX_RANKS]; /* rank r's send buffer */
   void *outputs[ZCC_DEV_MAX_RANKS];      /* rank r's recv buffer (one-shot: only [rank] is used) */
   uint32_t *flags[ZCC_DEV_MAX_RANKS];    /* rank r's flag area, ZCC_DEV_FLAGS_BYTES, zeroed before first use */
+  void *ll[ZCC_DEV_MAX_RANKS];           /* rank r's LL receive area, ZCC_DEV_LL_BYTES, zeroed before first use (LL only) */
   const volatile uint32_t *abort_flag;   /* NULL, or nonzero: waiting kernels give up (results undefined) */
   size_t count;
   zccDataType_t type;
@@ -101,6 +102,23 @@ int zcc_dev_allreduce_oneshot(const zcc_dev_allreduce_t *args,
  */
 int zcc_dev_allreduce_twoshot(const zcc_dev_allreduce_t *args,
                               struct CUstream_st *stream);
+
+/*
+ * One-shot LL ("low latency", for small messages): every rank pushes its
+ * input into every peer's LL area as 16-byte lines of 8 data bytes and two
+ * copies of the launch's sequence number, and reduces what arrives, in rank
+ * order, once each line's flags match: one one-way NVLink latency and no
+ * barrier. Lines alternate between two halves of the area by launch parity,
+ * and a rank only reaches launch L+2 after its peers have entered L+1, so
+ * the half being written is never still being read. Every LL launch uses
+ * the same grid, so all blocks' counters agree. count * element size must
+ * be at most ZCC_DEV_LL_MAX_BYTES; in place works; ll[] and flags[] are
+ * used, inputs[] of peers and outputs[] of peers are not.
+ */
+#define ZCC_DEV_LL_MAX_BYTES (64 * 1024)
+#define ZCC_DEV_LL_BYTES (2 * ZCC_DEV_MAX_RANKS * 2 * ZCC_DEV_LL_MAX_BYTES)
+int zcc_dev_allreduce_oneshot_ll(const zcc_dev_allreduce_t *args,
+                                 struct CUstream_st *stream);
 
 /* Blocks a launch of count elements would use (for tests and the planner). */
 int zcc_dev_allreduce_blocks(const zcc_dev_allreduce_t *args, int twoshot);

@@ -1,0 +1,369 @@
+// All-pairs allreduce kernels for up to ZCC_DEV_MAX_RANKS GPUs that address
+// each other's memory: one-shot (each GPU reads every input and reduces into
+// its own output) and two-shot (rank r reduces slice r of every input and
+// writes it into every output).
+//
+// Synchronisation. Block b of every rank pairs with block b of every peer:
+// both ranks derive the same grid and the same chunk partition from the
+// arguments, so block b of each rank touches the same chunks. Each rank's
+// flag area holds, per block, one 32-bit slot per peer (the last value that
+// peer signalled to this block) and the block's own barrier counter. A
+// barrier takes the next counter value v, stores v into slot [b][rank] of
+// every peer (st.release.sys, after __syncthreads, so the block's earlier
+// loads and stores are ordered before it), and waits until its own slots
+// [b][peer] reach v (ld.acquire.sys). Values only grow (compared modulo
+// 2^32), so a peer already one barrier ahead satisfies a wait too, and no
+// slot is ever reset. The counter lives in device memory and advances inside
+// the kernel, so the same buffers work for every launch and in graph
+// replays; blocks that a small launch leaves idle keep their counters, on
+// every rank alike.
+//
+// A launch: start barrier (every peer has started: its input is ready and
+// its output free), the data pass, end barrier (every peer has finished
+// reading this rank's input and writing its output). One-shot in place
+// (output overlapping the own input, which peers read) reduces a round of
+// chunks into registers, passes a barrier, and only then stores that round.
+#include <cuda_runtime.h>
+
+#include "reduce_ops.cuh"
+
+#define ZD_AR_THREADS 512
+
+namespace {
+
+struct ArParams {
+  const char *in[ZCC_DEV_MAX_RANKS];
+  char *out[ZCC_DEV_MAX_RANKS];
+  uint32_t *flags[ZCC_DEV_MAX_RANKS];
+  const volatile uint32_t *abort_flag;
+  size_t head;   // scalar elements before the chunks
+  size_t chunks; // 16-byte chunks after the head
+  size_t tail;   // scalar elements after the chunks
+  int k;
+  int rank;
+  int avg;     // 0, or the avg divisor
+  int inplace; // one-shot: the output overlaps the own input
+};
+
+// Flag area layout (uint32 words): 16 per block: [0, 8) slots, 8 counter.
+#define ZD_FLAG_STRIDE 16
+#define ZD_FLAG_CTR 8
+
+ZD_INLINE void st_release_sys(uint32_t *p, uint32_t v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+ZD_INLINE uint32_t ld_acquire_sys(const uint32_t *p) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// arr[i] for a run-time i without indexing the parameter array dynamically
+// (which would copy the kernel parameters to local memory).
+template <int MAXK, typename P> ZD_INLINE P ar_pick(const P *arr, int i) {
+  P x = arr[0];
+#pragma unroll
+  for (int r = 1; r < MAXK; r++)
+    if (r == i) x = arr[r];
+  return x;
+}
+
+template <int MAXK> ZD_INLINE void ar_barrier(const ArParams &p, uint32_t v) {
+  __syncthreads();
+  const int t = threadIdx.x;
+  if (t < p.k && t != p.rank) {
+    st_release_sys(ar_pick<MAXK>(p.flags, t) + blockIdx.x * ZD_FLAG_STRIDE + p.rank, v);
+    const uint32_t *mine = ar_pick<MAXK>(p.flags, p.rank) + blockIdx.x * ZD_FLAG_STRIDE + t;
+    unsigned spins = 0;
+    while ((int32_t)(ld_acquire_sys(mine) - v) < 0) {
+      if (p.abort_flag && (++spins & 1023u) == 0 && *p.abort_flag) break;
+    }
+  }
+  __syncthreads();
+}
+
+template <int MAXK> ZD_INLINE uint32_t ar_counter_load(const ArParams &p) {
+  __shared__ uint32_t s_ctr;
+  if (threadIdx.x == 0) s_ctr = ar_pick<MAXK>(p.flags, p.rank)[blockIdx.x * ZD_FLAG_STRIDE + ZD_FLAG_CTR];
+  __syncthreads();
+  return s_ctr;
+}
+
+template <int MAXK> ZD_INLINE void ar_counter_store(const ArParams &p, uint32_t v) {
+  if (threadIdx.x == 0) ar_pick<MAXK>(p.flags, p.rank)[blockIdx.x * ZD_FLAG_STRIDE + ZD_FLAG_CTR] = v;
+}
+
+// Chunks each thread keeps in flight per input.
+template <int MAXK> struct ArUnroll { enum { U = MAXK <= 2 ? 4 : 2 }; };
+
+// Reduce chunk c of every input, in rank order, for U chunks c0 + u * stride
+// (below limit); the avg step too when asked.
+template <typename T, typename Op, int MAXK>
+ZD_INLINE void ar_load_reduce(const ArParams &p, const char *const *in, const int *w, size_t c0,
+                              size_t stride, size_t limit, uint4 *acc) {
+  enum { U = ArUnroll<MAXK>::U };
+  uint4 v[MAXK][U];
+#pragma unroll
+  for (int u = 0; u < U; u++) {
+    size_t c = c0 + u * stride;
+    if (c < limit) {
+#pragma unroll
+      for (int r = 0; r < MAXK; r++)
+        if (r < p.k) v[r][u] = zd_ld16(in[r] + c * 16, w[r]);
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < U; u++) {
+    acc[u] = v[0][u];
+#pragma unroll
+    for (int r = 1; r < MAXK; r++)
+      if (r < p.k) acc[u] = zd_red_pack<T, Op>(acc[u], v[r][u]);
+    if (p.avg) acc[u] = zd_avg_pack<T>(acc[u], p.avg);
+  }
+}
+
+// The scalar element at byte offset o, reduced over every input in rank order.
+template <typename T, typename Op, int MAXK>
+ZD_INLINE T ar_scalar(const ArParams &p, size_t o) {
+  T s = zd_ld1<T>(p.in[0] + o);
+#pragma unroll
+  for (int r = 1; r < MAXK; r++)
+    if (r < p.k) s = zd_red<T, Op>(s, zd_ld1<T>(p.in[r] + o));
+  if (p.avg) s = zd_avg<T>(s, p.avg);
+  return s;
+}
+
+// Byte offset of this thread's scalar element (head or tail), or -1.
+template <typename T> ZD_INLINE long long ar_scalar_offset(const ArParams &p, size_t tid) {
+  if (tid < p.head) return (long long)(tid * sizeof(T));
+  if (tid < p.head + p.tail)
+    return (long long)(p.head * sizeof(T) + p.chunks * 16 + (tid - p.head) * sizeof(T));
+  return -1;
+}
+
+template <typename T, typename Op, int MAXK>
+__global__ void __launch_bounds__(ZD_AR_THREADS) oneshot_kernel(ArParams p) {
+  enum { U = ArUnroll<MAXK>::U };
+  uint32_t seq = ar_counter_load<MAXK>(p);
+  ar_barrier<MAXK>(p, ++seq);
+
+  const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const size_t nth = (size_t)gridDim.x * blockDim.x;
+  const size_t hb = p.head * sizeof(T);
+  const char *in[MAXK];
+  int w[MAXK];
+#pragma unroll
+  for (int r = 0; r < MAXK; r++) {
+    in[r] = r < p.k ? p.in[r] + hb : p.in[0];
+    w[r] = zd_width(in[r]);
+  }
+  char *const own = ar_pick<MAXK>(p.out, p.rank);
+  char *out = own + hb;
+  const int wo = zd_width(out);
+
+  const long long so = ar_scalar_offset<T>(p, tid);
+  T sv;
+  if (so >= 0) {
+    sv = ar_scalar<T, Op, MAXK>(p, (size_t)so);
+    if (!p.inplace) zd_st1<T>(own + so, sv);
+  }
+
+  const size_t per_round = nth * U;
+  size_t rounds = (p.chunks + per_round - 1) / per_round;
+  if (p.inplace && rounds == 0) rounds = 1;
+  for (size_t rd = 0; rd < rounds; rd++) {
+    const size_t c0 = rd * per_round + tid;
+    uint4 acc[U];
+    ar_load_reduce<T, Op, MAXK>(p, in, w, c0, nth, p.chunks, acc);
+    if (p.inplace) {
+      ar_barrier<MAXK>(p, ++seq); // every peer has read this round of my input
+      if (rd == 0 && so >= 0) zd_st1<T>(own + so, sv);
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      size_t c = c0 + u * nth;
+      if (c < p.chunks) zd_st16(out + c * 16, wo, acc[u]);
+    }
+  }
+
+  ar_barrier<MAXK>(p, ++seq);
+  ar_counter_store<MAXK>(p, seq);
+}
+
+template <typename T, typename Op, int MAXK>
+__global__ void __launch_bounds__(ZD_AR_THREADS) twoshot_kernel(ArParams p) {
+  enum { U = ArUnroll<MAXK>::U };
+  uint32_t seq = ar_counter_load<MAXK>(p);
+  ar_barrier<MAXK>(p, ++seq);
+
+  const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const size_t nth = (size_t)gridDim.x * blockDim.x;
+  const size_t hb = p.head * sizeof(T);
+  const char *in[MAXK];
+  char *out[MAXK];
+  int w[MAXK], wo[MAXK];
+#pragma unroll
+  for (int r = 0; r < MAXK; r++) {
+    in[r] = r < p.k ? p.in[r] + hb : p.in[0];
+    out[r] = r < p.k ? p.out[r] + hb : p.out[0];
+    w[r] = zd_width(in[r]);
+    wo[r] = zd_width(out[r]);
+  }
+
+  // Rank 0 also reduces the scalar head and tail elements.
+  if (p.rank == 0) {
+    const long long so = ar_scalar_offset<T>(p, tid);
+    if (so >= 0) {
+      T sv = ar_scalar<T, Op, MAXK>(p, (size_t)so);
+#pragma unroll
+      for (int r = 0; r < MAXK; r++)
+        if (r < p.k) zd_st1<T>(p.out[r] + so, sv);
+    }
+  }
+
+  const size_t per = (p.chunks + p.k - 1) / p.k;
+  size_t lo = (size_t)p.rank * per;
+  size_t hi = lo + per;
+  if (hi > p.chunks) hi = p.chunks;
+  if (lo > hi) lo = hi;
+  for (size_t c0 = lo + tid; c0 < hi; c0 += nth * U) {
+    uint4 acc[U];
+    ar_load_reduce<T, Op, MAXK>(p, in, w, c0, nth, hi, acc);
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      size_t c = c0 + u * nth;
+      if (c < hi) {
+#pragma unroll
+        for (int r = 0; r < MAXK; r++)
+          if (r < p.k) zd_st16(out[r] + c * 16, wo[r], acc[u]);
+      }
+    }
+  }
+
+  ar_barrier<MAXK>(p, ++seq);
+  ar_counter_store<MAXK>(p, seq);
+}
+
+int sm_count_cached(int *n) {
+  static int cache[64];
+  int dev;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
+  if (dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
+  int c = __atomic_load_n(&cache[dev], __ATOMIC_RELAXED);
+  if (c == 0) {
+    err = cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, dev);
+    if (err != cudaSuccess) return err;
+    __atomic_store_n(&cache[dev], c, __ATOMIC_RELAXED);
+  }
+  *n = c;
+  return cudaSuccess;
+}
+
+// Validate args and fill the kernel parameters (everything but the grid).
+int ar_prepare(const zcc_dev_allreduce_t *a, int twoshot, ArParams *p, size_t *elem) {
+  if (!a) return cudaErrorInvalidValue;
+  *elem = zd_type_size(a->type);
+  if (*elem == 0 || (unsigned)a->op >= (unsigned)zccNumOps) return cudaErrorInvalidValue;
+  if (a->nranks < 1 || a->nranks > ZCC_DEV_MAX_RANKS || a->rank < 0 || a->rank >= a->nranks)
+    return cudaErrorInvalidValue;
+  if (a->max_blocks < 0 || a->max_blocks > ZCC_DEV_MAX_BLOCKS) return cudaErrorInvalidValue;
+  if (a->count > (SIZE_MAX >> 1) / *elem) return cudaErrorInvalidValue;
+  *p = ArParams();
+  const void *ptrs[2 * ZCC_DEV_MAX_RANKS];
+  int n = 0;
+  for (int r = 0; r < a->nranks; r++) {
+    if (!a->flags[r]) return cudaErrorInvalidValue;
+    p->flags[r] = a->flags[r];
+    if (a->count == 0) continue;
+    if (!a->inputs[r]) return cudaErrorInvalidValue;
+    p->in[r] = (const char *)a->inputs[r];
+    ptrs[n++] = a->inputs[r];
+    if (twoshot || r == a->rank) {
+      if (!a->outputs[r]) return cudaErrorInvalidValue;
+      p->out[r] = (char *)a->outputs[r];
+      ptrs[n++] = a->outputs[r];
+    }
+  }
+  p->abort_flag = a->abort_flag;
+  p->k = a->nranks;
+  p->rank = a->rank;
+  p->avg = a->op == zccAvg ? a->nranks : 0;
+  if (a->count) {
+    p->head = zd_head_elems(ptrs, n, *elem, a->count);
+    size_t rest = (a->count - p->head) * *elem;
+    p->chunks = rest / 16;
+    p->tail = (rest % 16) / *elem;
+    size_t bytes = a->count * *elem;
+    uintptr_t o = (uintptr_t)a->outputs[a->rank], i = (uintptr_t)a->inputs[a->rank];
+    // Exactly in place works; a partial overlap would clobber unread input.
+    if (o != i && o < i + bytes && i < o + bytes) return cudaErrorInvalidValue;
+    p->inplace = !twoshot && o == i;
+  }
+  return cudaSuccess;
+}
+
+int ar_blocks(const zcc_dev_allreduce_t *a, const ArParams &p, int twoshot, int *blocks) {
+  int sms;
+  int err = sm_count_cached(&sms);
+  if (err != cudaSuccess) return err;
+  int cap = a->max_blocks ? a->max_blocks : ZCC_DEV_DEFAULT_BLOCKS;
+  if (cap > sms) cap = sms;
+  if (cap > ZCC_DEV_MAX_BLOCKS) cap = ZCC_DEV_MAX_BLOCKS;
+  size_t work = twoshot ? (p.chunks + p.k - 1) / p.k : p.chunks;
+  size_t per = (size_t)ZD_AR_THREADS * (p.k <= 2 ? (int)ArUnroll<2>::U : (int)ArUnroll<8>::U);
+  size_t g = (work + per - 1) / per;
+  if (g > (size_t)cap) g = cap;
+  if (g < 1) g = 1;
+  *blocks = (int)g;
+  return cudaSuccess;
+}
+
+int ar_launch(const zcc_dev_allreduce_t *a, int twoshot, struct CUstream_st *stream) {
+  ArParams p;
+  size_t elem;
+  int err = ar_prepare(a, twoshot, &p, &elem);
+  if (err != cudaSuccess) return err;
+  int blocks;
+  err = ar_blocks(a, p, twoshot, &blocks);
+  if (err != cudaSuccess) return err;
+  cudaStream_t s = (cudaStream_t)stream;
+  // count 0 still launches: the barriers keep every rank's counters in step.
+#define ZD_LAUNCH_AR(T, Op)                                                   \
+  do {                                                                        \
+    if (p.k <= 2) {                                                           \
+      if (twoshot) twoshot_kernel<T, Op, 2><<<blocks, ZD_AR_THREADS, 0, s>>>(p); \
+      else oneshot_kernel<T, Op, 2><<<blocks, ZD_AR_THREADS, 0, s>>>(p);      \
+    } else {                                                                  \
+      if (twoshot) twoshot_kernel<T, Op, 8><<<blocks, ZD_AR_THREADS, 0, s>>>(p); \
+      else oneshot_kernel<T, Op, 8><<<blocks, ZD_AR_THREADS, 0, s>>>(p);      \
+    }                                                                         \
+  } while (0)
+  ZD_DISPATCH(a->type, a->op, ZD_LAUNCH_AR)
+#undef ZD_LAUNCH_AR
+  if (err != cudaSuccess) return err;
+  return cudaGetLastError();
+}
+
+} // namespace
+
+extern "C" __attribute__((visibility("hidden"))) int zcc_dev_allreduce_oneshot(
+    const zcc_dev_allreduce_t *args, struct CUstream_st *stream) {
+  return ar_launch(args, 0, stream);
+}
+
+extern "C" __attribute__((visibility("hidden"))) int zcc_dev_allreduce_twoshot(
+    const zcc_dev_allreduce_t *args, struct CUstream_st *stream) {
+  return ar_launch(args, 1, stream);
+}
+
+extern "C" __attribute__((visibility("hidden"))) int zcc_dev_allreduce_blocks(
+    const zcc_dev_allreduce_t *args, int twoshot) {
+  ArParams p;
+  size_t elem;
+  if (ar_prepare(args, twoshot, &p, &elem) != cudaSuccess) return -1;
+  int blocks;
+  if (ar_blocks(args, p, twoshot, &blocks) != cudaSuccess) return -1;
+  return blocks;
+}
