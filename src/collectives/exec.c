@@ -58,7 +58,11 @@ static zccResult_t advance(chain_state_t *c, int *moved) {
       continue;
     }
     int all_done = 1;
-    for (int i = it->first; i < it->first + it->count; i++) {
+    /* Skip the finished prefix: long pipelined batches finish in order. */
+    while (it->pending < it->count &&
+           p->xfers[it->first + it->pending].done == p->xfers[it->first + it->pending].bytes)
+      it->pending++;
+    for (int i = it->first + it->pending; i < it->first + it->count; i++) {
       zcc_xfer_t *x = &p->xfers[i];
       if (x->done == x->bytes) continue;
       if (x->after >= 0 && p->xfers[x->after].done != p->xfers[x->after].bytes) {

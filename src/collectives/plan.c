@@ -11,7 +11,13 @@
 #include "check.h"
 #include "coll.h"
 #include "debug.h"
+#include "param.h"
 #include "reduce.h"
+
+ZCC_PARAM_INT(ring_chunk_bytes, "RING_CHUNK_BYTES", 1048576,
+              "host ring allreduce: bytes per pipelined chunk (each chunk is a "
+              "reduce-scatter and allgather of its own, so results are forwarded "
+              "while still in cache); 0: one chunk")
 
 static zccResult_t grow(void **arr, int *cap, int need, size_t elem) {
   if (need <= *cap) return zccSuccess;
@@ -246,12 +252,21 @@ static zccResult_t plan_allreduce(zcc_plan_t *p, const char *sb, char *rb, size_
   size_t ts = zcc_type_size(p->type), bytes = count * ts;
   if (n == 1) return local_copy(p, rb, sb, bytes);
   if (p->algo == ZCC_ALGO_DIRECT) return direct_reduce(p, sb, 0, rb, count, -1);
-  /* One batch: the allgather forwards each reduced chunk as it is made. */
-  int final_recv;
+  /* One batch of chunks, each a reduce-scatter and an allgather; the
+     allgather forwards each reduced piece as it is made. */
+  int64_t cb = zcc_param_ring_chunk_bytes();
+  size_t chunk = cb > 0 ? (size_t)cb / ts : count;
+  if (chunk < (size_t)n) chunk = (size_t)n;
   ZCC_CHECK(batch_begin(p));
-  ZCC_CHECK(ring_reduce_scatter(p, sb, count, 0, rb, NULL, rb + seg_off(count, n, r) * ts,
-                                &final_recv));
-  ZCC_CHECK(ring_allgather(p, rb, count, 0, final_recv));
+  for (size_t off = 0; off < count; off += chunk) {
+    size_t c = count - off < chunk ? count - off : chunk;
+    const char *csb = sb + off * ts;
+    char *crb = rb + off * ts;
+    int final_recv;
+    ZCC_CHECK(ring_reduce_scatter(p, csb, c, 0, crb, NULL, crb + seg_off(c, n, r) * ts,
+                                  &final_recv));
+    ZCC_CHECK(ring_allgather(p, crb, c, 0, final_recv));
+  }
   batch_end(p);
   /* Avg divides every element once the sums are everywhere: same bits on all ranks. */
   return local_avg(p, rb, count);

@@ -51,6 +51,7 @@ typedef enum {
 typedef struct zcc_item {
   zcc_item_kind_t kind;
   int first, count; /* XFERS: range in plan->xfers */
+  int pending;      /* XFERS: transfers before first + pending are done */
   void *dst;
   const void *a, *b;
   size_t n; /* COPY: bytes; REDUCE/AVG: elements */
