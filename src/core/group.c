@@ -79,8 +79,11 @@ zccResult_t zcc_group_p2p_plan(struct zccComm *comm, zcc_plan_t **plan, int *cre
 static void free_chain(zcc_plan_t *p) {
   while (p) {
     zcc_plan_t *next = p->next;
-    zcc_comm_leave(p->comm);
+    struct zccComm *comm = p->comm;
+    /* The plan goes back to its communicator: leave only afterwards, since
+       an abort waiting in another thread frees the communicator then. */
     zcc_plan_free(p);
+    zcc_comm_leave(comm);
     p = next;
   }
 }

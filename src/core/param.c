@@ -4,6 +4,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,10 @@
 /* Linker-made bounds of the "zcc_params" section. */
 extern zcc_param_t __start_zcc_params[] __attribute__((weak));
 extern zcc_param_t __stop_zcc_params[] __attribute__((weak));
+
+/* First reads of a parameter may race between threads: one loads it.
+   Recursive: a load may log, and logging reads its own parameters. */
+static pthread_mutex_t load_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 
 static const char *env_of(const zcc_param_t *p, char *buf, size_t cap) {
   snprintf(buf, cap, "ZCC_%s", p->name);
@@ -40,36 +45,44 @@ static int parse_int(const char *s, int64_t *out) {
 
 int64_t zcc_param_get_int(zcc_param_t *p) {
   if (__atomic_load_n(&p->loaded, __ATOMIC_ACQUIRE)) return p->int_value;
-  char name[128];
-  const char *s = env_of(p, name, sizeof(name));
-  int64_t v = p->int_default;
-  if (s && *s) {
-    if (parse_int(s, &v) != 0) {
-      ZCC_WARN("%s=%s is not an integer; using the default %" PRId64, name, s,
-               p->int_default);
-      v = p->int_default;
-    } else {
-      ZCC_INFO(ENV, "%s set to %" PRId64, name, v);
+  pthread_mutex_lock(&load_lock);
+  if (!__atomic_load_n(&p->loaded, __ATOMIC_ACQUIRE)) {
+    char name[128];
+    const char *s = env_of(p, name, sizeof(name));
+    int64_t v = p->int_default;
+    if (s && *s) {
+      if (parse_int(s, &v) != 0) {
+        ZCC_WARN("%s=%s is not an integer; using the default %" PRId64, name, s,
+                 p->int_default);
+        v = p->int_default;
+      } else {
+        ZCC_INFO(ENV, "%s set to %" PRId64, name, v);
+      }
     }
+    p->int_value = v;
+    __atomic_store_n(&p->loaded, 1, __ATOMIC_RELEASE);
   }
-  p->int_value = v;
-  __atomic_store_n(&p->loaded, 1, __ATOMIC_RELEASE);
-  return v;
+  pthread_mutex_unlock(&load_lock);
+  return p->int_value;
 }
 
 const char *zcc_param_get_str(zcc_param_t *p) {
   if (__atomic_load_n(&p->loaded, __ATOMIC_ACQUIRE)) return p->str_value;
-  char name[128];
-  const char *s = env_of(p, name, sizeof(name));
-  /* getenv's string stays valid unless the variable is changed; keep a copy. */
-  const char *v = p->str_default;
-  if (s) {
-    char *copy = strdup(s);
-    v = copy ? copy : p->str_default;
+  pthread_mutex_lock(&load_lock);
+  if (!__atomic_load_n(&p->loaded, __ATOMIC_ACQUIRE)) {
+    char name[128];
+    const char *s = env_of(p, name, sizeof(name));
+    /* getenv's string stays valid unless the variable is changed; keep a copy. */
+    const char *v = p->str_default;
+    if (s) {
+      char *copy = strdup(s);
+      v = copy ? copy : p->str_default;
+    }
+    p->str_value = v;
+    __atomic_store_n(&p->loaded, 1, __ATOMIC_RELEASE);
   }
-  p->str_value = v;
-  __atomic_store_n(&p->loaded, 1, __ATOMIC_RELEASE);
-  return v;
+  pthread_mutex_unlock(&load_lock);
+  return p->str_value;
 }
 
 const zcc_param_t *zcc_param_at(int index) {
@@ -80,6 +93,7 @@ const zcc_param_t *zcc_param_at(int index) {
 
 void zcc_param_reload(void) {
   if (!__start_zcc_params) return;
+  pthread_mutex_lock(&load_lock);
   for (zcc_param_t *p = __start_zcc_params; p < __stop_zcc_params; p++) {
     if (!__atomic_load_n(&p->loaded, __ATOMIC_ACQUIRE)) continue;
     if (p->kind == ZCC_PARAM_KIND_STR && p->str_value != p->str_default)
@@ -87,6 +101,7 @@ void zcc_param_reload(void) {
     p->str_value = NULL;
     __atomic_store_n(&p->loaded, 0, __ATOMIC_RELEASE);
   }
+  pthread_mutex_unlock(&load_lock);
 }
 
 zccResult_t zccGetParam(int index, const char **name, const char **value,
