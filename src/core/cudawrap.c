@@ -18,6 +18,11 @@ static struct {
   void *lib;
   CUresult_ (*init)(unsigned int);
   CUresult_ (*device_count)(int *);
+  CUresult_ (*device_get)(int *, int);
+  CUresult_ (*bus_id)(char *, int, int);
+  CUresult_ (*name)(char *, int, int);
+  CUresult_ (*attr)(int *, int, int);
+  CUresult_ (*can_peer)(int *, int, int);
   CUresult_ (*mem_alloc)(CUdeviceptr_ *, size_t);
   CUresult_ (*mem_free)(CUdeviceptr_);
   CUresult_ (*pointer_get_attribute)(void *, int, CUdeviceptr_);
@@ -35,6 +40,11 @@ static void cu_load(void) {
   }
   cu.init = (CUresult_(*)(unsigned int))dlsym(cu.lib, "cuInit");
   cu.device_count = (CUresult_(*)(int *))dlsym(cu.lib, "cuDeviceGetCount");
+  *(void **)&cu.device_get = dlsym(cu.lib, "cuDeviceGet");
+  *(void **)&cu.bus_id = dlsym(cu.lib, "cuDeviceGetPCIBusId");
+  *(void **)&cu.name = dlsym(cu.lib, "cuDeviceGetName");
+  *(void **)&cu.attr = dlsym(cu.lib, "cuDeviceGetAttribute");
+  *(void **)&cu.can_peer = dlsym(cu.lib, "cuDeviceCanAccessPeer");
   cu.mem_alloc = (CUresult_(*)(CUdeviceptr_ *, size_t))dlsym(cu.lib, "cuMemAlloc_v2");
   cu.mem_free = (CUresult_(*)(CUdeviceptr_))dlsym(cu.lib, "cuMemFree_v2");
   cu.pointer_get_attribute =
@@ -89,4 +99,29 @@ int zcc_cuda_is_device_ptr(const void *ptr) {
   /* CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2; CU_MEMORYTYPE_DEVICE = 2 */
   if (cu.pointer_get_attribute(&type, 2, (CUdeviceptr_)(uintptr_t)ptr) != 0) return 0;
   return type == 2;
+}
+
+int zcc_cuda_device_info(int index, char *bus_id, size_t bus_cap, char *name, size_t name_cap,
+                         int *arch) {
+  if (index < 0 || index >= zcc_cuda_device_count() || !cu.device_get || !cu.bus_id ||
+      !cu.name || !cu.attr)
+    return -1;
+  int d;
+  if (cu.device_get(&d, index) != 0 || cu.bus_id(bus_id, (int)bus_cap, d) != 0) return -1;
+  if (cu.name(name, (int)name_cap, d) != 0 && name_cap) name[0] = '\0';
+  int major = 0, minor = 0;
+  /* CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75, _MINOR = 76 */
+  cu.attr(&major, 75, d);
+  cu.attr(&minor, 76, d);
+  *arch = major * 10 + minor;
+  return 0;
+}
+
+int zcc_cuda_can_access_peer(int a, int b) {
+  int n = zcc_cuda_device_count();
+  if (a < 0 || b < 0 || a >= n || b >= n || !cu.device_get || !cu.can_peer) return 0;
+  int da, db, can = 0;
+  if (cu.device_get(&da, a) != 0 || cu.device_get(&db, b) != 0 || cu.can_peer(&can, da, db) != 0)
+    return 0;
+  return can;
 }

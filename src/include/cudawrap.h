@@ -16,6 +16,14 @@ int zcc_cuda_gpu_path_available(void);
 /* Device memory through the driver, in the calling thread's current context. */
 zccResult_t zcc_cuda_mem_alloc(void **ptr, size_t size);
 zccResult_t zcc_cuda_mem_free(void *ptr);
+/*
+ * CUDA device `index`: its PCI bus id as the driver prints it, its name and
+ * compute capability x10. 0 on success, -1 when there is no such device.
+ */
+int zcc_cuda_device_info(int index, char *bus_id, size_t bus_cap, char *name, size_t name_cap,
+                         int *arch);
+/* Can device a access device b's memory directly? 0 when unknown. */
+int zcc_cuda_can_access_peer(int a, int b);
 /* Is ptr device (or managed) memory known to the driver? */
 int zcc_cuda_is_device_ptr(const void *ptr);
 

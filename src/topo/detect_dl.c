@@ -1,6 +1,7 @@
 /*
- * The CUDA driver, NVML and libibverbs, loaded with dlopen when detection
- * first needs them, so that one build runs where they are absent. Only
+ * NVML and libibverbs, loaded with dlopen when detection first needs them,
+ * so that one build runs where they are absent; the CUDA driver's queries go
+ * through core/cudawrap.c, the one wall between host code and CUDA. Only
  * the few entry points topology needs are resolved; their C types are
  * spelled here (the driver and NVML headers are not needed to build).
  */
@@ -12,6 +13,7 @@
 
 #include <infiniband/verbs.h>
 
+#include "cudawrap.h"
 #include "debug.h"
 #include "detect.h"
 
@@ -27,81 +29,24 @@ int zcc_topo_bus_normalize(const char *in, char *out, size_t cap) {
   return 0;
 }
 
-/* ---- CUDA driver ---- */
-
-typedef int cu_result_t;
-typedef int cu_device_t;
-#define CU_ATTR_CC_MAJOR 75
-#define CU_ATTR_CC_MINOR 76
-
-static struct {
-  int ok;
-  cu_result_t (*init)(unsigned);
-  cu_result_t (*count)(int *);
-  cu_result_t (*get)(cu_device_t *, int);
-  cu_result_t (*bus_id)(char *, int, cu_device_t);
-  cu_result_t (*name)(char *, int, cu_device_t);
-  cu_result_t (*attr)(int *, int, cu_device_t);
-  cu_result_t (*can_peer)(int *, cu_device_t, cu_device_t);
-} cu;
-static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
-
-static void cu_load(void) {
-  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!lib) {
-    ZCC_INFO(TOPO, "libcuda.so.1 not loaded (%s): no CUDA devices in the topology", dlerror());
-    return;
-  }
-  *(void **)&cu.init = dlsym(lib, "cuInit");
-  *(void **)&cu.count = dlsym(lib, "cuDeviceGetCount");
-  *(void **)&cu.get = dlsym(lib, "cuDeviceGet");
-  *(void **)&cu.bus_id = dlsym(lib, "cuDeviceGetPCIBusId");
-  *(void **)&cu.name = dlsym(lib, "cuDeviceGetName");
-  *(void **)&cu.attr = dlsym(lib, "cuDeviceGetAttribute");
-  *(void **)&cu.can_peer = dlsym(lib, "cuDeviceCanAccessPeer");
-  if (!cu.init || !cu.count || !cu.get || !cu.bus_id || !cu.name || !cu.attr || !cu.can_peer) {
-    ZCC_WARN("libcuda.so.1 lacks a device query entry point: no CUDA devices in the topology");
-    return;
-  }
-  cu_result_t r = cu.init(0);
-  if (r != 0) {
-    ZCC_INFO(TOPO, "cuInit failed with CUDA error %d: no CUDA devices in the topology", r);
-    return;
-  }
-  cu.ok = 1;
-}
+/* ---- CUDA driver (through core/cudawrap.c) ---- */
 
 int zcc_topo_cuda_gpus(zcc_topo_gpu_info_t *out, int cap) {
-  pthread_once(&cu_once, cu_load);
-  int n = 0;
-  if (!cu.ok || cu.count(&n) != 0) return 0;
-  int got = 0;
+  int n = zcc_cuda_device_count(), got = 0;
   for (int i = 0; i < n && got < cap; i++) {
-    cu_device_t d;
     char bus[64];
-    if (cu.get(&d, i) != 0 || cu.bus_id(bus, sizeof(bus), d) != 0) continue;
     zcc_topo_gpu_info_t *g = &out[got];
     memset(g, 0, sizeof(*g));
+    if (zcc_cuda_device_info(i, bus, sizeof(bus), g->model, sizeof(g->model), &g->arch) != 0)
+      continue;
     if (zcc_topo_bus_normalize(bus, g->bus, sizeof(g->bus)) != 0) continue;
     g->cuda = i;
-    int major = 0, minor = 0;
-    cu.attr(&major, CU_ATTR_CC_MAJOR, d);
-    cu.attr(&minor, CU_ATTR_CC_MINOR, d);
-    g->arch = major * 10 + minor;
-    if (cu.name(g->model, sizeof(g->model), d) != 0) g->model[0] = '\0';
     got++;
   }
   return got;
 }
 
-int zcc_topo_cuda_peer(int a, int b) {
-  pthread_once(&cu_once, cu_load);
-  if (!cu.ok) return 0;
-  cu_device_t da, db;
-  int can = 0;
-  if (cu.get(&da, a) != 0 || cu.get(&db, b) != 0 || cu.can_peer(&can, da, db) != 0) return 0;
-  return can;
-}
+int zcc_topo_cuda_peer(int a, int b) { return zcc_cuda_can_access_peer(a, b); }
 
 /* ---- NVML ---- */
 
