@@ -73,7 +73,7 @@ else
   flags="-O3 -std=c++17 -arch=sm_90 -Xptxas -v"
   t0=$(date +%s)
   pids=()
-  for f in src/device/allreduce_kernels src/device/allreduce_ll src/device/reduce_kernels tests/gpu/test_gpu_kernels; do
+  for f in src/device/allreduce_kernels src/device/allreduce_ll src/device/reduce_kernels src/device/coll_kernels src/device/p2p_kernels tests/gpu/test_gpu_kernels; do
     o=$b/$(basename $f).o
     "$NVCC" $flags $inc -c "$root/$f.cu" -o "$o" > "$b/$(basename $f).log" 2>&1 & pids+=($!)
   done

@@ -1,5 +1,8 @@
 /* The registry of live communicators, call references, and error state. */
 #include "comm.h"
+#ifdef ZCC_HAVE_CUDA
+#include "gpu.h"
+#endif
 
 #include <sched.h>
 #include <stdlib.h>
@@ -84,6 +87,9 @@ void zcc_comm_set_error(struct zccComm *comm, zccResult_t res) {
 void zcc_comm_free(struct zccComm *comm) {
   if (!comm) return;
   zcc_plan_release_spare(comm);
+#ifdef ZCC_HAVE_CUDA
+  zcc_gpu_comm_free(comm);
+#endif
   zcc_transport_free_all(comm);
   if (comm->bootstrap) zcc_bootstrap_free(comm->bootstrap);
   zcc_reg_t *r = comm->regs;

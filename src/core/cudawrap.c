@@ -26,6 +26,7 @@ static struct {
   CUresult_ (*mem_alloc)(CUdeviceptr_ *, size_t);
   CUresult_ (*mem_free)(CUdeviceptr_);
   CUresult_ (*pointer_get_attribute)(void *, int, CUdeviceptr_);
+  CUresult_ (*mem_range)(CUdeviceptr_ *, size_t *, CUdeviceptr_);
   CUresult_ (*get_error_string)(CUresult_, const char **);
   int count;
 } cu;
@@ -47,6 +48,7 @@ static void cu_load(void) {
   *(void **)&cu.can_peer = dlsym(cu.lib, "cuDeviceCanAccessPeer");
   cu.mem_alloc = (CUresult_(*)(CUdeviceptr_ *, size_t))dlsym(cu.lib, "cuMemAlloc_v2");
   cu.mem_free = (CUresult_(*)(CUdeviceptr_))dlsym(cu.lib, "cuMemFree_v2");
+  *(void **)&cu.mem_range = dlsym(cu.lib, "cuMemGetAddressRange_v2");
   cu.pointer_get_attribute =
       (CUresult_(*)(void *, int, CUdeviceptr_))dlsym(cu.lib, "cuPointerGetAttribute");
   cu.get_error_string =
@@ -65,7 +67,20 @@ int zcc_cuda_device_count(void) {
 }
 
 int zcc_cuda_gpu_path_available(void) {
-  /* GPU communicators arrive with the GPU transport; until then, the host. */
+#ifdef ZCC_HAVE_CUDA
+  return zcc_cuda_device_count() > 0;
+#else
+  return 0;
+#endif
+}
+
+int zcc_cuda_mem_range(const void *ptr, void **base, size_t *size) {
+  if (zcc_cuda_device_count() == 0 || !cu.mem_range) return -1;
+  CUdeviceptr_ b = 0;
+  size_t s = 0;
+  if (cu.mem_range(&b, &s, (CUdeviceptr_)(uintptr_t)ptr) != 0) return -1;
+  *base = (void *)(uintptr_t)b;
+  *size = s;
   return 0;
 }
 

@@ -10,6 +10,9 @@
 #include "debug.h"
 #include "group.h"
 #include "reduce.h"
+#ifdef ZCC_HAVE_CUDA
+#include "gpu.h"
+#endif
 
 static zccResult_t check_type(zccDataType_t t, const char *fn) {
   if ((int)t < 0 || (int)t >= zccNumTypes)
@@ -73,7 +76,8 @@ static zccResult_t check_buffers(const zcc_coll_args_t *a, int rank, int nranks,
   return zccSuccess;
 }
 
-static zccResult_t run_coll(zcc_coll_args_t *a, zccComm_t comm, const char *fn) {
+static zccResult_t run_coll(zcc_coll_args_t *a, zccComm_t comm, zccStream_t stream,
+                            const char *fn) {
   ZCC_CHECK(check_type(a->type, fn));
   int reduces = a->coll == ZCC_COLL_ALLREDUCE || a->coll == ZCC_COLL_REDUCE ||
                 a->coll == ZCC_COLL_REDUCESCATTER;
@@ -91,6 +95,14 @@ static zccResult_t run_coll(zcc_coll_args_t *a, zccComm_t comm, const char *fn) 
   ZCC_TRACE(CALL, "%s sendbuff %p recvbuff %p count %zu type %s op %s root %d", fn,
             a->sendbuf, a->recvbuf, a->count, zcc_type_name(a->type), zcc_op_name(a->op),
             a->root);
+#ifdef ZCC_HAVE_CUDA
+  if (comm->gpu) {
+    /* Enqueued on the stream now, also inside a group: nothing waits on the host. */
+    res = zcc_gpu_coll(comm, a, stream, fn);
+    goto fail;
+  }
+#endif
+  (void)stream;
   zcc_plan_t *plan = NULL;
   ZCC_CHECK_GOTO(zcc_plan_coll(comm, a, &plan), res, fail);
   if (zcc_group_active()) {
@@ -111,44 +123,44 @@ zccResult_t zccAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                          zccDataType_t datatype, zccRedOp_t op, zccComm_t comm,
                          zccStream_t stream) {
   zcc_coll_args_t a = {ZCC_COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0};
-  return run_coll(&a, comm, "zccAllReduce");
+  return run_coll(&a, comm, stream, "zccAllReduce");
 }
 
 zccResult_t zccBroadcast(const void *sendbuff, void *recvbuff, size_t count,
                          zccDataType_t datatype, int root, zccComm_t comm,
                          zccStream_t stream) {
   zcc_coll_args_t a = {ZCC_COLL_BROADCAST, sendbuff, recvbuff, count, datatype, zccSum, root};
-  return run_coll(&a, comm, "zccBroadcast");
+  return run_coll(&a, comm, stream, "zccBroadcast");
 }
 
 zccResult_t zccReduce(const void *sendbuff, void *recvbuff, size_t count,
                       zccDataType_t datatype, zccRedOp_t op, int root, zccComm_t comm,
                       zccStream_t stream) {
   zcc_coll_args_t a = {ZCC_COLL_REDUCE, sendbuff, recvbuff, count, datatype, op, root};
-  return run_coll(&a, comm, "zccReduce");
+  return run_coll(&a, comm, stream, "zccReduce");
 }
 
 zccResult_t zccAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
                          zccDataType_t datatype, zccComm_t comm, zccStream_t stream) {
   zcc_coll_args_t a = {ZCC_COLL_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, zccSum, 0};
-  return run_coll(&a, comm, "zccAllGather");
+  return run_coll(&a, comm, stream, "zccAllGather");
 }
 
 zccResult_t zccReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
                              zccDataType_t datatype, zccRedOp_t op, zccComm_t comm,
                              zccStream_t stream) {
   zcc_coll_args_t a = {ZCC_COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, 0};
-  return run_coll(&a, comm, "zccReduceScatter");
+  return run_coll(&a, comm, stream, "zccReduceScatter");
 }
 
 zccResult_t zccAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
                         zccDataType_t datatype, zccComm_t comm, zccStream_t stream) {
   zcc_coll_args_t a = {ZCC_COLL_ALLTOALL, sendbuff, recvbuff, count, datatype, zccSum, 0};
-  return run_coll(&a, comm, "zccAlltoAll");
+  return run_coll(&a, comm, stream, "zccAlltoAll");
 }
 
 static zccResult_t run_p2p(int is_recv, void *buf, size_t count, zccDataType_t type, int peer,
-                           zccComm_t comm, const char *fn) {
+                           zccComm_t comm, zccStream_t stream, const char *fn) {
   ZCC_CHECK(check_type(type, fn));
   ZCC_CHECK(zcc_comm_enter(comm, fn, 1));
   zccResult_t res = zccSuccess;
@@ -165,6 +177,25 @@ static zccResult_t run_p2p(int is_recv, void *buf, size_t count, zccDataType_t t
   }
   ZCC_TRACE(CALL, "%s buff %p count %zu type %s peer %d", fn, buf, count, zcc_type_name(type),
             peer);
+#ifdef ZCC_HAVE_CUDA
+  if (comm->gpu) {
+    zcc_gpu_p2p_op_t op = {buf, bytes, peer, is_recv, stream};
+    if (zcc_group_active()) {
+      int kept = 0;
+      res = zcc_group_gpu_p2p_add(comm, &op, &kept);
+      if (res != zccSuccess || !kept) zcc_comm_leave(comm);
+      return res;
+    }
+    if (peer == comm->rank && bytes) {
+      res = zcc_error(zccInvalidUsage,
+                      "%s: a send to or receive from self must be paired inside a group", fn);
+      goto fail;
+    }
+    res = zcc_gpu_p2p(comm, &op, 1, fn);
+    goto fail;
+  }
+#endif
+  (void)stream;
   if (zcc_group_active()) {
     zcc_plan_t *plan;
     int created;
@@ -193,10 +224,10 @@ fail:
 
 zccResult_t zccSend(const void *sendbuff, size_t count, zccDataType_t datatype, int peer,
                     zccComm_t comm, zccStream_t stream) {
-  return run_p2p(0, (void *)sendbuff, count, datatype, peer, comm, "zccSend");
+  return run_p2p(0, (void *)sendbuff, count, datatype, peer, comm, stream, "zccSend");
 }
 
 zccResult_t zccRecv(void *recvbuff, size_t count, zccDataType_t datatype, int peer,
                     zccComm_t comm, zccStream_t stream) {
-  return run_p2p(1, recvbuff, count, datatype, peer, comm, "zccRecv");
+  return run_p2p(1, recvbuff, count, datatype, peer, comm, stream, "zccRecv");
 }

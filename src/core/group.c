@@ -6,6 +6,7 @@
  * send/recv pairs that would deadlock one at a time complete.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "check.h"
 #include "comm.h"
@@ -17,6 +18,64 @@ typedef struct group_chain {
   zcc_plan_t *head, *tail;
   int nplans;
 } group_chain_t;
+
+#ifdef ZCC_HAVE_CUDA
+typedef struct gpu_p2p_list {
+  struct zccComm *comm;
+  zcc_gpu_p2p_op_t *ops;
+  int n, cap;
+} gpu_p2p_list_t;
+static _Thread_local gpu_p2p_list_t *gpu_lists;
+static _Thread_local int ngpu_lists, cap_gpu_lists;
+
+zccResult_t zcc_group_gpu_p2p_add(struct zccComm *comm, const zcc_gpu_p2p_op_t *op, int *kept) {
+  *kept = 0;
+  gpu_p2p_list_t *l = NULL;
+  for (int i = 0; i < ngpu_lists; i++)
+    if (gpu_lists[i].comm == comm) l = &gpu_lists[i];
+  if (!l) {
+    if (ngpu_lists == cap_gpu_lists) {
+      int cap = cap_gpu_lists ? cap_gpu_lists * 2 : 4;
+      gpu_p2p_list_t *g = realloc(gpu_lists, (size_t)cap * sizeof(*g));
+      if (!g) return zcc_error(zccSystemError, "group: out of memory");
+      gpu_lists = g;
+      cap_gpu_lists = cap;
+    }
+    l = &gpu_lists[ngpu_lists++];
+    memset(l, 0, sizeof(*l));
+    l->comm = comm;
+    *kept = 1;
+  }
+  if (l->n == l->cap) {
+    int cap = l->cap ? l->cap * 2 : 16;
+    zcc_gpu_p2p_op_t *o = realloc(l->ops, (size_t)cap * sizeof(*o));
+    if (!o) {
+      if (*kept) ngpu_lists--;
+      *kept = 0;
+      return zcc_error(zccSystemError, "group: out of memory");
+    }
+    l->ops = o;
+    l->cap = cap;
+  }
+  l->ops[l->n++] = *op;
+  return zccSuccess;
+}
+
+/* Launch every queued GPU point-to-point list; each gives back its comm. */
+static zccResult_t gpu_p2p_flush(void) {
+  zccResult_t res = zccSuccess;
+  for (int i = 0; i < ngpu_lists; i++) {
+    gpu_p2p_list_t *l = &gpu_lists[i];
+    if (res == zccSuccess) res = zcc_gpu_p2p(l->comm, l->ops, l->n, "zccGroupEnd");
+    free(l->ops);
+    zcc_comm_leave(l->comm);
+  }
+  free(gpu_lists);
+  gpu_lists = NULL;
+  ngpu_lists = cap_gpu_lists = 0;
+  return res;
+}
+#endif
 
 static _Thread_local int depth;
 static _Thread_local group_chain_t *chains;
@@ -114,6 +173,10 @@ zccResult_t zccGroupEnd(void) {
       if (p->coll == ZCC_COLL_SENDRECV) res = zcc_plan_p2p_finish(p);
   }
   if (res == zccSuccess && nchains > 0) res = zcc_exec_chains(heads, nchains);
+#ifdef ZCC_HAVE_CUDA
+  zccResult_t gres = gpu_p2p_flush();
+  if (res == zccSuccess) res = gres;
+#endif
   for (int i = 0; i < nchains; i++) free_chain(chains[i].head);
   free(heads);
   free(chains);

@@ -8,6 +8,11 @@
 #include "check.h"
 #include "comm.h"
 #include "cudawrap.h"
+#ifdef ZCC_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "gpu.h"
+#endif
 #include "debug.h"
 #include "param.h"
 #include "topo.h"
@@ -57,10 +62,16 @@ zccResult_t zcc_config_resolve(const zccConfig_t *config, int *device_type,
                      fn, dt);
   if (dt == zccDeviceAuto)
     dt = zcc_cuda_gpu_path_available() ? zccDeviceCuda : zccDeviceHost;
-  if (dt == zccDeviceCuda)
+  if (dt == zccDeviceCuda && !zcc_cuda_gpu_path_available())
     return zcc_error(zccInvalidUsage,
-                     "%s: GPU communicators are not available in this build of zcc; "
-                     "use host communicators (ZCC_DEVICE=host)", fn);
+                     "%s: GPU communicators need a CUDA GPU and a zcc built with CUDA "
+                     "(%s); use host communicators (ZCC_DEVICE=host)", fn,
+#ifdef ZCC_HAVE_CUDA
+                     "no CUDA device is visible"
+#else
+                     "this build has no CUDA"
+#endif
+    );
   if (to == ZCC_CONFIG_UNDEF_INT) to = zcc_param_timeout_ms();
   *device_type = dt;
   *timeout_ms = to;
@@ -121,10 +132,27 @@ zccResult_t zcc_comm_init(struct zccComm **out, int nranks, const zccUniqueId *i
     snprintf(comm->name, sizeof(comm->name), "%s", name);
   else
     snprintf(comm->name, sizeof(comm->name), "%016llx", (unsigned long long)comm->hash);
+#ifdef ZCC_HAVE_CUDA
+  if (device_type == zccDeviceCuda) {
+    ZCC_CHECK_GOTO(zcc_gpu_current_device(&comm->device), res, fail);
+    char name_buf[64];
+    int arch = 0;
+    if (zcc_cuda_device_info(comm->device, comm->gpu_bus_id, sizeof(comm->gpu_bus_id), name_buf,
+                             sizeof(name_buf), &arch) != 0)
+      snprintf(comm->gpu_bus_id, sizeof(comm->gpu_bus_id), "gpu%d", comm->device);
+  }
+#endif
   ZCC_CHECK_GOTO(zcc_transport_connect_all(comm), res, fail);
   ZCC_CHECK_GOTO(comm_topology(comm), res, fail);
+#ifdef ZCC_HAVE_CUDA
+  if (comm->device >= 0) ZCC_CHECK_GOTO(zcc_gpu_comm_setup(comm), res, fail);
+#endif
   zcc_comm_register(comm);
-  ZCC_INFO(INIT, "comm %s rank %d nranks %d on the host ready", comm->name, rank, nranks);
+  if (comm->device >= 0)
+    ZCC_INFO(INIT, "comm %s rank %d nranks %d on GPU %d (%s) ready", comm->name, rank, nranks,
+             comm->device, comm->gpu_bus_id);
+  else
+    ZCC_INFO(INIT, "comm %s rank %d nranks %d on the host ready", comm->name, rank, nranks);
   *out = comm;
   return zccSuccess;
 fail:
@@ -149,6 +177,7 @@ zccResult_t zccCommInitRankConfig(zccComm_t *comm, int nranks, zccUniqueId commI
 typedef struct init_all_arg {
   zccUniqueId id;
   int nranks, rank;
+  int device_type, device;
   struct zccComm *comm;
   zccResult_t res;
   char err[256];
@@ -157,7 +186,14 @@ typedef struct init_all_arg {
 static void *init_all_thread(void *p) {
   init_all_arg_t *a = p;
   zccConfig_t cfg = ZCC_CONFIG_INITIALIZER;
-  cfg.deviceType = zccDeviceHost;
+  cfg.deviceType = a->device_type;
+#ifdef ZCC_HAVE_CUDA
+  if (a->device_type == zccDeviceCuda && cudaSetDevice(a->device) != cudaSuccess) {
+    a->res = zccUnhandledCudaError;
+    snprintf(a->err, sizeof(a->err), "cudaSetDevice(%d) failed", a->device);
+    return NULL;
+  }
+#endif
   a->res = zcc_comm_init(&a->comm, a->nranks, &a->id, a->rank, &cfg, "zccCommInitAll");
   if (a->res != zccSuccess) snprintf(a->err, sizeof(a->err), "%s", zcc_last_error());
   return NULL;
@@ -171,7 +207,22 @@ zccResult_t zccCommInitAll(zccComm_t *comms, int ndev, const int *devlist) {
   int64_t to;
   const char *nm;
   ZCC_CHECK(zcc_config_resolve(NULL, &dt, &to, &nm, "zccCommInitAll"));
-  (void)devlist; /* host communicators: devices do not apply */
+  if (dt == zccDeviceCuda) {
+    int ndevs = zcc_cuda_device_count();
+    for (int i = 0; i < ndev; i++) {
+      int d = devlist ? devlist[i] : i;
+      if (d < 0 || d >= ndevs)
+        return zcc_error(zccInvalidArgument,
+                         "zccCommInitAll: device %d (entry %d) does not exist: %d CUDA "
+                         "device(s) are visible", d, i, ndevs);
+      for (int j = 0; j < i; j++)
+        if ((devlist ? devlist[j] : j) == d)
+          return zcc_error(zccInvalidArgument,
+                           "zccCommInitAll: device %d is listed twice (entries %d and %d)", d,
+                           j, i);
+    }
+  }
+  /* Host communicators: devlist does not apply. */
   init_all_arg_t *args = calloc((size_t)ndev, sizeof(*args));
   pthread_t *threads = calloc((size_t)ndev, sizeof(*threads));
   zccResult_t res = zccSuccess;
@@ -186,6 +237,8 @@ zccResult_t zccCommInitAll(zccComm_t *comms, int ndev, const int *devlist) {
     args[i].id = id;
     args[i].nranks = ndev;
     args[i].rank = i;
+    args[i].device_type = dt;
+    args[i].device = devlist ? devlist[i] : i;
     if (pthread_create(&threads[i], NULL, init_all_thread, &args[i]) != 0) {
       res = zcc_error(zccSystemError, "zccCommInitAll: cannot start thread %d", i);
       break;
@@ -238,6 +291,9 @@ zccResult_t zccCommAbort(zccComm_t comm) {
                      "aborted or never created)", (void *)comm);
   atomic_store(&comm->abort_flag, 1);
   zcc_comm_set_error(comm, zccRemoteError);
+#ifdef ZCC_HAVE_CUDA
+  zcc_gpu_comm_stop_kernels(comm);
+#endif
   zcc_comm_wait_idle(comm);
   ZCC_INFO(INIT, "comm %s rank %d aborted", comm->name, comm->rank);
   zcc_comm_free(comm);

@@ -22,9 +22,16 @@
 // its output free), the data pass, end barrier (every peer has finished
 // reading this rank's input and writing its output). One-shot in place
 // (output overlapping the own input, which peers read) reduces a round of
-// chunks into registers, passes a barrier, and only then stores that round.
+// chunks into registers, passes a barrier, and only then stores that round,
+// so in place and out of place differ in their barrier counts: all ranks of
+// a launch must agree on which one they run. A passive one-shot rank
+// (Reduce's non-roots) runs the barriers alone: start and end, and the
+// active ranks' per-round ones when those run in place (passive == 2). The
+// grid derives from count alone, so passive ranks launch the same grid. The
+// barrier and counter helpers are those of flags.cuh.
 #include <cuda_runtime.h>
 
+#include "flags.cuh"
 #include "reduce_ops.cuh"
 
 #define ZD_AR_THREADS 512
@@ -42,56 +49,20 @@ struct ArParams {
   int k;
   int rank;
   int avg;     // 0, or the avg divisor
-  int inplace; // one-shot: the output overlaps the own input
+  int inplace; // one-shot: the output overlaps the own input (passive: the active ranks' do)
+  int passive; // one-shot: barriers only
 };
 
-// Flag area layout (uint32 words): 16 per block: [0, 8) slots, 8 counter.
-#define ZD_FLAG_STRIDE 16
-#define ZD_FLAG_CTR 8
-
-ZD_INLINE void st_release_sys(uint32_t *p, uint32_t v) {
-  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
-ZD_INLINE uint32_t ld_acquire_sys(const uint32_t *p) {
-  uint32_t v;
-  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-// arr[i] for a run-time i without indexing the parameter array dynamically
-// (which would copy the kernel parameters to local memory).
-template <int MAXK, typename P> ZD_INLINE P ar_pick(const P *arr, int i) {
-  P x = arr[0];
-#pragma unroll
-  for (int r = 1; r < MAXK; r++)
-    if (r == i) x = arr[r];
-  return x;
-}
-
 template <int MAXK> ZD_INLINE void ar_barrier(const ArParams &p, uint32_t v) {
-  __syncthreads();
-  const int t = threadIdx.x;
-  if (t < p.k && t != p.rank) {
-    st_release_sys(ar_pick<MAXK>(p.flags, t) + blockIdx.x * ZD_FLAG_STRIDE + p.rank, v);
-    const uint32_t *mine = ar_pick<MAXK>(p.flags, p.rank) + blockIdx.x * ZD_FLAG_STRIDE + t;
-    unsigned spins = 0;
-    while ((int32_t)(ld_acquire_sys(mine) - v) < 0) {
-      if (p.abort_flag && (++spins & 1023u) == 0 && *p.abort_flag) break;
-    }
-  }
-  __syncthreads();
+  zd_barrier<MAXK>(p.flags, p.k, p.rank, p.abort_flag, v);
 }
 
 template <int MAXK> ZD_INLINE uint32_t ar_counter_load(const ArParams &p) {
-  __shared__ uint32_t s_ctr;
-  if (threadIdx.x == 0) s_ctr = ar_pick<MAXK>(p.flags, p.rank)[blockIdx.x * ZD_FLAG_STRIDE + ZD_FLAG_CTR];
-  __syncthreads();
-  return s_ctr;
+  return zd_counter_load<MAXK>(p.flags, p.rank);
 }
 
 template <int MAXK> ZD_INLINE void ar_counter_store(const ArParams &p, uint32_t v) {
-  if (threadIdx.x == 0) ar_pick<MAXK>(p.flags, p.rank)[blockIdx.x * ZD_FLAG_STRIDE + ZD_FLAG_CTR] = v;
+  zd_counter_store<MAXK>(p.flags, p.rank, v);
 }
 
 // Chunks each thread keeps in flight per input.
@@ -150,6 +121,18 @@ __global__ void __launch_bounds__(ZD_AR_THREADS) oneshot_kernel(ArParams p) {
 
   const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   const size_t nth = (size_t)gridDim.x * blockDim.x;
+  if (p.passive) {
+    // No data pass: only the barriers the active ranks run, their per-round
+    // ones too when they run in place.
+    if (p.inplace) {
+      size_t rounds = (p.chunks + nth * U - 1) / (nth * U);
+      if (rounds == 0) rounds = 1;
+      for (size_t rd = 0; rd < rounds; rd++) ar_barrier<MAXK>(p, ++seq);
+    }
+    ar_barrier<MAXK>(p, ++seq);
+    ar_counter_store<MAXK>(p, seq);
+    return;
+  }
   const size_t hb = p.head * sizeof(T);
   const char *in[MAXK];
   int w[MAXK];
@@ -158,7 +141,7 @@ __global__ void __launch_bounds__(ZD_AR_THREADS) oneshot_kernel(ArParams p) {
     in[r] = r < p.k ? p.in[r] + hb : p.in[0];
     w[r] = zd_width(in[r]);
   }
-  char *const own = ar_pick<MAXK>(p.out, p.rank);
+  char *const own = zd_pick<MAXK>(p.out, p.rank);
   char *out = own + hb;
   const int wo = zd_width(out);
 
@@ -270,6 +253,7 @@ int ar_prepare(const zcc_dev_allreduce_t *a, int twoshot, ArParams *p, size_t *e
     return cudaErrorInvalidValue;
   if (a->max_blocks < 0 || a->max_blocks > ZCC_DEV_MAX_BLOCKS) return cudaErrorInvalidValue;
   if (a->count > (SIZE_MAX >> 1) / *elem) return cudaErrorInvalidValue;
+  if (a->passive < 0 || a->passive > 2 || (a->passive && twoshot)) return cudaErrorInvalidValue;
   *p = ArParams();
   const void *ptrs[2 * ZCC_DEV_MAX_RANKS];
   int n = 0;
@@ -280,7 +264,7 @@ int ar_prepare(const zcc_dev_allreduce_t *a, int twoshot, ArParams *p, size_t *e
     if (!a->inputs[r]) return cudaErrorInvalidValue;
     p->in[r] = (const char *)a->inputs[r];
     ptrs[n++] = a->inputs[r];
-    if (twoshot || r == a->rank) {
+    if (twoshot || (r == a->rank && !a->passive)) {
       if (!a->outputs[r]) return cudaErrorInvalidValue;
       p->out[r] = (char *)a->outputs[r];
       ptrs[n++] = a->outputs[r];
@@ -290,11 +274,17 @@ int ar_prepare(const zcc_dev_allreduce_t *a, int twoshot, ArParams *p, size_t *e
   p->k = a->nranks;
   p->rank = a->rank;
   p->avg = a->op == zccAvg ? a->nranks : 0;
+  p->passive = a->passive != 0;
   if (a->count) {
     p->head = zd_head_elems(ptrs, n, *elem, a->count);
     size_t rest = (a->count - p->head) * *elem;
     p->chunks = rest / 16;
     p->tail = (rest % 16) / *elem;
+    // Passive: the head comes from the inputs alone, as on in-place ranks.
+    if (a->passive) {
+      p->inplace = a->passive == 2;
+      return cudaSuccess;
+    }
     size_t bytes = a->count * *elem;
     uintptr_t o = (uintptr_t)a->outputs[a->rank], i = (uintptr_t)a->inputs[a->rank];
     // Exactly in place works; a partial overlap would clobber unread input.
@@ -311,7 +301,10 @@ int ar_blocks(const zcc_dev_allreduce_t *a, const ArParams &p, int twoshot, int 
   int cap = a->max_blocks ? a->max_blocks : ZCC_DEV_DEFAULT_BLOCKS;
   if (cap > sms) cap = sms;
   if (cap > ZCC_DEV_MAX_BLOCKS) cap = ZCC_DEV_MAX_BLOCKS;
-  size_t work = twoshot ? (p.chunks + p.k - 1) / p.k : p.chunks;
+  // From count alone (not p.chunks, which depends on this rank's pointers),
+  // so every rank, passive ones too, derives the same grid.
+  size_t all = a->count * zd_type_size(a->type) / 16;
+  size_t work = twoshot ? (all + p.k - 1) / p.k : all;
   size_t per = (size_t)ZD_AR_THREADS * (p.k <= 2 ? (int)ArUnroll<2>::U : (int)ArUnroll<8>::U);
   size_t g = (work + per - 1) / per;
   if (g > (size_t)cap) g = cap;

@@ -20,6 +20,7 @@ typedef struct zcc_peer_info {
   int32_t rank;
   int32_t device; /* -1: host */
   int32_t pad;
+  char gpu_bus_id[32]; /* GPU communicators: the PCI bus id of the rank's GPU */
   zcc_sockaddr_t net_addr; /* the socket transport's listening address */
   char hostname[64];
 } zcc_peer_info_t;
@@ -55,6 +56,9 @@ struct zccComm {
   int nnodes;                      /* distinct hosts among the ranks */
   struct zcc_conn **conns;         /* [nranks]; NULL for self */
   void *transport_state[ZCC_MAX_TRANSPORTS];
+
+  struct zcc_gpu *gpu;         /* GPU communicators: window, mappings (gpu.h) */
+  char gpu_bus_id[32];
 
   struct zcc_plan *spare_plan; /* kept by zcc_plan_free for reuse */
 

@@ -24,6 +24,8 @@ int zcc_cuda_device_info(int index, char *bus_id, size_t bus_cap, char *name, si
                          int *arch);
 /* Can device a access device b's memory directly? 0 when unknown. */
 int zcc_cuda_can_access_peer(int a, int b);
+/* The allocation holding device pointer ptr: its base and size; 0 or -1. */
+int zcc_cuda_mem_range(const void *ptr, void **base, size_t *size);
 /* Is ptr device (or managed) memory known to the driver? */
 int zcc_cuda_is_device_ptr(const void *ptr);
 

@@ -84,6 +84,8 @@ typedef struct zcc_dev_allreduce {
   int nranks; /* 1..ZCC_DEV_MAX_RANKS */
   int rank;
   int max_blocks; /* 0: the default (ZCC_DEV_DEFAULT_BLOCKS); at most ZCC_DEV_MAX_BLOCKS and the SM count */
+  int passive;    /* one-shot only: barriers, but no data pass (Reduce's non-root ranks); outputs unused;
+                     1 when the active ranks run out of place, 2 when in place (their barriers differ) */
 } zcc_dev_allreduce_t;
 
 #define ZCC_DEV_DEFAULT_BLOCKS 64
@@ -92,6 +94,7 @@ typedef struct zcc_dev_allreduce {
  * One-shot: every GPU reads all nranks inputs and reduces them in rank order
  * into its own output, so all outputs are bitwise identical. Moves
  * (nranks-1) x bytes into each GPU; for small and, at nranks = 2, all sizes.
+ * The active ranks of a launch all run in place or all out of place.
  */
 int zcc_dev_allreduce_oneshot(const zcc_dev_allreduce_t *args,
                               struct CUstream_st *stream);
@@ -122,6 +125,98 @@ int zcc_dev_allreduce_oneshot_ll(const zcc_dev_allreduce_t *args,
 
 /* Blocks a launch of count elements would use (for tests and the planner). */
 int zcc_dev_allreduce_blocks(const zcc_dev_allreduce_t *args, int twoshot);
+
+/*
+ * All-rank barrier on the flag areas above (block 0's line): every rank's
+ * stream passes it once every rank's stream has reached it. Same ordering
+ * rules as the allreduce kernels (every rank launches the same sequence of
+ * kernels on one flag area). inputs/outputs/count/type/op are ignored.
+ */
+int zcc_dev_barrier(const zcc_dev_allreduce_t *args, struct CUstream_st *stream);
+
+/*
+ * Gather-style copies among the ranks of one flag area, for allgather,
+ * alltoall and broadcast: a start barrier (every rank's sources are ready),
+ * then this rank copies, for every r with src[r] != NULL, `bytes` bytes from
+ * src[r] (rank r's memory as this GPU addresses it, or local) to dst[r]
+ * (local), then an end barrier (every rank has finished reading the others'
+ * sources). Any alignment; 16-byte accesses where src[r] and dst[r] share
+ * an offset modulo 16. Ranks may pass different src/dst sets (broadcast's
+ * root copies nothing when in place) but must pass the same `bytes` and
+ * max_blocks (the grid derives from them and nranks). bytes == 0 still runs
+ * the barriers. src[r] == dst[r] is already in place (nothing copied).
+ */
+typedef struct zcc_dev_gather {
+  const void *src[ZCC_DEV_MAX_RANKS];
+  void *dst[ZCC_DEV_MAX_RANKS];
+  uint32_t *flags[ZCC_DEV_MAX_RANKS];
+  const volatile uint32_t *abort_flag;
+  size_t bytes;
+  int nranks;
+  int rank;
+  int max_blocks; /* 0: ZCC_DEV_DEFAULT_BLOCKS */
+} zcc_dev_gather_t;
+int zcc_dev_gather(const zcc_dev_gather_t *args, struct CUstream_st *stream);
+
+/*
+ * Point-to-point: one launch runs all of one rank's sends and receives of a
+ * group, concurrently (a send and a receive between the same two ranks in
+ * opposite directions never wait on each other), so any set of matched
+ * operations completes. Ops with the same peer and direction run in the
+ * order given, and pair with the peer's ops in its order: the n-th send
+ * from A to B is the n-th receive on B from A, over all launches; their
+ * byte counts must be equal.
+ *
+ * Each rank owns a p2p area of ZCC_DEV_P2P_BYTES, zeroed once, mapped into
+ * every peer: flags and an outbox per peer. A sender copies its data into
+ * its own outbox for that peer in slots of ZCC_DEV_P2P_SLOT_BYTES and
+ * signals the receiver; the receiver copies the slot out of the sender's
+ * outbox into its buffer and signals back that the slot is free. Counters
+ * live in the areas and advance inside the kernels (graph replays work).
+ * Sends to self are not passed here (the host copies them). Zero-byte ops
+ * are skipped on both sides (no counter moves); a launch of nothing else
+ * enqueues nothing. A send completes once its data sits in the outbox.
+ */
+#define ZCC_DEV_P2P_MAX_OPS 64
+#define ZCC_DEV_P2P_BLOCKS 16          /* blocks per (peer, direction) at most */
+#define ZCC_DEV_P2P_SLOT_BYTES (256 * 1024)
+#define ZCC_DEV_P2P_SLOTS 2            /* per (peer, block) */
+#define ZCC_DEV_P2P_FLAG_BYTES (ZCC_DEV_MAX_RANKS * ZCC_DEV_P2P_BLOCKS * 64)
+#define ZCC_DEV_P2P_BYTES                                                     \
+  (ZCC_DEV_P2P_FLAG_BYTES +                                                   \
+   (size_t)ZCC_DEV_MAX_RANKS * ZCC_DEV_P2P_BLOCKS * ZCC_DEV_P2P_SLOTS * ZCC_DEV_P2P_SLOT_BYTES)
+typedef struct zcc_dev_p2p_op {
+  void *buf;    /* send: source; receive: destination (local) */
+  size_t bytes;
+  int peer;     /* != rank */
+  int is_send;
+} zcc_dev_p2p_op_t;
+typedef struct zcc_dev_p2p {
+  zcc_dev_p2p_op_t ops[ZCC_DEV_P2P_MAX_OPS];
+  int nops;
+  void *areas[ZCC_DEV_MAX_RANKS]; /* rank r's p2p area as this GPU addresses it */
+  const volatile uint32_t *abort_flag;
+  int nranks;
+  int rank;
+} zcc_dev_p2p_t;
+int zcc_dev_p2p(const zcc_dev_p2p_t *args, struct CUstream_st *stream);
+
+/*
+ * Stream-ordered flags between two GPUs, for pipelines that move data with
+ * the copy engines (cudaMemcpyAsync between peers) and reduce with SMs. A
+ * one-thread kernel each; counters live in device memory and advance in the
+ * kernels, so the same sequence works in CUDA graph replays.
+ *
+ * zcc_dev_flag_signal: v = inc ? ++*counter : *counter, then publishes v
+ * into remote_flag (release, system scope) after everything earlier on the
+ * stream, copy-engine writes included.
+ * zcc_dev_flag_wait: want = inc ? ++*counter : *counter, then waits until
+ * *flag >= want (modulo 2^32, acquire) or abort_flag is nonzero.
+ */
+int zcc_dev_flag_signal(uint32_t *counter, uint32_t *remote_flag, int inc,
+                        struct CUstream_st *stream);
+int zcc_dev_flag_wait(uint32_t *counter, const uint32_t *flag, int inc,
+                      const volatile uint32_t *abort_flag, struct CUstream_st *stream);
 
 #ifdef __cplusplus
 }

@@ -54,6 +54,7 @@ static void fill_self(struct zccComm *comm, zcc_peer_info_t *self) {
   self->pid = (int32_t)getpid();
   self->rank = comm->rank;
   self->device = comm->device;
+  memcpy(self->gpu_bus_id, comm->gpu_bus_id, sizeof(self->gpu_bus_id));
 }
 
 zccResult_t zcc_transport_connect_all(struct zccComm *comm) {
@@ -64,8 +65,9 @@ zccResult_t zcc_transport_connect_all(struct zccComm *comm) {
   if (!comm->peers || !comm->conns) return zcc_error(zccSystemError, "init: out of memory");
   zcc_peer_info_t *self = &comm->peers[me];
   fill_self(comm, self);
-  for (int t = 0; t < NTRANSPORTS; t++)
-    if (transports[t]->comm_setup) ZCC_CHECK(transports[t]->comm_setup(comm, self));
+  if (comm->device < 0)
+    for (int t = 0; t < NTRANSPORTS; t++)
+      if (transports[t]->comm_setup) ZCC_CHECK(transports[t]->comm_setup(comm, self));
   ZCC_CHECK(zcc_bootstrap_allgather(comm->bootstrap, comm->peers, sizeof(*comm->peers), to));
   for (int j = 0; j < n; j++)
     if (comm->peers[j].rank != j)
@@ -78,6 +80,8 @@ zccResult_t zcc_transport_connect_all(struct zccComm *comm) {
       if (comm->peers[k].host_hash == comm->peers[j].host_hash) first = 0;
     comm->nnodes += first;
   }
+  /* GPU communicators move data through the p2p transport (gpu.h) only. */
+  if (comm->device >= 0) return zccSuccess;
   for (int j = 0; j < n; j++) {
     if (j == me) continue;
     const zcc_transport_ops_t *ops = NULL;

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Build zcc here (Release, CUDA on) and pack what scripts/gpu_run.sh needs on
+# a GPU host into .devcarry/ (git-ignored; the device tool carries it):
+# libzcc.so, the benchmarks, the GPU test programs, and the shared libraries
+# the GPU host may lack (hwloc, json-c, udev), so nothing compiles there.
+#
+#   scripts/gpu_pack.sh            # build into build-gpu/ and pack
+#
+# The binaries need a glibc no newer than the GPU host's (built on Debian 12,
+# glibc 2.36; the H200 hosts run Ubuntu 24.04, glibc 2.39).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+b=build-gpu
+cmake -S . -B $b -DCMAKE_BUILD_TYPE=Release -DZCC_ENABLE_CUDA=ON >/dev/null
+cmake --build $b -j"$(nproc)" --target zcc allreduce_perf broadcast_perf reduce_perf \
+  allgather_perf reducescatter_perf alltoall_perf sendrecv_perf test_gpu_colls test_gpu_kernels \
+  zcc_topo
+d=.devcarry
+rm -rf $d
+mkdir -p $d/bin $d/lib
+cp -L $b/src/libzcc.so.0 $d/lib/
+ln -s libzcc.so.0 $d/lib/libzcc.so
+for t in allreduce_perf broadcast_perf reduce_perf allgather_perf reducescatter_perf \
+         alltoall_perf sendrecv_perf zcc_topo; do
+  cp $b/tools/$t $d/bin/ 2>/dev/null || cp $b/tools/*/$t $d/bin/ 2>/dev/null || true
+done
+cp $b/tests/gpu/test_gpu_colls $b/tests/gpu/test_gpu_kernels $d/bin/
+for l in libhwloc.so.15 libjson-c.so.5 libudev.so.1; do
+  p=$(ldconfig -p | awk -v l=$l '$1 == l {print $NF; exit}')
+  [ -n "$p" ] && cp -L "$p" $d/lib/
+done
+strip --strip-debug $d/bin/* $d/lib/libzcc.so.0 2>/dev/null || true
+git rev-parse --short HEAD > $d/commit
+git diff --quiet && git diff --cached --quiet || echo "+dirty" >> $d/commit
+du -sh $d
+ls -l $d/bin $d/lib

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Run zcc's GPU tests and benchmarks on a GPU host, from the binaries that
+# scripts/gpu_pack.sh packed into .devcarry/ (or ZCC_CARRY=DIR).
+#
+#   scripts/gpu_run.sh PHASE...
+#
+# Phases (in the order given):
+#   info       versions: GPUs, driver, CUDA, NCCL, topology
+#   kernels    tests/gpu/test_gpu_kernels --check --quick (device kernels alone)
+#   colls      test_gpu_colls --layout both (the collective matrix, exact checks)
+#   colls-full test_gpu_colls --layout both --full
+#   sanitize   compute-sanitizer memcheck and racecheck on test_gpu_colls --quick
+#   python     the Python CUDA tests (tests/python/test_cuda.py) with the host's torch
+#   perf       allreduce_perf 8 B..8 GiB --compare nccl, eager and -G 20
+#   perf-quick allreduce_perf 8 B..256 MiB --compare nccl, eager and -G 20
+#   perf-colls the other collectives, 8 B..1 GiB --compare nccl
+#   perf-wheel allreduce_perf --compare nccl against the host's nvidia-nccl-cu13
+#              Python wheel (ZCC_NCCL_LIB pointing at its libnccl.so.2)
+# Logs go to $OUT (default ./gpu_run_out); a summary prints last.
+# NVLink multicast stays off for every library (NCCL_NVLS_ENABLE=0 and friends).
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+root=$(cd "$(dirname "$0")/.." && pwd)
+carry=${ZCC_CARRY:-$root/.devcarry}
+OUT=${OUT:-$PWD/gpu_run_out}
+mkdir -p "$OUT"
+bin=$carry/bin
+export LD_LIBRARY_PATH=$carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export ZCC_LIBRARY=$carry/lib/libzcc.so
+
+# NCCL for --compare nccl and the kernel test: the system's, else the Python wheel's.
+nccl_dir=$(ldconfig -p 2>/dev/null | awk '/libnccl\.so\.2 /{print $NF; exit}' | xargs -r dirname)
+if [ -z "$nccl_dir" ]; then
+  nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(os.path.dirname(nvidia.nccl.__file__), "lib"))' 2>/dev/null || true)
+fi
+[ -n "$nccl_dir" ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$nccl_dir
+
+summary=()
+note() { summary+=("$*"); }
+run() { # NAME TIMEOUT CMD...
+  local name=$1 to=$2
+  shift 2
+  local t0=$(date +%s)
+  timeout "$to" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  note "$(printf '%-14s rc=%-3s %4ss  %s' "$name" "$rc" "$(( $(date +%s) - t0 ))" "$(tail -1 "$OUT/$name.log" | cut -c1-100)")"
+  return $rc
+}
+
+for phase in "$@"; do
+  case $phase in
+  info)
+    {
+      echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+      echo "carry: $(cat "$carry/commit" 2>/dev/null | tr '\n' ' ')"
+      nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
+      nvidia-smi topo -m
+      nvcc --version 2>/dev/null | tail -2
+      echo "nccl: $nccl_dir"; ls "$nccl_dir" 2>/dev/null | grep nccl
+      python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count(), "nccl", torch.cuda.nccl.version())' 2>&1
+      which compute-sanitizer
+      ldd "$bin/allreduce_perf" | grep -E "not found|zcc|hwloc|json"
+    } > "$OUT/info.log" 2>&1
+    cat "$OUT/info.log"
+    ;;
+  kernels) run kernels 600 "$bin/test_gpu_kernels" --check --quick ;;
+  colls) run colls 900 "$bin/test_gpu_colls" --layout both ;;
+  colls-full) run colls-full 1200 "$bin/test_gpu_colls" --layout both --full ;;
+  sanitize)
+    for tool in memcheck racecheck; do
+      run "sanitize-$tool" 900 compute-sanitizer --tool $tool --error-exitcode 9 \
+        --target-processes all "$bin/test_gpu_colls" --quick --layout both
+    done
+    ;;
+  python)
+    run python 600 python3 -m pytest -q -rs -p no:cacheprovider "$root/tests/python/test_cuda.py"
+    ;;
+  perf | perf-quick)
+    e=8G; [ "$phase" = perf-quick ] && e=256M
+    run allreduce-eager 900 "$bin/allreduce_perf" -b 8 -e $e -f 2 -g 2 -w 5 -n 20 -c 1 --compare nccl
+    run allreduce-graph 900 "$bin/allreduce_perf" -b 8 -e $e -f 2 -g 2 -w 5 -n 20 -c 1 -G 20 --compare nccl
+    run allreduce-np2 600 "$bin/allreduce_perf" -b 8 -e 256M -f 4 -np 2 -w 5 -n 20 -c 1 --compare nccl
+    ;;
+  perf-colls)
+    for c in broadcast reduce allgather reducescatter alltoall sendrecv; do
+      run "$c" 600 "$bin/${c}_perf" -b 8 -e 1G -f 4 -g 2 -w 5 -n 20 -c 1 --compare nccl
+    done
+    ;;
+  perf-wheel)
+    # The nvidia-nccl-cu13 wheel installed beside the host's torch (the newest
+    # release, 343 MB unpacked, is over what a device call may carry).
+    w=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(os.path.dirname(nvidia.nccl.__file__), "lib"))' 2>/dev/null)
+    python3 -m pip show nvidia-nccl-cu13 2>/dev/null | grep -i '^version' > "$OUT/wheel-version.log"
+    if [ -z "$w" ] || [ ! -f "$w/libnccl.so.2" ]; then note "perf-wheel: no nvidia-nccl-cu13 wheel here"; else
+      ZCC_NCCL_LIB=$w/libnccl.so.2 run allreduce-wheel 900 "$bin/allreduce_perf" -b 8 -e 8G -f 2 -g 2 \
+        -w 5 -n 20 -c 1 --compare nccl
+    fi
+    ;;
+  *) echo "gpu_run: unknown phase $phase" >&2; exit 2 ;;
+  esac
+done
+echo
+echo "== summary (logs in $OUT)"
+printf '%s\n' "${summary[@]}"

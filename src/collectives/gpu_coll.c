@@ -1,0 +1,417 @@
+/*
+ * Collectives of GPU communicators: copies and kernels enqueued on the
+ * caller's stream, nothing waited for on the host (so every call captures
+ * into a CUDA graph).
+ *
+ * Every rank of a communicator enqueues the same sequence of kernels on its
+ * flag area (the kernels keep per-block counters there), so the choices
+ * below depend only on arguments every rank shares: the collective, count,
+ * type, op, root, and whether the buffers are registered (registration is
+ * collective and used symmetrically, as NCCL's windows are).
+ *
+ * Paths (ZCC_DEBUG_SUBSYS=COLL prints the one each call takes):
+ *   allreduce <= 64 KiB        LL: data pushed with flags into peers' LL areas
+ *   allreduce, 2 ranks, large  copy engines push pieces into the peer's staging,
+ *                              SMs reduce locally (allreduce_ce)
+ *   registered                 one-shot / two-shot reading peers' buffers in place
+ *   unregistered               the input is copied into the own staging buffer
+ *                              (one copy), the kernel reads the peers' staging;
+ *                              two-shot writes back through staging (two copies)
+ *   larger than staging        the same, in pieces of the staging buffer
+ *   broadcast, allgather,      staged copy in, then every rank pulls what it
+ *   alltoall                   needs from the peers' staging (gather kernel)
+ *   reduce, reducescatter      staged, one-shot reduction of the own slice
+ *   send/recv                  the p2p kernel (sender's outbox, receiver pulls)
+ */
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "check.h"
+#include "comm.h"
+#include "debug.h"
+#include "gpu.h"
+#include "param.h"
+#include "reduce.h"
+
+ZCC_PARAM_INT(gpu_ll_max, "GPU_LL_MAX_BYTES", 64 * 1024,
+              "GPU allreduce: largest message for the LL protocol (at most 65536)")
+ZCC_PARAM_INT(gpu_ce_min, "GPU_CE_MIN_BYTES", 32 << 20,
+              "GPU allreduce on two ranks: smallest message for the copy-engine pipeline")
+ZCC_PARAM_INT(gpu_twoshot_min, "GPU_TWOSHOT_MIN_BYTES", 1 << 20,
+              "GPU allreduce: smallest message for two-shot (one-shot below)")
+
+static zccResult_t cuda_err(cudaError_t e, const char *what, const char *fn) {
+  return zcc_error(zccUnhandledCudaError, "%s: %s failed: %s (%s)", fn, what,
+                   cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+static zccResult_t dev_err(int e, const char *what, const char *fn) {
+  return zcc_error(e == 1 ? zccInvalidArgument : zccUnhandledCudaError, "%s: %s failed: %s",
+                   fn, what, zcc_dev_error_string(e));
+}
+
+#define CU(call)                                                               \
+  do {                                                                         \
+    cudaError_t e_ = (call);                                                   \
+    if (e_ != cudaSuccess) return cuda_err(e_, #call, fn);                     \
+  } while (0)
+
+#define DEV(call)                                                              \
+  do {                                                                         \
+    int e_ = (call);                                                           \
+    if (e_ != 0) return dev_err(e_, #call, fn);                                \
+  } while (0)
+
+zccResult_t zcc_gpu_check_ptr(struct zccComm *comm, const void *ptr, const char *what,
+                              const char *fn) {
+  struct cudaPointerAttributes at;
+  cudaError_t e = cudaPointerGetAttributes(&at, ptr);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return zcc_error(zccInvalidArgument, "%s: %s %p: cannot query it (%s)", fn, what, ptr,
+                     cudaGetErrorString(e));
+  }
+  if (at.type == cudaMemoryTypeUnregistered || (at.type == cudaMemoryTypeHost && !at.devicePointer))
+    return zcc_error(zccInvalidArgument,
+                     "%s: %s %p is host memory; a GPU communicator (GPU %d) takes device "
+                     "memory", fn, what, ptr, comm->device);
+  return zccSuccess;
+}
+
+/* The registration holding [p, p + bytes), or NULL. */
+static zcc_gpu_reg_t *find_reg(zcc_gpu_t *g, const void *p, size_t bytes) {
+  for (zcc_gpu_reg_t *r = g->regs; r; r = r->next)
+    if ((const char *)p >= r->base && (const char *)p + bytes <= r->base + r->size) return r;
+  return NULL;
+}
+
+/* Kernel arguments common to every launch on this communicator. */
+static void ar_base(const zcc_gpu_t *g, zcc_dev_allreduce_t *a) {
+  memset(a, 0, sizeof(*a));
+  for (int r = 0; r < g->nranks; r++) {
+    a->flags[r] = g->flags[r];
+    a->ll[r] = g->ll[r];
+  }
+  a->abort_flag = g->abort_dev;
+  a->nranks = g->nranks;
+  a->rank = g->rank;
+}
+
+static void gather_base(const zcc_gpu_t *g, zcc_dev_gather_t *a) {
+  memset(a, 0, sizeof(*a));
+  for (int r = 0; r < g->nranks; r++) a->flags[r] = g->flags[r];
+  a->abort_flag = g->abort_dev;
+  a->nranks = g->nranks;
+  a->rank = g->rank;
+}
+
+/* Bytes per piece: a multiple of 16 (every type's size divides it). */
+static size_t piece_bytes(size_t limit) {
+  size_t p = limit / 16 * 16;
+  return p ? p : 16;
+}
+
+/*
+ * Two ranks, large messages: the copy engines push each piece of the input
+ * into the peer's staging slot (cudaMemcpyAsync on a side stream, about the
+ * NVLink line rate), and the SMs reduce what arrived with the own input
+ * (local memory only), piece by piece, the two overlapping. Flags in the
+ * windows pace the slots: a push into a slot waits until the peer consumed
+ * the slot's previous piece; a reduction waits until the peer's piece is in.
+ * A barrier first: the peer's earlier use of its staging is over.
+ */
+static zccResult_t allreduce_ce(struct zccComm *comm, const zcc_coll_args_t *x, cudaStream_t s,
+                                size_t bytes, const char *fn) {
+  zcc_gpu_t *g = comm->gpu;
+  int me = g->rank, peer = 1 - me;
+  size_t es = zcc_type_size(x->type);
+  size_t slot = piece_bytes(g->staging_bytes / ZCC_GPU_CE_SLOTS);
+  size_t piece = piece_bytes(bytes / 8);
+  if (piece < ((size_t)1 << 20)) piece = (size_t)1 << 20;
+  if (piece > slot) piece = slot;
+  cudaStream_t side = (cudaStream_t)g->side;
+  uint32_t *mine = g->ce[me], *theirs = g->ce[peer];
+  zcc_dev_allreduce_t b;
+  ar_base(g, &b);
+  b.type = x->type;
+  b.op = x->op;
+  DEV(zcc_dev_barrier(&b, s));
+  CU(cudaEventRecord((cudaEvent_t)g->ev_fork, s));
+  CU(cudaStreamWaitEvent(side, (cudaEvent_t)g->ev_fork, 0));
+  const char *in = x->sendbuf;
+  char *out = x->recvbuf;
+  size_t i = 0;
+  for (size_t off = 0; off < bytes; off += piece, i++) {
+    size_t n = bytes - off < piece ? bytes - off : piece;
+    int k = (int)(i % ZCC_GPU_CE_SLOTS);
+    char *dst_slot = g->staging[peer] + (size_t)k * slot;
+    char *my_slot = g->staging[me] + (size_t)k * slot;
+    DEV(zcc_dev_flag_wait(mine + ZCC_GPU_CE_PUSH + k, mine + ZCC_GPU_CE_FREE + k, 0, g->abort_dev,
+                          side));
+    CU(cudaMemcpyAsync(dst_slot, in + off, n, cudaMemcpyDeviceToDevice, side));
+    CU(cudaEventRecord((cudaEvent_t)g->ev_copy[k], side));
+    DEV(zcc_dev_flag_signal(mine + ZCC_GPU_CE_PUSH + k, theirs + ZCC_GPU_CE_READY + k, 1, side));
+    DEV(zcc_dev_flag_wait(mine + ZCC_GPU_CE_RECV + k, mine + ZCC_GPU_CE_READY + k, 1, g->abort_dev,
+                          s));
+    CU(cudaStreamWaitEvent(s, (cudaEvent_t)g->ev_copy[k], 0)); /* in place: pushed before overwritten */
+    const void *a0 = me == 0 ? (const void *)(in + off) : (const void *)my_slot;
+    const void *a1 = me == 0 ? (const void *)my_slot : (const void *)(in + off);
+    DEV(zcc_dev_reduce(out + off, a0, a1, n / es, x->type, x->op, s));
+    if (x->op == zccAvg) DEV(zcc_dev_finish_avg(out + off, out + off, n / es, x->type, 2, s));
+    DEV(zcc_dev_flag_signal(mine + ZCC_GPU_CE_RECV + k, theirs + ZCC_GPU_CE_FREE + k, 0, s));
+  }
+  CU(cudaEventRecord((cudaEvent_t)g->ev_join, side));
+  CU(cudaStreamWaitEvent(s, (cudaEvent_t)g->ev_join, 0));
+  ZCC_INFO(COLL, "%s %zu bytes: copy-engine push + local reduce, %zu piece(s) of %zu", fn, bytes,
+            i, piece);
+  return zccSuccess;
+}
+
+static zccResult_t allreduce(struct zccComm *comm, const zcc_coll_args_t *x, cudaStream_t s,
+                             const char *fn) {
+  zcc_gpu_t *g = comm->gpu;
+  size_t es = zcc_type_size(x->type), bytes = x->count * es;
+  zcc_dev_allreduce_t a;
+  ar_base(g, &a);
+  a.type = x->type;
+  a.op = x->op;
+  int64_t ll_max = zcc_param_gpu_ll_max();
+  if (ll_max > ZCC_DEV_LL_MAX_BYTES) ll_max = ZCC_DEV_LL_MAX_BYTES;
+  if ((int64_t)bytes <= ll_max) {
+    a.inputs[g->rank] = x->sendbuf;
+    a.outputs[g->rank] = x->recvbuf;
+    a.count = x->count;
+    ZCC_INFO(COLL, "%s %zu bytes: LL, no copy", fn, bytes);
+    DEV(zcc_dev_allreduce_oneshot_ll(&a, s));
+    return zccSuccess;
+  }
+  if (g->nranks == 2 && (int64_t)bytes >= zcc_param_gpu_ce_min())
+    return allreduce_ce(comm, x, s, bytes, fn);
+  int twoshot = (int64_t)bytes >= zcc_param_gpu_twoshot_min() && g->nranks > 1;
+  zcc_gpu_reg_t *rs = find_reg(g, x->sendbuf, bytes);
+  zcc_gpu_reg_t *rr = find_reg(g, x->recvbuf, bytes);
+  if (rs && (!twoshot || rr)) {
+    size_t so = (const char *)x->sendbuf - rs->base;
+    size_t ro = rr ? (size_t)((const char *)x->recvbuf - rr->base) : 0;
+    for (int r = 0; r < g->nranks; r++) {
+      a.inputs[r] = rs->peer[r] + so;
+      a.outputs[r] = rr ? rr->peer[r] + ro : NULL;
+    }
+    a.outputs[g->rank] = x->recvbuf;
+    a.count = x->count;
+    ZCC_INFO(COLL, "%s %zu bytes: %s, registered (zero copy)", fn, bytes,
+              twoshot ? "two-shot" : "one-shot");
+    DEV(twoshot ? zcc_dev_allreduce_twoshot(&a, s) : zcc_dev_allreduce_oneshot(&a, s));
+    return zccSuccess;
+  }
+  size_t piece = piece_bytes(g->staging_bytes);
+  ZCC_INFO(COLL, "%s %zu bytes: %s, staged (%s), %zu piece(s)", fn, bytes,
+            twoshot ? "two-shot" : "one-shot", twoshot ? "copy in and out" : "one copy",
+            (bytes + piece - 1) / piece);
+  for (size_t off = 0; off < bytes; off += piece) {
+    size_t n = bytes - off < piece ? bytes - off : piece;
+    CU(cudaMemcpyAsync(g->staging[g->rank], (const char *)x->sendbuf + off, n,
+                       cudaMemcpyDeviceToDevice, s));
+    for (int r = 0; r < g->nranks; r++) {
+      a.inputs[r] = g->staging[r];
+      a.outputs[r] = g->staging[r];
+    }
+    a.count = n / es;
+    if (twoshot) {
+      DEV(zcc_dev_allreduce_twoshot(&a, s));
+      CU(cudaMemcpyAsync((char *)x->recvbuf + off, g->staging[g->rank], n,
+                         cudaMemcpyDeviceToDevice, s));
+    } else {
+      a.outputs[g->rank] = (char *)x->recvbuf + off;
+      DEV(zcc_dev_allreduce_oneshot(&a, s));
+    }
+  }
+  return zccSuccess;
+}
+
+/* Reduce (root) and reducescatter: the one-shot kernel over staged inputs. */
+static zccResult_t reduce_like(struct zccComm *comm, const zcc_coll_args_t *x, cudaStream_t s,
+                               const char *fn) {
+  zcc_gpu_t *g = comm->gpu;
+  int k = g->nranks, me = g->rank;
+  int scatter = x->coll == ZCC_COLL_REDUCESCATTER;
+  size_t es = zcc_type_size(x->type), bytes = x->count * es; /* per rank's output */
+  size_t piece = piece_bytes(scatter ? g->staging_bytes / (size_t)k : g->staging_bytes);
+  zcc_dev_allreduce_t a;
+  ar_base(g, &a);
+  a.type = x->type;
+  a.op = x->op;
+  ZCC_INFO(COLL, "%s %zu bytes: one-shot, staged (one copy), %zu piece(s)", fn, bytes,
+            (bytes + piece - 1) / piece);
+  for (size_t off = 0; off < bytes; off += piece) {
+    size_t n = bytes - off < piece ? bytes - off : piece;
+    if (scatter)
+      CU(cudaMemcpy2DAsync(g->staging[me], n, (const char *)x->sendbuf + off, bytes, n,
+                           (size_t)k, cudaMemcpyDeviceToDevice, s));
+    else
+      CU(cudaMemcpyAsync(g->staging[me], (const char *)x->sendbuf + off, n,
+                         cudaMemcpyDeviceToDevice, s));
+    for (int r = 0; r < k; r++) a.inputs[r] = g->staging[r] + (scatter ? (size_t)me * n : 0);
+    a.count = n / es;
+    a.passive = !scatter && me != x->root;
+    a.outputs[me] = a.passive ? NULL : (char *)x->recvbuf + off;
+    DEV(zcc_dev_allreduce_oneshot(&a, s));
+  }
+  return zccSuccess;
+}
+
+/* Broadcast, allgather, alltoall: stage, then pull with the gather kernel. */
+static zccResult_t gather_like(struct zccComm *comm, const zcc_coll_args_t *x, cudaStream_t s,
+                               const char *fn) {
+  zcc_gpu_t *g = comm->gpu;
+  int k = g->nranks, me = g->rank;
+  size_t es = zcc_type_size(x->type), bytes = x->count * es; /* per piece */
+  int a2a = x->coll == ZCC_COLL_ALLTOALL, bcast = x->coll == ZCC_COLL_BROADCAST;
+  size_t piece = piece_bytes(a2a ? g->staging_bytes / (size_t)k : g->staging_bytes);
+  zcc_dev_gather_t a;
+  gather_base(g, &a);
+  ZCC_INFO(COLL, "%s %zu bytes: staged (one copy), gather, %zu piece(s)", fn, bytes,
+            (bytes + piece - 1) / piece);
+  const char *in = x->sendbuf;
+  char *out = x->recvbuf;
+  for (size_t off = 0; off < bytes; off += piece) {
+    size_t n = bytes - off < piece ? bytes - off : piece;
+    memset(a.src, 0, sizeof(a.src));
+    memset(a.dst, 0, sizeof(a.dst));
+    if (bcast) {
+      if (me == x->root) {
+        CU(cudaMemcpyAsync(g->staging[me], in + off, n, cudaMemcpyDeviceToDevice, s));
+        if (in != out) {
+          a.src[me] = in + off;
+          a.dst[me] = out + off;
+        }
+      } else {
+        a.src[x->root] = g->staging[x->root];
+        a.dst[x->root] = out + off;
+      }
+    } else if (a2a) {
+      CU(cudaMemcpy2DAsync(g->staging[me], n, in + off, bytes, n, (size_t)k,
+                           cudaMemcpyDeviceToDevice, s));
+      for (int r = 0; r < k; r++) {
+        a.src[r] = r == me ? g->staging[me] + (size_t)me * n : g->staging[r] + (size_t)me * n;
+        a.dst[r] = out + (size_t)r * bytes + off;
+      }
+    } else { /* allgather */
+      CU(cudaMemcpyAsync(g->staging[me], in + off, n, cudaMemcpyDeviceToDevice, s));
+      for (int r = 0; r < k; r++) {
+        a.src[r] = g->staging[r];
+        a.dst[r] = out + (size_t)r * bytes + off;
+      }
+      if (in + off == out + (size_t)me * bytes + off) a.src[me] = NULL, a.dst[me] = NULL;
+      else a.src[me] = in + off;
+    }
+    a.bytes = n;
+    DEV(zcc_dev_gather(&a, s));
+  }
+  return zccSuccess;
+}
+
+zccResult_t zcc_gpu_coll(struct zccComm *comm, const zcc_coll_args_t *x,
+                         struct CUstream_st *stream, const char *fn) {
+  cudaStream_t s = (cudaStream_t)stream;
+  if (x->count == 0) return zccSuccess; /* every rank passes the same count: all skip */
+  int need_send = x->coll != ZCC_COLL_BROADCAST || comm->rank == x->root;
+  int need_recv = x->coll != ZCC_COLL_REDUCE || comm->rank == x->root;
+  if (need_send) ZCC_CHECK(zcc_gpu_check_ptr(comm, x->sendbuf, "sendbuff", fn));
+  if (need_recv) ZCC_CHECK(zcc_gpu_check_ptr(comm, x->recvbuf, "recvbuff", fn));
+  int prev = -1;
+  CU(cudaGetDevice(&prev));
+  if (prev != comm->device) CU(cudaSetDevice(comm->device));
+  zccResult_t res;
+  switch (x->coll) {
+  case ZCC_COLL_ALLREDUCE: res = allreduce(comm, x, s, fn); break;
+  case ZCC_COLL_REDUCE:
+  case ZCC_COLL_REDUCESCATTER: res = reduce_like(comm, x, s, fn); break;
+  case ZCC_COLL_BROADCAST:
+  case ZCC_COLL_ALLGATHER:
+  case ZCC_COLL_ALLTOALL: res = gather_like(comm, x, s, fn); break;
+  default: res = zcc_error(zccInternalError, "%s: not a collective", fn); break;
+  }
+  if (prev != comm->device) cudaSetDevice(prev);
+  return res;
+}
+
+zccResult_t zcc_gpu_p2p(struct zccComm *comm, const zcc_gpu_p2p_op_t *ops, int nops,
+                        const char *fn) {
+  zcc_gpu_t *g = comm->gpu;
+  if (nops == 0) return zccSuccess;
+  cudaStream_t s = (cudaStream_t)ops[0].stream;
+  for (int i = 1; i < nops; i++)
+    if (ops[i].stream != ops[0].stream)
+      return zcc_error(zccInvalidUsage,
+                       "%s: the point-to-point operations of one GPU communicator in a group "
+                       "must use one stream", fn);
+  for (int i = 0; i < nops; i++)
+    if (ops[i].bytes)
+      ZCC_CHECK(zcc_gpu_check_ptr(comm, ops[i].buf, ops[i].is_recv ? "recvbuff" : "sendbuff",
+                                  fn));
+  /* Sends to self pair with receives from self in order: plain copies. */
+  int nself_s = 0, nself_r = 0;
+  for (int i = 0; i < nops; i++)
+    if (ops[i].peer == g->rank) {
+      if (ops[i].is_recv) nself_r++;
+      else nself_s++;
+    }
+  if (nself_s != nself_r)
+    return zcc_error(zccInvalidUsage,
+                     "%s: %d send(s) to self but %d receive(s) from self in the group", fn,
+                     nself_s, nself_r);
+  int prev = -1;
+  CU(cudaGetDevice(&prev));
+  if (prev != comm->device) CU(cudaSetDevice(comm->device));
+  zccResult_t res = zccSuccess;
+  int si = 0, ri = 0;
+  for (int m = 0; m < nself_s && res == zccSuccess; m++) {
+    while (ops[si].peer != g->rank || ops[si].is_recv) si++;
+    while (ops[ri].peer != g->rank || !ops[ri].is_recv) ri++;
+    if (ops[si].bytes != ops[ri].bytes) {
+      res = zcc_error(zccInvalidArgument, "%s: send to self of %zu bytes meets a receive of %zu",
+                      fn, ops[si].bytes, ops[ri].bytes);
+      break;
+    }
+    if (ops[si].bytes && ops[si].buf != ops[ri].buf) {
+      cudaError_t e = cudaMemcpyAsync(ops[ri].buf, ops[si].buf, ops[si].bytes,
+                                      cudaMemcpyDeviceToDevice, s);
+      if (e != cudaSuccess) res = cuda_err(e, "cudaMemcpyAsync", fn);
+    }
+    si++;
+    ri++;
+  }
+  zcc_dev_p2p_t a;
+  memset(&a, 0, sizeof(a));
+  for (int r = 0; r < g->nranks; r++) a.areas[r] = g->p2p[r];
+  a.abort_flag = g->abort_dev;
+  a.nranks = g->nranks;
+  a.rank = g->rank;
+  int launches = 0;
+  if (nops - 2 * nself_s > ZCC_DEV_P2P_MAX_OPS && res == zccSuccess)
+    /* Split into launches, one rank's second launch could hold what a peer's
+       first one waits for: refuse rather than risk a deadlock. */
+    res = zcc_error(zccInvalidUsage,
+                    "%s: a group holds %d sends and receives with peers on one GPU "
+                    "communicator; at most %d are supported", fn, nops - 2 * nself_s,
+                    ZCC_DEV_P2P_MAX_OPS);
+  for (int i = 0; i < nops && res == zccSuccess; i++) {
+    if (ops[i].peer == g->rank) continue;
+    zcc_dev_p2p_op_t *o = &a.ops[a.nops++];
+    o->buf = ops[i].buf;
+    o->bytes = ops[i].bytes;
+    o->peer = ops[i].peer;
+    o->is_send = !ops[i].is_recv;
+  }
+  if (res == zccSuccess && a.nops) {
+    int e = zcc_dev_p2p(&a, s);
+    if (e) res = dev_err(e, "zcc_dev_p2p", fn);
+    launches++;
+  }
+  ZCC_INFO(COLL, "%s: %d point-to-point op(s), %d self copy(ies), %d launch(es)", fn, nops,
+            nself_s, launches);
+  if (prev != comm->device) cudaSetDevice(prev);
+  return res;
+}

@@ -1,0 +1,79 @@
+// Flags shared by the all-rank kernels (allreduce one-shot / two-shot,
+// barrier, gather) and the p2p kernel: system-scope release stores and
+// acquire loads, waits on counters compared modulo 2^32, and the per-block
+// barrier on the flag areas of device.h.
+//
+// Flag area layout (uint32 words): one line of ZD_FLAG_STRIDE words per
+// block: [0, ZCC_DEV_MAX_RANKS) one slot per peer (the last value that peer
+// signalled to this block), ZD_FLAG_CTR the block's barrier counter. Every
+// kernel that uses these lines shares the counters, so any sequence of them
+// launched alike on every rank stays in step. (Word 9 is the LL counter.)
+#ifndef ZCC_DEVICE_FLAGS_CUH_
+#define ZCC_DEVICE_FLAGS_CUH_
+
+#include <stdint.h>
+
+#include "reduce_ops.cuh"
+
+#define ZD_FLAG_STRIDE 16
+#define ZD_FLAG_CTR 8
+
+ZD_INLINE void zd_st_release_sys(uint32_t *p, uint32_t v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+ZD_INLINE uint32_t zd_ld_acquire_sys(const uint32_t *p) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Spin until *p has reached v (modulo 2^32), or the abort flag is raised.
+ZD_INLINE void zd_wait_reach(const uint32_t *p, uint32_t v, const volatile uint32_t *abort_flag) {
+  unsigned spins = 0;
+  while ((int32_t)(zd_ld_acquire_sys(p) - v) < 0) {
+    if (abort_flag && (++spins & 1023u) == 0 && *abort_flag) break;
+  }
+}
+
+// arr[i] for a run-time i without indexing the parameter array dynamically
+// (which would copy the kernel parameters to local memory).
+template <int MAXK, typename P> ZD_INLINE P zd_pick(const P *arr, int i) {
+  P x = arr[0];
+#pragma unroll
+  for (int r = 1; r < MAXK; r++)
+    if (r == i) x = arr[r];
+  return x;
+}
+
+// Barrier of block blockIdx.x with the same block of every peer: store v
+// into its slot of every peer's line (after __syncthreads, so the block's
+// earlier loads and stores are ordered before it) and wait for every peer's
+// slot in the own line to reach v.
+template <int MAXK>
+ZD_INLINE void zd_barrier(uint32_t *const *flags, int k, int rank, const volatile uint32_t *abort_flag,
+                          uint32_t v) {
+  __syncthreads();
+  const int t = threadIdx.x;
+  if (t < k && t != rank) {
+    zd_st_release_sys(zd_pick<MAXK>(flags, t) + blockIdx.x * ZD_FLAG_STRIDE + rank, v);
+    const uint32_t *mine = zd_pick<MAXK>(flags, rank) + blockIdx.x * ZD_FLAG_STRIDE + t;
+    zd_wait_reach(mine, v, abort_flag);
+  }
+  __syncthreads();
+}
+
+// The block's barrier counter, read at the start of a launch and written
+// back (by thread 0, after the last barrier) at its end.
+template <int MAXK> ZD_INLINE uint32_t zd_counter_load(uint32_t *const *flags, int rank) {
+  __shared__ uint32_t s_ctr;
+  if (threadIdx.x == 0) s_ctr = zd_pick<MAXK>(flags, rank)[blockIdx.x * ZD_FLAG_STRIDE + ZD_FLAG_CTR];
+  __syncthreads();
+  return s_ctr;
+}
+
+template <int MAXK> ZD_INLINE void zd_counter_store(uint32_t *const *flags, int rank, uint32_t v) {
+  if (threadIdx.x == 0) zd_pick<MAXK>(flags, rank)[blockIdx.x * ZD_FLAG_STRIDE + ZD_FLAG_CTR] = v;
+}
+
+#endif // ZCC_DEVICE_FLAGS_CUH_

@@ -1,0 +1,110 @@
+/*
+ * GPU communicators: one rank per CUDA device, every rank on one host, all
+ * GPUs able to address each other (NVLink or PCIe peer access).
+ *
+ * The p2p transport (transport/p2p.c) gives each rank one device "window"
+ * (flags, LL area, point-to-point area, staging buffer), zeroed once and
+ * mapped into every peer GPU: by peer access within a process, by CUDA IPC
+ * handles (exchanged over the bootstrap) across processes. Collectives
+ * (collectives/gpu_coll.c) enqueue copies and the kernels of src/device/ on
+ * the caller's stream and return: no host synchronisation, so everything
+ * captures into CUDA graphs.
+ *
+ * Compiled only when zcc is built with CUDA (ZCC_HAVE_CUDA).
+ */
+#ifndef ZCC_GPU_H_
+#define ZCC_GPU_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "coll.h"
+#include "device.h"
+#include "zcc.h"
+
+struct zccComm;
+
+/* The copy-engine pipeline's slots in the staging buffer, and its flag words. */
+#define ZCC_GPU_CE_SLOTS 4
+#define ZCC_GPU_CE_READY 0  /* [slot]: pushes into my slot, written by the peer */
+#define ZCC_GPU_CE_FREE 16  /* [slot]: my pushes the peer has consumed, written by the peer */
+#define ZCC_GPU_CE_PUSH 32  /* [slot]: my pushes (counter) */
+#define ZCC_GPU_CE_RECV 48  /* [slot]: peer pushes I consumed (counter) */
+#define ZCC_GPU_CE_BYTES 4096
+
+/* A buffer registered with a GPU communicator, as every rank maps it. */
+typedef struct zcc_gpu_reg {
+  struct zcc_gpu_reg *next;
+  char *base;                      /* the allocation holding it (own) */
+  size_t size;                     /* bytes from base */
+  char *peer[ZCC_DEV_MAX_RANKS];   /* each rank's registered buffer as this GPU addresses it */
+  int opened[ZCC_DEV_MAX_RANKS];   /* peer[r] came from cudaIpcOpenMemHandle */
+  int index;                       /* registration order on this communicator */
+} zcc_gpu_reg_t;
+
+typedef struct zcc_gpu {
+  int dev;
+  int nranks, rank;
+  char *win;                           /* own window */
+  size_t win_bytes;
+  char *peer_win[ZCC_DEV_MAX_RANKS];   /* each rank's window as this GPU addresses it */
+  int ipc_opened[ZCC_DEV_MAX_RANKS];   /* peer_win[r] came from cudaIpcOpenMemHandle */
+  uint32_t *flags[ZCC_DEV_MAX_RANKS];
+  void *ll[ZCC_DEV_MAX_RANKS];
+  void *p2p[ZCC_DEV_MAX_RANKS];
+  char *staging[ZCC_DEV_MAX_RANKS];
+  size_t staging_bytes;
+  volatile uint32_t *abort_host;       /* mapped pinned word: nonzero stops waiting kernels */
+  uint32_t *abort_dev;
+  int watchdog_started;
+  int watchdog_stop;                   /* atomic */
+  void *watchdog_thread;               /* pthread_t, owned */
+  zcc_gpu_reg_t *regs;
+  int nregs;
+  /* Copy-engine pipeline (two ranks): flags, a side stream and events. */
+  uint32_t *ce[ZCC_DEV_MAX_RANKS];     /* each rank's CE flag words (ZCC_GPU_CE_*) */
+  void *side;                          /* cudaStream_t */
+  void *ev_fork, *ev_join;             /* cudaEvent_t */
+  void *ev_copy[ZCC_GPU_CE_SLOTS];     /* cudaEvent_t: a slot's push has read its input */
+} zcc_gpu_t;
+
+/*
+ * Build the GPU side of a communicator whose peers are known (comm->peers
+ * filled): window, mappings, abort word, watchdog. Collective over the
+ * bootstrap. On error everything made so far is released.
+ */
+zccResult_t zcc_gpu_comm_setup(struct zccComm *comm);
+/* Wait for the device's work, unmap, free (also after a failed setup). */
+void zcc_gpu_comm_free(struct zccComm *comm);
+/* Make waiting kernels give up (abort, error state). */
+void zcc_gpu_comm_stop_kernels(struct zccComm *comm);
+
+/* The device current in the calling thread (for zccCommInitRank). */
+zccResult_t zcc_gpu_current_device(int *dev);
+
+/* Enqueue a validated collective on stream (a cudaStream_t). */
+zccResult_t zcc_gpu_coll(struct zccComm *comm, const zcc_coll_args_t *args,
+                         struct CUstream_st *stream, const char *fn);
+
+/* One point-to-point operation of a GPU communicator. */
+typedef struct zcc_gpu_p2p_op {
+  void *buf;
+  size_t bytes;
+  int peer;
+  int is_recv;
+  struct CUstream_st *stream;
+} zcc_gpu_p2p_op_t;
+
+/* Launch a group's point-to-point operations of one communicator. */
+zccResult_t zcc_gpu_p2p(struct zccComm *comm, const zcc_gpu_p2p_op_t *ops, int nops,
+                        const char *fn);
+
+/* Check that ptr is memory the communicator's GPU can address. */
+zccResult_t zcc_gpu_check_ptr(struct zccComm *comm, const void *ptr, const char *what,
+                              const char *fn);
+
+/* zccCommRegister / zccCommDeregister on a GPU communicator (collective). */
+zccResult_t zcc_gpu_register(struct zccComm *comm, void *buf, size_t size, void **handle);
+zccResult_t zcc_gpu_deregister(struct zccComm *comm, void *handle);
+
+#endif /* ZCC_GPU_H_ */

@@ -1,0 +1,2575 @@
+/*
+ * GPU communicators end to end, through zcc.h (plus the host reduction
+ * reference of collectives/reduce.c for the expected results).
+ *
+ *   test_gpu_colls [--layout threads|procs|both] [--ngpus N] [--quick] [--full]
+ *                  [--only PART,...] [--coll NAME] [--type NAME]
+ *                  [--replays N] [--capture global|thread|relaxed] [--seed N]
+ *
+ * Layouts:
+ *   threads  one process: zccCommInitAll over N GPUs, one thread issuing
+ *            every rank's call inside zccGroupStart/End.
+ *   procs    one forked process per GPU: cudaSetDevice(rank), then
+ *            zccCommInitRank. The parent never calls CUDA or zccGetUniqueId:
+ *            it forks a probe, one process per layout, and each procs runner
+ *            forks its ranks first and then serves them unique ids through
+ *            shared memory.
+ *
+ * Parts (--only picks some; default all):
+ *   matrix   every collective x datatype x op x count {0, 1, 7, 4097, 65541,
+ *            1M+3; --full: 64 MiB} x in/out of place x root; each case on
+ *            plain (cudaMalloc) or registered (zccMemAlloc + zccCommRegister)
+ *            buffers at byte offsets 0, 1 or one element. Fresh random inputs
+ *            per case and rank, outputs poisoned, results exact against a
+ *            rank-order reduction with reduce.h (NaN equals any NaN); guards
+ *            and out-of-place send buffers untouched; a non-root's reduce
+ *            recvbuff untouched; allreduce outputs bitwise equal across ranks.
+ *            --quick: float32/int32/bfloat16/int8, sum/max/avg, counts 0, 7,
+ *            65541 (for compute-sanitizer).
+ *   graphs   one call per collective captured on each rank's stream, replayed
+ *            --replays times (1000) with new inputs copied in before each
+ *            replay (outside the graph); every replay's output checked.
+ *   errors   host pointers, count overflow, bad root/peer/datatype/op: an
+ *            error, and nothing changes; then an allreduce on the NULL stream.
+ *   lifetime 20 cycles of init, zccMemAlloc + register, collectives,
+ *            deregister, free, destroy: device free memory, open descriptors
+ *            and threads as before.
+ *   abort    only rank 0 calls allreduce; zccCommAbort from another thread
+ *            makes its cudaStreamSynchronize return.
+ *   deadpeer (procs) rank 1 _exits after one allreduce; rank 0's next one
+ *            must end, and zccCommGetAsyncError report an error, within 30 s
+ *            (ZCC_TIMEOUT=5000).
+ *
+ * ZCC_TEST_SEED (or --seed) reproduces a run's inputs; the seed is printed.
+ * One line per failure, then "gpu colls: N checks, M failed"; exit 0, 1 on
+ * any failure, 77 (skipped) without 2 usable GPUs, 2 on bad usage. The
+ * processes that call CUDA run under alarm(): a hang becomes a failure that
+ * names the step; the others wait with limits.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <cuda_runtime_api.h>
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "reduce.h"
+#include "zcc.h"
+
+#define MAX_RANKS 8 /* ZCC_DEV_MAX_RANKS */
+#define MAX_IDS 64
+#define GUARD 64
+#define MIB ((size_t)1 << 20)
+#define BIG_BYTES (64 * MIB)
+#define MAX_FAIL_LINES 300
+#define LIFETIME_CYCLES 20
+/*
+ * Free device memory may drop by this much over the 20 lifetime cycles:
+ * cudaMemGetInfo counts whole 2 MiB pages of the device, and the driver may
+ * keep a page or two more after the warm-up cycle for itself (sub-allocator
+ * pools, page tables of peer mappings, lazily loaded code) with no leak in
+ * zcc. A leaked window, staging buffer or registration of any one cycle is
+ * a whole page or more each cycle, so 20 cycles lose at least 40 MiB.
+ */
+#define MEM_SLACK (4 * MIB)
+#define DEADPEER_LIMIT_S 30.0
+#define ABORT_LIMIT_S 30.0
+
+/* ---- options ---- */
+
+enum {
+  PART_MATRIX = 1,
+  PART_GRAPHS = 2,
+  PART_ERRORS = 4,
+  PART_LIFETIME = 8,
+  PART_ABORT = 16,
+  PART_DEADPEER = 32,
+  PART_ALL = 63
+};
+static const char *const part_names[] = {"matrix",   "graphs", "errors",
+                                         "lifetime", "abort",  "deadpeer"};
+
+static struct {
+  int threads, procs;
+  int ngpus;
+  int quick, full;
+  int parts;
+  int only_coll, only_type;
+  int replays;
+  enum cudaStreamCaptureMode capture;
+  uint64_t seed;
+  double tmo_s;     /* ZCC_TIMEOUT in seconds */
+  double wait_s;    /* a stream must finish within this */
+  double barrier_s; /* the test's own barrier between rank processes */
+  unsigned step_s;  /* watchdog per step */
+} opt;
+
+/* ---- output and counters (shared by every process) ---- */
+
+typedef struct {
+  atomic_long checks, failed, lines;
+} counts_t;
+static counts_t *counts;
+static char tag[48];
+
+static void vline(const char *kind, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
+static void vline(const char *kind, const char *fmt, va_list ap) {
+  char line[4096];
+  int len = snprintf(line, sizeof(line), "%s%s%s", kind, tag, tag[0] ? " " : "");
+  if (len < 0)
+    len = 0;
+  int m = vsnprintf(line + len, sizeof(line) - (size_t)len, fmt, ap);
+  if (m > 0)
+    len += m;
+  if (len > (int)sizeof(line) - 2)
+    len = (int)sizeof(line) - 2;
+  line[len++] = '\n';
+  fflush(stdout);
+  ssize_t wr = write(STDOUT_FILENO, line, (size_t)len); /* one write: lines stay whole */
+  (void)wr;
+}
+
+static void info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void info(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vline("", fmt, ap);
+  va_end(ap);
+}
+
+static void pass(void) {
+  atomic_fetch_add(&counts->checks, 1);
+}
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void fail(const char *fmt, ...) {
+  atomic_fetch_add(&counts->checks, 1);
+  atomic_fetch_add(&counts->failed, 1);
+  long n = atomic_fetch_add(&counts->lines, 1);
+  if (n > MAX_FAIL_LINES)
+    return;
+  if (n == MAX_FAIL_LINES) {
+    info("(more failures: counted, not printed)");
+    return;
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  vline("FAIL ", fmt, ap);
+  va_end(ap);
+}
+
+#define CHECK(cond, ...)                                                                           \
+  do {                                                                                             \
+    if (cond)                                                                                      \
+      pass();                                                                                      \
+    else                                                                                           \
+      fail(__VA_ARGS__);                                                                           \
+  } while (0)
+
+/* A failure the process cannot go on from: count it and leave. */
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...) {
+  atomic_fetch_add(&counts->checks, 1);
+  atomic_fetch_add(&counts->failed, 1);
+  va_list ap;
+  va_start(ap, fmt);
+  vline("FAIL ", fmt, ap);
+  va_end(ap);
+  _exit(2);
+}
+
+#define CK(call)                                                                                   \
+  do {                                                                                             \
+    cudaError_t e_ = (call);                                                                       \
+    if (e_ != cudaSuccess)                                                                         \
+      die("%s:%d: %s: %s (%s)", __FILE__, __LINE__, #call, cudaGetErrorName(e_),                   \
+          cudaGetErrorString(e_));                                                                 \
+  } while (0)
+
+static const char *rc_name(zccResult_t rc) {
+  switch (rc) {
+#define RC_NAME_(name, value, desc)                                                                \
+  case name: return #name;
+    ZCC_RESULT_MAP(RC_NAME_)
+#undef RC_NAME_
+  default: return "(not a zccResult_t)";
+  }
+}
+
+static const char *last_err(zccComm_t comm) {
+  const char *m = zccGetLastError(comm);
+  return m && *m ? m : "(no message)";
+}
+
+/* ---- watchdog ---- */
+
+static char step[512];
+
+static void on_alarm(int sig) {
+  static const char a[] = "FAIL ", b[] = " watchdog: no progress within the step's limit in: ";
+  ssize_t wr;
+  (void)sig;
+  wr = write(STDOUT_FILENO, a, sizeof(a) - 1);
+  wr = write(STDOUT_FILENO, tag, strlen(tag));
+  wr = write(STDOUT_FILENO, b, sizeof(b) - 1);
+  wr = write(STDOUT_FILENO, step, strnlen(step, sizeof(step)));
+  wr = write(STDOUT_FILENO, "\n", 1);
+  (void)wr;
+  _exit(3);
+}
+
+/* Name the step now running; the process exits if it lasts over `seconds`. */
+static void watch(unsigned seconds, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void watch(unsigned seconds, const char *fmt, ...) {
+  va_list ap;
+  alarm(0);
+  va_start(ap, fmt);
+  vsnprintf(step, sizeof(step), fmt, ap);
+  va_end(ap);
+  alarm(seconds);
+}
+
+static void child_setup(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void child_setup(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(tag, sizeof(tag), fmt, ap);
+  va_end(ap);
+  signal(SIGALRM, on_alarm);
+}
+
+/* ---- time, randomness ---- */
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void sleep_s(double s) {
+  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+    ;
+}
+
+static uint64_t splitmix(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static uint64_t mix3(uint64_t a, uint64_t b, uint64_t c) {
+  uint64_t s = a;
+  s = splitmix(&s) ^ b;
+  s = splitmix(&s) ^ c;
+  return splitmix(&s);
+}
+
+/* ---- element data ---- */
+
+static size_t esize(zccDataType_t t) {
+  return zcc_type_size(t);
+}
+
+/* Infinity or NaN encodings of the narrow formats (redrawn by gen_data). */
+static int narrow_special(zccDataType_t t, uint32_t v) {
+  switch (t) {
+  case zccFloat16: return (v & 0x7c00) == 0x7c00;
+  case zccBfloat16: return (v & 0x7f80) == 0x7f80;
+  case zccFloat8e4m3: return (v & 0x7f) == 0x7f;
+  case zccFloat8e5m2: return (v & 0x7c) == 0x7c;
+  default: return 0;
+  }
+}
+
+/*
+ * Random inputs: integers are random bits over the whole range (sums and
+ * products wrap); floats are finite, of either sign: fp32/fp64 with
+ * exponents around 1 (+-30 / +-60 binades) plus 1 in 32 special values
+ * (+-0, subnormals, the largest finite), the narrow formats any finite
+ * encoding. Sums and products may overflow to infinity and, past two ranks,
+ * give NaN: the checks take any NaN as equal to any NaN.
+ */
+static void gen_data(zccDataType_t t, uint64_t seed, void *buf, size_t count) {
+  unsigned char *p = buf;
+  uint64_t s = seed;
+  size_t es = esize(t);
+  for (size_t i = 0; i < count; i++) {
+    uint64_t r = splitmix(&s);
+    switch (t) {
+    case zccFloat32: {
+      uint32_t sign = (uint32_t)(r >> 63) << 31, man = (uint32_t)(r >> 8) & 0x7fffffu, b;
+      switch (r & 31) {
+      case 0: b = sign; break;
+      case 1: b = sign | man; break; /* subnormal (or zero) */
+      case 2: b = sign | 0x7f7fffffu; break;
+      default: b = sign | ((uint32_t)(97 + (r >> 32) % 61) << 23) | man; break;
+      }
+      memcpy(p + 4 * i, &b, 4);
+      break;
+    }
+    case zccFloat64: {
+      uint64_t r2 = splitmix(&s), sign = (r >> 63) << 63, man = r2 & ((1ull << 52) - 1), b;
+      switch (r & 31) {
+      case 0: b = sign; break;
+      case 1: b = sign | man; break;
+      case 2: b = sign | 0x7fefffffffffffffull; break;
+      default: b = sign | ((963 + (r >> 8) % 121) << 52) | man; break;
+      }
+      memcpy(p + 8 * i, &b, 8);
+      break;
+    }
+    case zccFloat16:
+    case zccBfloat16:
+    case zccFloat8e4m3:
+    case zccFloat8e5m2: {
+      uint32_t mask = es == 2 ? 0xffffu : 0xffu, v = (uint32_t)r & mask;
+      while (narrow_special(t, v))
+        v = (uint32_t)splitmix(&s) & mask;
+      memcpy(p + es * i, &v, es); /* little endian: the low bytes */
+      break;
+    }
+    default: memcpy(p + es * i, &r, es); break;
+    }
+  }
+}
+
+static int elem_is_nan(zccDataType_t t, const unsigned char *p) {
+  uint16_t h;
+  uint32_t f;
+  uint64_t d;
+  switch (t) {
+  case zccFloat16: memcpy(&h, p, 2); return (h & 0x7fff) > 0x7c00;
+  case zccBfloat16: memcpy(&h, p, 2); return (h & 0x7fff) > 0x7f80;
+  case zccFloat8e4m3: return (p[0] & 0x7f) == 0x7f;
+  case zccFloat8e5m2: return (p[0] & 0x7f) > 0x7c;
+  case zccFloat32: memcpy(&f, p, 4); return (f & 0x7fffffffu) > 0x7f800000u;
+  case zccFloat64: memcpy(&d, p, 8); return (d & 0x7fffffffffffffffull) > 0x7ff0000000000000ull;
+  default: return 0;
+  }
+}
+
+static int elem_is_zero(zccDataType_t t, const unsigned char *p) {
+  size_t es = esize(t);
+  if (t < zccFloat16) /* the integer types */
+    return 0;
+  for (size_t b = 0; b < es; b++)
+    if ((b == es - 1 ? p[b] & 0x7f : p[b]) != 0)
+      return 0;
+  return 1;
+}
+
+/*
+ * Elements that differ bitwise (a NaN matches any NaN); the first in *first,
+ * and in *zeros (if not NULL) how many of them are +0 against -0.
+ */
+static size_t compare2(zccDataType_t t, const unsigned char *got, const unsigned char *exp,
+                       size_t count, size_t *first, size_t *zeros) {
+  size_t es = esize(t), bad = 0, z = 0;
+  if (count == 0 || memcmp(got, exp, count * es) == 0)
+    return 0;
+  for (size_t i = 0; i < count; i++) {
+    if (memcmp(got + i * es, exp + i * es, es) == 0)
+      continue;
+    if (elem_is_nan(t, got + i * es) && elem_is_nan(t, exp + i * es))
+      continue;
+    if (elem_is_zero(t, got + i * es) && elem_is_zero(t, exp + i * es))
+      z++;
+    if (bad++ == 0)
+      *first = i;
+  }
+  if (zeros)
+    *zeros = z;
+  return bad;
+}
+
+static size_t compare(zccDataType_t t, const unsigned char *got, const unsigned char *exp,
+                      size_t count, size_t *first) {
+  return compare2(t, got, exp, count, first, NULL);
+}
+
+/* A note for a failure line when only signs of zero differ. */
+static const char *zero_note(size_t bad, size_t zeros) {
+  if (bad && zeros == bad)
+    return " [every difference is +0 against -0: max/min of +0 and -0 depends on the reduction "
+           "order; the reference reduces in rank order]";
+  return "";
+}
+
+static const char *elem_str(zccDataType_t t, const unsigned char *buf, size_t i, char *out,
+                            size_t len) {
+  const unsigned char *p = buf + i * esize(t);
+  uint16_t h;
+  uint32_t u32;
+  uint64_t u64;
+  float f;
+  double d;
+  switch (t) {
+  case zccInt8: snprintf(out, len, "%d (0x%02x)", (int)(int8_t)p[0], p[0]); break;
+  case zccUint8: snprintf(out, len, "%u (0x%02x)", p[0], p[0]); break;
+  case zccInt32:
+    memcpy(&u32, p, 4);
+    snprintf(out, len, "%" PRId32 " (0x%08" PRIx32 ")", (int32_t)u32, u32);
+    break;
+  case zccUint32:
+    memcpy(&u32, p, 4);
+    snprintf(out, len, "%" PRIu32 " (0x%08" PRIx32 ")", u32, u32);
+    break;
+  case zccInt64:
+    memcpy(&u64, p, 8);
+    snprintf(out, len, "%" PRId64 " (0x%016" PRIx64 ")", (int64_t)u64, u64);
+    break;
+  case zccUint64:
+    memcpy(&u64, p, 8);
+    snprintf(out, len, "%" PRIu64 " (0x%016" PRIx64 ")", u64, u64);
+    break;
+  case zccFloat16:
+    memcpy(&h, p, 2);
+    snprintf(out, len, "%.6g (0x%04x)", (double)zcc_half_to_float(h), h);
+    break;
+  case zccBfloat16:
+    memcpy(&h, p, 2);
+    snprintf(out, len, "%.6g (0x%04x)", (double)zcc_bf16_to_float(h), h);
+    break;
+  case zccFloat8e4m3:
+    snprintf(out, len, "%.6g (0x%02x)", (double)zcc_e4m3_to_float(p[0]), p[0]);
+    break;
+  case zccFloat8e5m2:
+    snprintf(out, len, "%.6g (0x%02x)", (double)zcc_e5m2_to_float(p[0]), p[0]);
+    break;
+  case zccFloat32:
+    memcpy(&f, p, 4);
+    memcpy(&u32, p, 4);
+    snprintf(out, len, "%.9g (0x%08" PRIx32 ")", (double)f, u32);
+    break;
+  case zccFloat64:
+    memcpy(&d, p, 8);
+    memcpy(&u64, p, 8);
+    snprintf(out, len, "%.17g (0x%016" PRIx64 ")", d, u64);
+    break;
+  default: snprintf(out, len, "?"); break;
+  }
+  return out;
+}
+
+static uint64_t hash_bytes(const unsigned char *p, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull ^ n, w;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    memcpy(&w, p + i, 8);
+    h = (h ^ w) * 0x100000001b3ull;
+    h ^= h >> 29;
+  }
+  for (; i < n; i++)
+    h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+/* Poison bytes that are no NaN in any type (so a NaN never "matches" them). */
+static unsigned char poison_for(uint64_t x) {
+  unsigned char p = (unsigned char)(0xa5 ^ (x * 0x3b));
+  if ((p & 0x7c) == 0x7c)
+    p ^= 0x40;
+  return p;
+}
+
+/* out = in[0] op in[1] op ... in rank order with reduce.h; avg divides at the end. */
+static void ref_reduce(zccDataType_t t, zccRedOp_t op, int n, const unsigned char *const *in,
+                       unsigned char *out, size_t count) {
+  if (count == 0)
+    return;
+  memcpy(out, in[0], count * esize(t));
+  for (int j = 1; j < n; j++)
+    zcc_reduce(out, out, in[j], count, t, op);
+  if (op == zccAvg)
+    zcc_reduce_finish_avg(out, out, count, t, n);
+}
+
+/* ---- collectives ---- */
+
+typedef enum {
+  C_ALLREDUCE,
+  C_BROADCAST,
+  C_REDUCE,
+  C_ALLGATHER,
+  C_REDUCESCATTER,
+  C_ALLTOALL,
+  C_RING,
+  C_PAIRS,
+  C_NUM
+} coll_t;
+
+static const char *const coll_names[C_NUM] = {"allreduce",     "broadcast",     "reduce",
+                                              "allgather",     "reducescatter", "alltoall",
+                                              "sendrecv_ring", "sendrecv_pairs"};
+
+static int is_reducing(coll_t c) {
+  return c == C_ALLREDUCE || c == C_REDUCE || c == C_REDUCESCATTER;
+}
+static int is_rooted(coll_t c) {
+  return c == C_BROADCAST || c == C_REDUCE;
+}
+
+/* Elements of sendbuff and recvbuff for a call of `count` (the API's unit). */
+static size_t send_elems(coll_t c, size_t count, int n) {
+  return c == C_REDUCESCATTER || c == C_ALLTOALL || c == C_PAIRS ? (size_t)n * count : count;
+}
+static size_t recv_elems(coll_t c, size_t count, int n) {
+  return c == C_ALLGATHER || c == C_ALLTOALL || c == C_PAIRS ? (size_t)n * count : count;
+}
+
+typedef struct {
+  coll_t coll;
+  zccDataType_t type;
+  zccRedOp_t op;
+  int root;
+  size_t count;
+  int bad_peer; /* send/recv: peers out of range */
+} call_t;
+
+/*
+ * One rank's call. Send/recv: the ring sends to rank+1 and receives from
+ * rank-1; "pairs" exchanges block j with every rank j != rank, both
+ * directions at once. grouped: already inside the caller's group.
+ */
+static zccResult_t call_rank(const call_t *c, zccComm_t comm, int r, int n, const void *sp,
+                             void *rp, cudaStream_t s, int grouped) {
+  zccResult_t res = zccSuccess, res2;
+  size_t b = c->count * esize(c->type);
+  switch (c->coll) {
+  case C_ALLREDUCE: return zccAllReduce(sp, rp, c->count, c->type, c->op, comm, s);
+  case C_BROADCAST: return zccBroadcast(sp, rp, c->count, c->type, c->root, comm, s);
+  case C_REDUCE: return zccReduce(sp, rp, c->count, c->type, c->op, c->root, comm, s);
+  case C_ALLGATHER: return zccAllGather(sp, rp, c->count, c->type, comm, s);
+  case C_REDUCESCATTER: return zccReduceScatter(sp, rp, c->count, c->type, c->op, comm, s);
+  case C_ALLTOALL: return zccAlltoAll(sp, rp, c->count, c->type, comm, s);
+  case C_RING:
+  case C_PAIRS:
+    if (!grouped && (res = zccGroupStart()) != zccSuccess)
+      return res;
+    if (c->coll == C_RING) {
+      res = zccSend(sp, c->count, c->type, c->bad_peer ? n : (r + 1) % n, comm, s);
+      res2 = zccRecv(rp, c->count, c->type, c->bad_peer ? -1 : (r + n - 1) % n, comm, s);
+      if (res == zccSuccess)
+        res = res2;
+    } else {
+      for (int j = 0; j < n; j++)
+        if (j != r &&
+            (res2 = zccSend((const char *)sp + (size_t)j * b, c->count, c->type, j, comm, s)) !=
+                zccSuccess &&
+            res == zccSuccess)
+          res = res2;
+      for (int j = 0; j < n; j++)
+        if (j != r &&
+            (res2 = zccRecv((char *)rp + (size_t)j * b, c->count, c->type, j, comm, s)) !=
+                zccSuccess &&
+            res == zccSuccess)
+          res = res2;
+    }
+    if (!grouped && (res2 = zccGroupEnd()) != zccSuccess && res == zccSuccess)
+      res = res2;
+    return res;
+  default: return zccInternalError;
+  }
+}
+
+/*
+ * The recvbuff rank r must hold afterwards (recv_elems elements), from every
+ * rank's input ins[j]: a reduce non-root's is untouched (its own input when
+ * in place, else the poison), as is a pairs rank's own block.
+ */
+static void expect_out(const call_t *c, int inplace, int n, int r, const unsigned char *const *ins,
+                       unsigned char poison, unsigned char *out) {
+  size_t cnt = c->count, b = cnt * esize(c->type);
+  const unsigned char *blk[MAX_RANKS];
+  switch (c->coll) {
+  case C_ALLREDUCE: ref_reduce(c->type, c->op, n, ins, out, cnt); break;
+  case C_BROADCAST: memcpy(out, ins[c->root], b); break;
+  case C_REDUCE:
+    if (r == c->root)
+      ref_reduce(c->type, c->op, n, ins, out, cnt);
+    else if (inplace)
+      memcpy(out, ins[r], b);
+    else
+      memset(out, poison, b);
+    break;
+  case C_ALLGATHER:
+    for (int j = 0; j < n; j++)
+      memcpy(out + (size_t)j * b, ins[j], b);
+    break;
+  case C_REDUCESCATTER:
+    for (int j = 0; j < n; j++)
+      blk[j] = ins[j] + (size_t)r * b;
+    ref_reduce(c->type, c->op, n, blk, out, cnt);
+    break;
+  case C_ALLTOALL:
+  case C_PAIRS:
+    for (int j = 0; j < n; j++) {
+      if (c->coll == C_PAIRS && j == r)
+        memset(out + (size_t)j * b, poison, b);
+      else
+        memcpy(out + (size_t)j * b, ins[j] + (size_t)r * b, b);
+    }
+    break;
+  case C_RING: memcpy(out, ins[(r + n - 1) % n], b); break;
+  default: break;
+  }
+}
+
+/* ---- the matrix's cases ---- */
+
+typedef struct {
+  long index;
+  call_t c;
+  int inplace;
+  int reg; /* registered buffers */
+  size_t soff, roff;
+} case_t;
+
+static const char *case_str(const case_t *k, int n, char *buf, size_t len) {
+  char root[16] = "";
+  if (is_rooted(k->c.coll))
+    snprintf(root, sizeof(root), " root=%d", k->c.root);
+  snprintf(buf, len, "#%ld %s nranks=%d type=%s op=%s count=%zu%s %s soff=%zu roff=%zu %s",
+           k->index, coll_names[k->c.coll], n, zcc_type_name(k->c.type),
+           is_reducing(k->c.coll) ? zcc_op_name(k->c.op) : "-", k->c.count, root,
+           k->inplace ? "in-place" : "out-of-place", k->soff, k->roff,
+           k->reg ? "registered" : "plain");
+  return buf;
+}
+
+static uint64_t case_seed(const case_t *k, int r) {
+  return mix3(opt.seed, (uint64_t)k->index, (uint64_t)r + 1);
+}
+
+typedef int (*case_fn)(const case_t *k, void *ctx);
+
+/* Walk the matrix in the same order in every process; fn returns nonzero to stop. */
+static long enumerate(int n, case_fn fn, void *ctx) {
+  static const size_t sizes_all[] = {0, 1, 7, 4097, 65536 + 5, MIB + 3, 0 /* 64 MiB */};
+  static const size_t sizes_quick[] = {0, 7, 65536 + 5};
+  static const zccDataType_t quick_types[] = {zccFloat32, zccInt32, zccBfloat16, zccInt8};
+  static const zccRedOp_t quick_ops[] = {zccSum, zccMax, zccAvg};
+  int ntypes = opt.quick ? 4 : zccNumTypes;
+  int nsizes = opt.quick ? 3 : opt.full ? 7 : 6;
+  long index = 0;
+  for (int c = 0; c < C_NUM; c++) {
+    for (int ti = 0; ti < ntypes; ti++) {
+      zccDataType_t t = opt.quick ? quick_types[ti] : (zccDataType_t)ti;
+      size_t es = esize(t);
+      /* Filtered cases keep their index, so that a case's inputs do not depend on the filter. */
+      int skip = (opt.only_coll >= 0 && c != opt.only_coll) ||
+                 (opt.only_type >= 0 && (int)t != opt.only_type);
+      int nops = is_reducing((coll_t)c) ? (opt.quick ? 3 : zccNumOps) : 1;
+      for (int oi = 0; oi < nops; oi++) {
+        for (int si = 0; si < nsizes; si++) {
+          int big = si == 6;
+          size_t count = opt.quick ? sizes_quick[si] : sizes_all[si];
+          if (big)
+            count = send_elems((coll_t)c, 1, n) > 1 || c == C_ALLGATHER ? BIG_BYTES / es / (size_t)n
+                                                                        : BIG_BYTES / es;
+          for (int inplace = 0; inplace < 2; inplace++) {
+            if ((c == C_RING || c == C_PAIRS) && inplace)
+              continue;
+            int nroots = is_rooted((coll_t)c) ? n : 1;
+            for (int root = 0; root < nroots; root++) {
+              case_t k;
+              memset(&k, 0, sizeof(k));
+              k.index = index++;
+              /* 64 MiB: one root per case, rotating. */
+              if (skip || (big && nroots > 1 && root != (ti * 5 + oi + inplace) % n))
+                continue;
+              k.c.coll = (coll_t)c;
+              k.c.type = t;
+              k.c.op =
+                  is_reducing((coll_t)c) ? (opt.quick ? quick_ops[oi] : (zccRedOp_t)oi) : zccSum;
+              k.c.root = root;
+              k.c.count = count;
+              k.inplace = inplace;
+              uint64_t h = mix3(opt.seed, (uint64_t)k.index, 0x0ff5e7);
+              size_t choice[4] = {0, 0, es, 1};
+              k.soff = choice[h & 3];
+              k.roff = choice[(h >> 8) & 3];
+              k.reg = (int)((h >> 16) & 1);
+              if (fn(&k, ctx))
+                return index;
+            }
+          }
+        }
+      }
+    }
+  }
+  return index;
+}
+
+typedef struct {
+  int n;
+  size_t slot, priv;
+  long cases;
+} sizing_t;
+
+static int size_case(const case_t *k, void *ctx) {
+  sizing_t *s = ctx;
+  size_t es = esize(k->c.type);
+  size_t sb = send_elems(k->c.coll, k->c.count, s->n) * es;
+  size_t rb = recv_elems(k->c.coll, k->c.count, s->n) * es;
+  if (sb > s->slot)
+    s->slot = sb;
+  if (sb + 2 * GUARD + 64 > s->priv)
+    s->priv = sb + 2 * GUARD + 64;
+  if (rb + 2 * GUARD + 64 > s->priv)
+    s->priv = rb + 2 * GUARD + 64;
+  s->cases++;
+  return 0;
+}
+
+/* ---- a world: the ranks this process drives ---- */
+
+typedef struct {
+  unsigned count, gen; /* atomics through the builtins below */
+} pbar_t;
+
+typedef struct {
+  pbar_t bar;
+  atomic_int stop;
+  atomic_int id_req, id_ready, id_failed;
+  atomic_int reaped[MAX_RANKS];
+  atomic_int flag[MAX_RANKS];
+  int fail[MAX_RANKS];
+  uint64_t hash[MAX_RANKS];
+  zccUniqueId ids[MAX_IDS];
+} shared_t;
+
+typedef struct {
+  int rank, dev;
+  cudaStream_t stream;
+  unsigned char *dsend[2], *drecv[2]; /* [0] cudaMalloc, [1] zccMemAlloc, registered */
+  int set1_zcc;                       /* [1] came from zccMemAlloc */
+  void *hreg[2];                      /* registration handles of dsend[1], drecv[1] */
+  unsigned char *hout, *hsend, *hexp; /* host images */
+  /* the case in flight */
+  const void *sp;
+  void *rp;
+  unsigned char *rbase, *sdata;
+  size_t out_off;
+  zccResult_t rc;
+  cudaError_t werr;
+} rank_t;
+
+typedef struct {
+  int procs; /* one process per rank */
+  int n, nlocal;
+  const char *name;
+  rank_t rk[MAX_RANKS]; /* threads: every rank; procs: rk[0] is this process's */
+  zccComm_t comms[MAX_RANKS];
+  shared_t *sh;
+  unsigned char *slots; /* n input slots of slot_bytes (shared between rank processes) */
+  size_t slot_bytes, priv;
+  int ids_used;
+  long cases_run;
+} world_t;
+
+static unsigned char *slot(world_t *w, int r) {
+  return w->slots + (size_t)r * w->slot_bytes;
+}
+
+static void setdev(world_t *w, int i) {
+  if (!w->procs)
+    CK(cudaSetDevice(w->rk[i].dev));
+}
+
+static int pbar_wait(pbar_t *b, int n, double limit_s) {
+  unsigned g = __atomic_load_n(&b->gen, __ATOMIC_ACQUIRE);
+  if (__atomic_add_fetch(&b->count, 1, __ATOMIC_ACQ_REL) == (unsigned)n) {
+    __atomic_store_n(&b->count, 0, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&b->gen, 1, __ATOMIC_RELEASE);
+    return 0;
+  }
+  double t0 = now_s();
+  for (int spin = 0; __atomic_load_n(&b->gen, __ATOMIC_ACQUIRE) == g; spin++) {
+    if (spin < 2000)
+      continue;
+    sleep_s(20e-6);
+    if (now_s() - t0 > limit_s)
+      return -1;
+  }
+  return 0;
+}
+
+/* Every rank process meets here (nothing to do in the threads layout). */
+static void sync_all(world_t *w, const char *what) {
+  if (w->procs && pbar_wait(&w->sh->bar, w->n, opt.barrier_s) != 0)
+    die("%s: the other rank processes did not reach the test's barrier within %.0f s; "
+        "giving up",
+        what, opt.barrier_s);
+}
+
+/* Whether ok holds in every rank process. */
+static int agree(world_t *w, int ok, const char *what) {
+  if (!w->procs)
+    return ok;
+  atomic_store(&w->sh->flag[w->rk[0].rank], ok);
+  sync_all(w, what);
+  int all = 1;
+  for (int j = 0; j < w->n; j++)
+    all &= atomic_load(&w->sh->flag[j]) != 0;
+  sync_all(w, what);
+  return all;
+}
+
+/* The next unique id, from the runner (procs layout). */
+static int get_id(world_t *w, zccUniqueId *id) {
+  shared_t *sh = w->sh;
+  int k = w->ids_used++;
+  int cur = atomic_load(&sh->id_req);
+  while (cur < k + 1 && !atomic_compare_exchange_weak(&sh->id_req, &cur, k + 1))
+    ;
+  double t0 = now_s();
+  while (atomic_load(&sh->id_ready) <= k) {
+    if (now_s() - t0 > 60) {
+      fail("no unique id #%d from the runner within 60 s", k);
+      return -1;
+    }
+    sleep_s(200e-6);
+  }
+  if (atomic_load(&sh->id_failed) || k >= MAX_IDS)
+    return -1;
+  *id = sh->ids[k];
+  return 0;
+}
+
+/*
+ * Communicators for every local rank: zccCommInitAll (threads), or a fresh
+ * id and zccCommInitRank (cuda_cfg: zccCommInitRankConfig with deviceType
+ * cuda and timeout_ms if nonzero). Checks count, rank and device.
+ */
+static int comms_init(world_t *w, zccComm_t *comms, int cuda_cfg, int timeout_ms,
+                      const char *what) {
+  zccResult_t rc;
+  memset(comms, 0, sizeof(*comms) * (size_t)w->nlocal);
+  if (!w->procs) {
+    int devlist[MAX_RANKS];
+    for (int i = 0; i < w->n; i++)
+      devlist[i] = w->rk[i].dev;
+    rc = zccCommInitAll(comms, w->n, devlist);
+    if (rc != zccSuccess) {
+      fail("%s: zccCommInitAll(%d GPUs): %s: %s", what, w->n, rc_name(rc), last_err(NULL));
+      memset(comms, 0, sizeof(*comms) * (size_t)w->nlocal);
+      return -1;
+    }
+  } else {
+    zccUniqueId id;
+    if (get_id(w, &id) != 0)
+      return -1;
+    if (cuda_cfg) {
+      zccConfig_t cfg = ZCC_CONFIG_INITIALIZER;
+      cfg.deviceType = zccDeviceCuda;
+      if (timeout_ms)
+        cfg.timeoutMs = timeout_ms;
+      rc = zccCommInitRankConfig(&comms[0], w->n, id, w->rk[0].rank, &cfg);
+    } else {
+      rc = zccCommInitRank(&comms[0], w->n, id, w->rk[0].rank);
+    }
+    if (rc != zccSuccess) {
+      fail("%s: zccCommInitRank%s(nranks %d, rank %d, GPU %d): %s: %s", what,
+           cuda_cfg ? "Config" : "", w->n, w->rk[0].rank, w->rk[0].dev, rc_name(rc),
+           last_err(NULL));
+      comms[0] = NULL;
+      return -1;
+    }
+  }
+  for (int i = 0; i < w->nlocal; i++) {
+    int cnt = -1, rank = -1, dev = -2;
+    zccResult_t r1 = zccCommCount(comms[i], &cnt), r2 = zccCommUserRank(comms[i], &rank),
+                r3 = zccCommCuDevice(comms[i], &dev);
+    CHECK(r1 == zccSuccess && r2 == zccSuccess && r3 == zccSuccess && cnt == w->n &&
+              rank == w->rk[i].rank && dev == w->rk[i].dev,
+          "%s: communicator of rank %d: count %d (%s), user rank %d (%s), CUDA device %d (%s);"
+          " expected %d, %d, %d (a GPU communicator)",
+          what, w->rk[i].rank, cnt, rc_name(r1), rank, rc_name(r2), dev, rc_name(r3), w->n,
+          w->rk[i].rank, w->rk[i].dev);
+  }
+  return 0;
+}
+
+/* Destroy (or abort) every local communicator, in this thread, as NCCL's users do. */
+static void comms_free(world_t *w, zccComm_t *comms, int abort_them, const char *what) {
+  for (int i = 0; i < w->nlocal; i++) {
+    if (!comms[i])
+      continue;
+    watch(opt.step_s, "%s: %s of rank %d", what, abort_them ? "zccCommAbort" : "zccCommDestroy",
+          w->rk[i].rank);
+    zccResult_t rc = abort_them ? zccCommAbort(comms[i]) : zccCommDestroy(comms[i]);
+    CHECK(rc == zccSuccess, "%s: %s(rank %d): %s: %s", what,
+          abort_them ? "zccCommAbort" : "zccCommDestroy", w->rk[i].rank, rc_name(rc),
+          last_err(NULL));
+    comms[i] = NULL;
+  }
+}
+
+typedef struct {
+  zccComm_t comm;
+  int dev, rank, dereg;
+  void *buf;
+  size_t size;
+  void *handle;
+  zccResult_t rc;
+  char err[256];
+} regjob_t;
+
+static void *reg_main(void *p) {
+  regjob_t *j = p;
+  if (cudaSetDevice(j->dev) != cudaSuccess) {
+    j->rc = zccUnhandledCudaError;
+    snprintf(j->err, sizeof(j->err), "cudaSetDevice(%d) failed", j->dev);
+    return NULL;
+  }
+  j->rc = j->dereg ? zccCommDeregister(j->comm, j->handle)
+                   : zccCommRegister(j->comm, j->buf, j->size, &j->handle);
+  snprintf(j->err, sizeof(j->err), "%s", last_err(j->comm));
+  return NULL;
+}
+
+/*
+ * zccCommRegister (or Deregister) of one buffer per local rank. It is
+ * collective, so in the threads layout each rank's call runs in a thread of
+ * its own. Returns 1 when every local call succeeded.
+ */
+static int reg_local(world_t *w, zccComm_t *comms, void **bufs, size_t size, void **handles,
+                     int dereg, const char *what) {
+  regjob_t jobs[MAX_RANKS];
+  pthread_t th[MAX_RANKS];
+  int ok = 1;
+  watch(opt.step_s, "%s: zccComm%sregister", what, dereg ? "De" : "");
+  for (int i = 0; i < w->nlocal; i++) {
+    memset(&jobs[i], 0, sizeof(jobs[i]));
+    jobs[i].comm = comms[i];
+    jobs[i].dev = w->rk[i].dev;
+    jobs[i].rank = w->rk[i].rank;
+    jobs[i].dereg = dereg;
+    jobs[i].buf = bufs ? bufs[i] : NULL;
+    jobs[i].size = size;
+    jobs[i].handle = dereg ? handles[i] : NULL;
+  }
+  if (w->nlocal == 1) {
+    reg_main(&jobs[0]);
+  } else {
+    for (int i = 0; i < w->nlocal; i++)
+      if (pthread_create(&th[i], NULL, reg_main, &jobs[i]) != 0)
+        die("%s: pthread_create failed", what);
+    for (int i = 0; i < w->nlocal; i++)
+      pthread_join(th[i], NULL);
+  }
+  for (int i = 0; i < w->nlocal; i++) {
+    CHECK(jobs[i].rc == zccSuccess && (dereg || jobs[i].handle),
+          "%s: zccComm%sregister(rank %d, %p, %zu bytes): %s, handle %p: %s", what,
+          dereg ? "De" : "", jobs[i].rank, jobs[i].buf, size, rc_name(jobs[i].rc), jobs[i].handle,
+          jobs[i].err);
+    if (jobs[i].rc != zccSuccess)
+      ok = 0;
+    else if (!dereg)
+      handles[i] = jobs[i].handle;
+  }
+  return ok;
+}
+
+/*
+ * Every local rank's call; in the threads layout inside one group. Each
+ * rank's result (the call's, or zccGroupEnd's when the call succeeded) lands
+ * in rk[i].rc.
+ */
+static void call_all(world_t *w, zccComm_t *comms, const call_t *c, const void *const *sps,
+                     void *const *rps, int null_stream) {
+  int grouped = !w->procs;
+  zccResult_t gs = grouped ? zccGroupStart() : zccSuccess;
+  for (int i = 0; i < w->nlocal; i++) {
+    rank_t *x = &w->rk[i];
+    x->rc = gs != zccSuccess ? gs
+                             : call_rank(c, comms[i], x->rank, w->n, sps[i], rps[i],
+                                         null_stream ? NULL : x->stream, grouped);
+  }
+  if (grouped && gs == zccSuccess) {
+    zccResult_t ge = zccGroupEnd();
+    for (int i = 0; i < w->nlocal; i++)
+      if (w->rk[i].rc == zccSuccess)
+        w->rk[i].rc = ge;
+  }
+}
+
+/* Wait for a stream with a limit; a stream that never finishes ends the process. */
+static cudaError_t wait_stream(cudaStream_t s, double limit_s, const char *what) {
+  double t0 = now_s();
+  cudaError_t e;
+  for (int spin = 0; (e = cudaStreamQuery(s)) == cudaErrorNotReady; spin++) {
+    if (spin < 100)
+      continue;
+    if (now_s() - t0 > limit_s)
+      die("%s: the stream has not finished after %.0f s (a hang: nothing after this can run)", what,
+          limit_s);
+    sleep_s(20e-6);
+  }
+  if (e != cudaSuccess)
+    (void)cudaGetLastError(); /* clear a non-sticky error */
+  return e;
+}
+
+static void wait_local(world_t *w, int null_stream, const char *what) {
+  for (int i = 0; i < w->nlocal; i++) {
+    setdev(w, i);
+    w->rk[i].werr = wait_stream(null_stream ? NULL : w->rk[i].stream, opt.wait_s, what);
+  }
+}
+
+/* ---- matrix ---- */
+
+static int run_case(const case_t *k, void *ctx) {
+  world_t *w = ctx;
+  shared_t *sh = w->sh;
+  int n = w->n;
+  size_t es = esize(k->c.type), c = k->c.count;
+  size_t ns = send_elems(k->c.coll, c, n), nr = recv_elems(k->c.coll, c, n);
+  size_t sbytes = ns * es, rbytes = nr * es;
+  size_t region = k->inplace && sbytes > rbytes ? sbytes : rbytes;
+  size_t pre = GUARD + k->roff, img = pre + region + GUARD;
+  unsigned char poison = poison_for((uint64_t)k->index);
+  const void *sps[MAX_RANKS];
+  void *rps[MAX_RANKS];
+  const unsigned char *ins[MAX_RANKS];
+  char cs[256];
+
+  case_str(k, n, cs, sizeof(cs));
+  watch(opt.step_s, "%s matrix %s", w->name, cs);
+  w->cases_run++;
+  for (int j = 0; j < n; j++)
+    ins[j] = slot(w, j);
+
+  for (int i = 0; i < w->nlocal; i++) {
+    rank_t *x = &w->rk[i];
+    int r = x->rank;
+    unsigned char *in = slot(w, r), *rdata;
+    gen_data(k->c.type, case_seed(k, r), in, ns);
+    setdev(w, i);
+    x->rbase = x->drecv[k->reg];
+    rdata = x->rbase + pre;
+    x->sdata = x->dsend[k->reg] + GUARD + k->soff;
+    x->out_off = 0;
+    CK(cudaMemsetAsync(x->rbase, poison, img, x->stream));
+    if (!k->inplace) {
+      CK(cudaMemcpyAsync(x->sdata, in, sbytes, cudaMemcpyHostToDevice, x->stream));
+      x->sp = x->sdata;
+      x->rp = rdata;
+    } else if (k->c.coll == C_ALLGATHER) {
+      CK(cudaMemcpyAsync(rdata + (size_t)r * c * es, in, sbytes, cudaMemcpyHostToDevice,
+                         x->stream));
+      x->sp = rdata + (size_t)r * c * es;
+      x->rp = rdata;
+    } else if (k->c.coll == C_REDUCESCATTER) {
+      CK(cudaMemcpyAsync(rdata, in, sbytes, cudaMemcpyHostToDevice, x->stream));
+      x->sp = rdata;
+      x->rp = rdata + (size_t)r * c * es;
+      x->out_off = (size_t)r * c * es;
+    } else {
+      CK(cudaMemcpyAsync(rdata, in, sbytes, cudaMemcpyHostToDevice, x->stream));
+      x->sp = x->rp = rdata;
+    }
+    sps[i] = x->sp;
+    rps[i] = x->rp;
+  }
+  sync_all(w, cs); /* every input slot written */
+
+  call_all(w, w->comms, &k->c, sps, rps, 0);
+  for (int i = 0; i < w->nlocal; i++) /* on the host, while the GPUs work */
+    expect_out(&k->c, k->inplace, n, w->rk[i].rank, ins, poison, w->rk[i].hexp);
+  wait_local(w, 0, cs);
+
+  for (int i = 0; i < w->nlocal; i++) {
+    rank_t *x = &w->rk[i];
+    int r = x->rank, bad = 0;
+    size_t first = 0, nbad;
+    char e[96], g[96];
+    if (x->rc != zccSuccess || x->werr != cudaSuccess) {
+      fail("%s matrix %s rank %d: %s%s, stream %s: %s", w->name, cs, r, rc_name(x->rc),
+           x->rc != zccSuccess ? " returned" : "", cudaGetErrorName(x->werr),
+           x->rc != zccSuccess ? last_err(w->comms[i]) : "");
+      atomic_store(&sh->stop, 1);
+      sh->fail[r] = 1;
+      continue;
+    }
+    pass();
+    setdev(w, i);
+    CK(cudaMemcpy(x->hout, x->rbase, img, cudaMemcpyDeviceToHost));
+    if (!k->inplace && sbytes)
+      CK(cudaMemcpy(x->hsend, x->sdata, sbytes, cudaMemcpyDeviceToHost));
+
+    const unsigned char *got = x->hout + pre + x->out_off;
+    size_t zeros = 0;
+    nbad = compare2(k->c.type, got, x->hexp, nr, &first, &zeros);
+    if (nbad) {
+      char insx[600] = "";
+      size_t pos = 0, idx = first + (k->c.coll == C_REDUCESCATTER ? (size_t)r * c : 0);
+      if (is_reducing(k->c.coll))
+        for (int j = 0; j < n && pos < sizeof(insx) - 120; j++) {
+          char v[96];
+          pos += (size_t)snprintf(
+              insx + pos, sizeof(insx) - pos, "%s%s",
+              j ? ", " : "; inputs there: ", elem_str(k->c.type, ins[j], idx, v, sizeof(v)));
+        }
+      bad = 1;
+      fail("%s matrix %s rank %d: %zu of %zu elements differ; first at %zu: expected %s, got %s%s"
+           " (input seed 0x%016" PRIx64 ", run seed %" PRIu64 ")%s",
+           w->name, cs, r, nbad, nr, first, elem_str(k->c.type, x->hexp, first, e, sizeof(e)),
+           elem_str(k->c.type, got, first, g, sizeof(g)), insx, case_seed(k, r), opt.seed,
+           zero_note(nbad, zeros));
+    } else {
+      pass();
+    }
+    size_t gb = SIZE_MAX;
+    for (size_t b = 0; b < img && gb == SIZE_MAX; b++) {
+      if (b == pre)
+        b = pre + region; /* the region itself is checked above (in-place RS: the rest of sendbuff
+                             is free) */
+      if (b < img && x->hout[b] != poison)
+        gb = b;
+    }
+    if (gb != SIZE_MAX)
+      bad = 1;
+    CHECK(gb == SIZE_MAX,
+          "%s matrix %s rank %d: guard byte %s the buffer changed: %zu bytes %s, 0x%02x "
+          "instead of the poison 0x%02x",
+          w->name, cs, r, gb < pre ? "before" : "after", gb < pre ? pre - gb : gb - (pre + region),
+          gb < pre ? "before it" : "past its end", gb < img ? x->hout[gb] : 0, poison);
+    if (!k->inplace) {
+      int same = memcmp(x->hsend, slot(w, r), sbytes) == 0;
+      if (!same)
+        bad = 1;
+      CHECK(same, "%s matrix %s rank %d: the out-of-place call changed sendbuff", w->name, cs, r);
+    }
+    sh->fail[r] = bad;
+    sh->hash[r] = k->c.coll == C_ALLREDUCE ? hash_bytes(got, rbytes) : 0;
+  }
+  sync_all(w, cs);
+
+  if (w->rk[0].rank == 0 && k->c.coll == C_ALLREDUCE) {
+    int bad = 0, differ = 0;
+    for (int j = 0; j < n; j++) {
+      bad |= sh->fail[j];
+      differ |= sh->hash[j] != sh->hash[0];
+    }
+    if (!bad)
+      CHECK(!differ, "%s matrix %s: allreduce outputs are not bitwise identical across ranks",
+            w->name, cs);
+  }
+  if (atomic_load(&sh->stop)) {
+    if (w->rk[0].rank == 0)
+      info("%s matrix: stopping after %s: a call or its stream failed", w->name, cs);
+    return 1;
+  }
+  return 0;
+}
+
+static void run_matrix(world_t *w) {
+  double t0 = now_s();
+  atomic_store(&w->sh->stop, 0);
+  w->cases_run = 0;
+  enumerate(w->n, run_case, w);
+  if (w->rk[0].rank == 0)
+    info("%s matrix: %ld cases in %.1f s", w->name, w->cases_run, now_s() - t0);
+}
+
+/* ---- graphs ---- */
+
+typedef struct {
+  const char *name;
+  call_t c;
+  int inplace, reg;
+} gcase_t;
+
+#define ROOT_LAST (-1)
+static const gcase_t gcases[] = {
+    {"allreduce float32 sum, 1027", {C_ALLREDUCE, zccFloat32, zccSum, 0, 1027, 0}, 0, 0},
+    {"allreduce float32 sum, 17001 (past LL), registered",
+     {C_ALLREDUCE, zccFloat32, zccSum, 0, 17001, 0},
+     0,
+     1},
+    {"allreduce bfloat16 avg in place, 1027", {C_ALLREDUCE, zccBfloat16, zccAvg, 0, 1027, 0}, 1, 0},
+    {"broadcast int32 from the last rank",
+     {C_BROADCAST, zccInt32, zccSum, ROOT_LAST, 1027, 0},
+     0,
+     0},
+    {"reduce float32 max to rank 0", {C_REDUCE, zccFloat32, zccMax, 0, 1027, 0}, 0, 0},
+    {"allgather int8", {C_ALLGATHER, zccInt8, zccSum, 0, 1027, 0}, 0, 0},
+    {"reducescatter int32 sum", {C_REDUCESCATTER, zccInt32, zccSum, 0, 1027, 0}, 0, 0},
+    {"alltoall float64", {C_ALLTOALL, zccFloat64, zccSum, 0, 1027, 0}, 0, 0},
+    {"sendrecv ring float16", {C_RING, zccFloat16, zccSum, 0, 1027, 0}, 0, 0},
+};
+#define NGCASES ((int)(sizeof(gcases) / sizeof(gcases[0])))
+
+static uint64_t graph_seed(int g, int rep, int r) {
+  return mix3(opt.seed ^ 0x67726170ull, (uint64_t)g * 100003u + (uint64_t)rep, (uint64_t)r + 1);
+}
+
+static void run_graph(world_t *w, int gi) {
+  const gcase_t *gc = &gcases[gi];
+  call_t c = gc->c;
+  int n = w->n, R = opt.replays;
+  if (c.root == ROOT_LAST)
+    c.root = n - 1;
+  size_t es = esize(c.type), ns = send_elems(c.coll, c.count, n),
+         nr = recv_elems(c.coll, c.count, n);
+  size_t inb = ns * es, outb = nr * es;
+  unsigned char poison = poison_for(0x9a9a + (uint64_t)gi);
+  unsigned char *din[MAX_RANKS], *dout[MAX_RANKS], *dres[MAX_RANKS], *pool[MAX_RANKS],
+      *hres[MAX_RANKS];
+  void *hin[MAX_RANKS], *hout[MAX_RANKS];
+  cudaGraph_t graph[MAX_RANKS];
+  cudaGraphExec_t exec[MAX_RANKS];
+  const void *sps[MAX_RANKS];
+  void *rps[MAX_RANKS];
+  char what[200];
+  int ok = 1;
+
+  snprintf(what, sizeof(what), "%s graph \"%s\"", w->name, gc->name);
+  watch(opt.step_s, "%s: setup", what);
+  memset(graph, 0, sizeof(graph));
+  memset(exec, 0, sizeof(exec));
+  for (int i = 0; i < w->nlocal; i++) {
+    int r = w->rk[i].rank;
+    setdev(w, i);
+    if (gc->reg) {
+      zccResult_t r1 = zccMemAlloc((void **)&din[i], inb);
+      zccResult_t r2 = gc->inplace ? zccSuccess : zccMemAlloc((void **)&dout[i], outb);
+      if (r1 != zccSuccess || r2 != zccSuccess)
+        die("%s: zccMemAlloc(%zu / %zu bytes) on GPU %d: %s / %s: %s", what, inb, outb,
+            w->rk[i].dev, rc_name(r1), rc_name(r2), last_err(NULL));
+    } else {
+      CK(cudaMalloc((void **)&din[i], inb));
+      if (!gc->inplace)
+        CK(cudaMalloc((void **)&dout[i], outb));
+    }
+    if (gc->inplace)
+      dout[i] = din[i];
+    CK(cudaMalloc((void **)&dres[i], (size_t)R * outb));
+    CK(cudaHostAlloc((void **)&pool[i], (size_t)R * inb, cudaHostAllocPortable));
+    hres[i] = malloc((size_t)R * outb);
+    if (!hres[i])
+      die("%s: out of host memory", what);
+    for (int rep = 0; rep < R; rep++)
+      gen_data(c.type, graph_seed(gi, rep, r), pool[i] + (size_t)rep * inb, ns);
+    sps[i] = din[i];
+    rps[i] = dout[i];
+    hin[i] = din[i];
+    hout[i] = dout[i];
+  }
+  void *hreg_in[MAX_RANKS], *hreg_out[MAX_RANKS];
+  int regd = 0;
+  if (gc->reg) {
+    ok = reg_local(w, w->comms, hin, inb, hreg_in, 0, what);
+    if (!gc->inplace)
+      ok &= reg_local(w, w->comms, hout, outb, hreg_out, 0, what);
+    /* Deregistration is collective too: only when every rank registered. */
+    regd = ok = agree(w, ok, what);
+  }
+
+  /* One eager call first (with replay 0's input): lazy set-up happens outside the capture. */
+  if (ok) {
+    watch(opt.step_s, "%s: eager call", what);
+    for (int i = 0; i < w->nlocal; i++) {
+      setdev(w, i);
+      CK(cudaMemcpyAsync(din[i], pool[i], inb, cudaMemcpyHostToDevice, w->rk[i].stream));
+      if (!gc->inplace)
+        CK(cudaMemsetAsync(dout[i], poison, outb, w->rk[i].stream));
+    }
+    call_all(w, w->comms, &c, sps, rps, 0);
+    wait_local(w, 0, what);
+    for (int i = 0; i < w->nlocal; i++) {
+      rank_t *x = &w->rk[i];
+      CHECK(x->rc == zccSuccess && x->werr == cudaSuccess,
+            "%s rank %d: eager call: %s, stream %s: %s", what, x->rank, rc_name(x->rc),
+            cudaGetErrorName(x->werr), last_err(w->comms[i]));
+      if (x->rc != zccSuccess || x->werr != cudaSuccess)
+        ok = 0;
+    }
+    ok = agree(w, ok, what);
+  }
+
+  /* Capture: every rank's stream, then every rank's call (one group in the threads layout). */
+  if (ok) {
+    int lok = 1;
+    watch(opt.step_s, "%s: capture", what);
+    for (int i = 0; i < w->nlocal; i++) {
+      setdev(w, i);
+      CK(cudaStreamBeginCapture(w->rk[i].stream, opt.capture));
+    }
+    call_all(w, w->comms, &c, sps, rps, 0);
+    for (int i = 0; i < w->nlocal; i++) {
+      rank_t *x = &w->rk[i];
+      setdev(w, i);
+      cudaError_t e = cudaStreamEndCapture(x->stream, &graph[i]);
+      cudaError_t e2 = e == cudaSuccess ? cudaGraphInstantiate(&exec[i], graph[i], 0) : e;
+      CHECK(x->rc == zccSuccess && e == cudaSuccess && e2 == cudaSuccess,
+            "%s rank %d: captured call returned %s (%s); cudaStreamEndCapture: %s; "
+            "cudaGraphInstantiate: %s",
+            what, x->rank, rc_name(x->rc), last_err(w->comms[i]), cudaGetErrorName(e),
+            cudaGetErrorName(e2));
+      if (x->rc != zccSuccess || e != cudaSuccess || e2 != cudaSuccess) {
+        lok = 0;
+        (void)cudaGetLastError();
+      }
+    }
+    ok = agree(w, lok, what);
+  }
+
+  if (ok) {
+    double t0 = now_s();
+    watch(opt.step_s + (unsigned)R / 10, "%s: %d replays", what, R);
+    for (int rep = 0; rep < R; rep++) {
+      for (int i = 0; i < w->nlocal; i++) {
+        cudaStream_t s = w->rk[i].stream;
+        setdev(w, i);
+        CK(cudaMemcpyAsync(din[i], pool[i] + (size_t)rep * inb, inb, cudaMemcpyHostToDevice, s));
+        if (!gc->inplace)
+          CK(cudaMemsetAsync(dout[i], poison, outb, s));
+        CK(cudaGraphLaunch(exec[i], s));
+        CK(cudaMemcpyAsync(dres[i] + (size_t)rep * outb, dout[i], outb, cudaMemcpyDeviceToDevice,
+                           s));
+      }
+    }
+    for (int i = 0; i < w->nlocal; i++) {
+      setdev(w, i);
+      cudaError_t e = wait_stream(w->rk[i].stream, opt.wait_s + R * 0.05, what);
+      if (e != cudaSuccess)
+        die("%s rank %d: replays: stream error %s (%s)", what, w->rk[i].rank, cudaGetErrorName(e),
+            cudaGetErrorString(e));
+      CK(cudaMemcpy(hres[i], dres[i], (size_t)R * outb, cudaMemcpyDeviceToHost));
+    }
+    double dt = now_s() - t0;
+
+    /* Check every replay; inputs of ranks in other processes are generated again. */
+    watch(opt.step_s + (unsigned)R / 10, "%s: checking %d replays", what, R);
+    unsigned char *tmp = malloc((size_t)n * inb + 1), *exp = malloc(outb + 1);
+    if (!tmp || !exp)
+      die("%s: out of host memory", what);
+    for (int i = 0; i < w->nlocal; i++) {
+      int r = w->rk[i].rank;
+      long nbad = 0, first_rep = -1;
+      int zero_only = 0;
+      char detail[400] = "";
+      for (int rep = 0; rep < R; rep++) {
+        const unsigned char *ins[MAX_RANKS];
+        for (int j = 0; j < n; j++) {
+          int lj = -1;
+          for (int q = 0; q < w->nlocal; q++)
+            if (w->rk[q].rank == j)
+              lj = q;
+          if (lj >= 0) {
+            ins[j] = pool[lj] + (size_t)rep * inb;
+          } else {
+            gen_data(c.type, graph_seed(gi, rep, j), tmp + (size_t)j * inb, ns);
+            ins[j] = tmp + (size_t)j * inb;
+          }
+        }
+        expect_out(&c, gc->inplace, n, r, ins, poison, exp);
+        const unsigned char *got = hres[i] + (size_t)rep * outb;
+        size_t f = 0, z = 0, nb = compare2(c.type, got, exp, nr, &f, &z);
+        if (nb && nbad++ == 0) {
+          char e[96], g[96];
+          first_rep = rep;
+          zero_only = z == nb;
+          snprintf(detail, sizeof(detail),
+                   "%zu of %zu elements differ, first at %zu: expected %s, got %s", nb, nr, f,
+                   elem_str(c.type, exp, f, e, sizeof(e)), elem_str(c.type, got, f, g, sizeof(g)));
+        }
+      }
+      CHECK(nbad == 0,
+            "%s rank %d: %ld of %d replays wrong; first replay %ld: %s (run seed %" PRIu64 ")%s",
+            what, r, nbad, R, first_rep, detail, opt.seed, zero_note(zero_only, zero_only));
+    }
+    free(tmp);
+    free(exp);
+    if (w->rk[0].rank == 0)
+      info("%s: %d replays in %.2f s (%.1f us each, with the copies)", what, R, dt, dt * 1e6 / R);
+  }
+
+  watch(opt.step_s, "%s: teardown", what);
+  sync_all(w, what);
+  for (int i = 0; i < w->nlocal; i++) {
+    setdev(w, i);
+    if (exec[i])
+      CK(cudaGraphExecDestroy(exec[i]));
+    if (graph[i])
+      CK(cudaGraphDestroy(graph[i]));
+  }
+  if (regd) {
+    reg_local(w, w->comms, NULL, 0, hreg_in, 1, what);
+    if (!gc->inplace)
+      reg_local(w, w->comms, NULL, 0, hreg_out, 1, what);
+  }
+  for (int i = 0; i < w->nlocal; i++) {
+    setdev(w, i);
+    if (gc->reg) {
+      CHECK(zccMemFree(din[i]) == zccSuccess, "%s: zccMemFree: %s", what, last_err(NULL));
+      if (!gc->inplace)
+        CHECK(zccMemFree(dout[i]) == zccSuccess, "%s: zccMemFree: %s", what, last_err(NULL));
+    } else {
+      CK(cudaFree(din[i]));
+      if (!gc->inplace)
+        CK(cudaFree(dout[i]));
+    }
+    CK(cudaFree(dres[i]));
+    CK(cudaFreeHost(pool[i]));
+    free(hres[i]);
+  }
+}
+
+/* ---- errors ---- */
+
+typedef struct {
+  const char *what;
+  call_t c;
+  int host_send, host_recv; /* pass host (malloc) memory */
+  int usage_ok;             /* zccInvalidUsage accepted besides zccInvalidArgument */
+} bad_t;
+
+#define BAD_BYTES 65536
+
+static void run_errors(world_t *w) {
+  int n = w->n;
+  size_t ovf = SIZE_MAX / (4 * (size_t)n) + 1; /* n * ovf * 4 overflows, ovf * 4 does not */
+  const bad_t bads[] = {
+      {"allreduce, sendbuff in host memory",
+       {C_ALLREDUCE, zccFloat32, zccSum, 0, 1024, 0},
+       1,
+       0,
+       1},
+      {"allreduce, recvbuff in host memory",
+       {C_ALLREDUCE, zccFloat32, zccSum, 0, 1024, 0},
+       0,
+       1,
+       1},
+      {"broadcast, buffers in host memory", {C_BROADCAST, zccInt8, zccSum, 0, 1000, 0}, 1, 1, 1},
+      {"reduce, sendbuff in host memory", {C_REDUCE, zccInt32, zccMax, 0, 1000, 0}, 1, 0, 1},
+      {"allgather, recvbuff in host memory",
+       {C_ALLGATHER, zccFloat32, zccSum, 0, 1000, 0},
+       0,
+       1,
+       1},
+      {"reducescatter, sendbuff in host memory",
+       {C_REDUCESCATTER, zccFloat32, zccSum, 0, 1000, 0},
+       1,
+       0,
+       1},
+      {"alltoall, sendbuff in host memory", {C_ALLTOALL, zccInt64, zccSum, 0, 500, 0}, 1, 0, 1},
+      {"send/recv ring, buffers in host memory", {C_RING, zccFloat32, zccSum, 0, 1000, 0}, 1, 1, 1},
+      {"allreduce, count * 4 overflows",
+       {C_ALLREDUCE, zccFloat32, zccSum, 0, SIZE_MAX / 2, 0},
+       0,
+       0,
+       0},
+      {"allreduce, count SIZE_MAX of float64",
+       {C_ALLREDUCE, zccFloat64, zccSum, 0, SIZE_MAX, 0},
+       0,
+       0,
+       0},
+      {"broadcast, count * 4 overflows",
+       {C_BROADCAST, zccFloat32, zccSum, 0, SIZE_MAX / 2, 0},
+       0,
+       0,
+       0},
+      {"reduce, count * 4 overflows", {C_REDUCE, zccFloat32, zccSum, 0, SIZE_MAX / 2, 0}, 0, 0, 0},
+      {"allgather, nranks * count * 4 overflows",
+       {C_ALLGATHER, zccFloat32, zccSum, 0, ovf, 0},
+       0,
+       0,
+       0},
+      {"reducescatter, nranks * count * 4 overflows",
+       {C_REDUCESCATTER, zccFloat32, zccSum, 0, ovf, 0},
+       0,
+       0,
+       0},
+      {"alltoall, nranks * count * 4 overflows",
+       {C_ALLTOALL, zccFloat32, zccSum, 0, ovf, 0},
+       0,
+       0,
+       0},
+      {"send/recv, count * 4 overflows", {C_RING, zccFloat32, zccSum, 0, SIZE_MAX / 2, 0}, 0, 0, 0},
+      {"broadcast, root -1", {C_BROADCAST, zccFloat32, zccSum, -1, 1000, 0}, 0, 0, 0},
+      {"broadcast, root nranks", {C_BROADCAST, zccFloat32, zccSum, n, 1000, 0}, 0, 0, 0},
+      {"reduce, root nranks", {C_REDUCE, zccFloat32, zccSum, n, 1000, 0}, 0, 0, 0},
+      {"reduce, root -1", {C_REDUCE, zccFloat32, zccSum, -1, 1000, 0}, 0, 0, 0},
+      {"send/recv, peers nranks and -1", {C_RING, zccFloat32, zccSum, 0, 1000, 1}, 0, 0, 0},
+      {"allreduce, datatype zccNumTypes",
+       {C_ALLREDUCE, (zccDataType_t)zccNumTypes, zccSum, 0, 1000, 0},
+       0,
+       0,
+       0},
+      {"allreduce, op zccNumOps",
+       {C_ALLREDUCE, zccFloat32, (zccRedOp_t)zccNumOps, 0, 1000, 0},
+       0,
+       0,
+       0},
+      {"reducescatter, op -1", {C_REDUCESCATTER, zccFloat32, (zccRedOp_t)-1, 0, 1000, 0}, 0, 0, 0},
+  };
+  unsigned char *hsrc[MAX_RANKS], *hdst[MAX_RANKS], *ref_src, *ref_dst;
+  const unsigned char pat = 0x3c, dpoison = 0x5a;
+
+  ref_src = malloc(BAD_BYTES);
+  ref_dst = malloc(BAD_BYTES);
+  if (!ref_src || !ref_dst)
+    die("errors: out of host memory");
+  for (size_t b = 0; b < BAD_BYTES; b++)
+    ref_src[b] = (unsigned char)(pat ^ (b * 7));
+  memset(ref_dst, dpoison, BAD_BYTES);
+  for (int i = 0; i < w->nlocal; i++) {
+    hsrc[i] = malloc(BAD_BYTES);
+    hdst[i] = malloc(BAD_BYTES);
+    if (!hsrc[i] || !hdst[i])
+      die("errors: out of host memory");
+  }
+
+  for (size_t bi = 0; bi < sizeof(bads) / sizeof(bads[0]); bi++) {
+    const bad_t *bd = &bads[bi];
+    const void *sps[MAX_RANKS];
+    void *rps[MAX_RANKS];
+    watch(opt.step_s, "%s errors: %s", w->name, bd->what);
+    for (int i = 0; i < w->nlocal; i++) {
+      rank_t *x = &w->rk[i];
+      setdev(w, i);
+      memcpy(hsrc[i], ref_src, BAD_BYTES);
+      memcpy(hdst[i], ref_dst, BAD_BYTES);
+      CK(cudaMemcpyAsync(x->dsend[0], ref_src, BAD_BYTES, cudaMemcpyHostToDevice, x->stream));
+      CK(cudaMemsetAsync(x->drecv[0], dpoison, BAD_BYTES, x->stream));
+      CK(cudaStreamSynchronize(x->stream));
+      sps[i] = bd->host_send ? (void *)hsrc[i] : (void *)x->dsend[0];
+      rps[i] = bd->host_recv ? (void *)hdst[i] : (void *)x->drecv[0];
+    }
+    sync_all(w, bd->what);
+    call_all(w, w->comms, &bd->c, sps, rps, 0);
+    wait_local(w, 0, bd->what);
+    for (int i = 0; i < w->nlocal; i++) {
+      rank_t *x = &w->rk[i];
+      int code_ok = x->rc == zccInvalidArgument || (bd->usage_ok && x->rc == zccInvalidUsage);
+      CHECK(code_ok, "%s errors: %s: rank %d: expected zccInvalidArgument%s, got %s (%s)", w->name,
+            bd->what, x->rank, bd->usage_ok ? " or zccInvalidUsage" : "", rc_name(x->rc),
+            last_err(w->comms[i]));
+      setdev(w, i);
+      CK(cudaMemcpy(x->hout, x->drecv[0], BAD_BYTES, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(x->hsend, x->dsend[0], BAD_BYTES, cudaMemcpyDeviceToHost));
+      int same = x->werr == cudaSuccess && memcmp(x->hout, ref_dst, BAD_BYTES) == 0 &&
+                 memcmp(x->hsend, ref_src, BAD_BYTES) == 0 &&
+                 memcmp(hsrc[i], ref_src, BAD_BYTES) == 0 &&
+                 memcmp(hdst[i], ref_dst, BAD_BYTES) == 0;
+      CHECK(same,
+            "%s errors: %s: rank %d: the rejected call changed a buffer or its stream failed (%s)",
+            w->name, bd->what, x->rank, cudaGetErrorName(x->werr));
+    }
+    sync_all(w, bd->what);
+  }
+
+  /* The communicators still work, on the legacy (NULL) stream. */
+  watch(opt.step_s, "%s errors: allreduce on the NULL stream", w->name);
+  {
+    call_t c = {C_ALLREDUCE, zccFloat32, zccSum, 0, 4097, 0};
+    size_t bytes = c.count * 4;
+    const void *sps[MAX_RANKS];
+    void *rps[MAX_RANKS];
+    const unsigned char *ins[MAX_RANKS];
+    for (int j = 0; j < n; j++)
+      ins[j] = slot(w, j);
+    for (int i = 0; i < w->nlocal; i++) {
+      rank_t *x = &w->rk[i];
+      gen_data(c.type, mix3(opt.seed, 0x4e554c4cull, (uint64_t)x->rank), slot(w, x->rank), c.count);
+      setdev(w, i);
+      CK(cudaMemcpy(x->dsend[0], slot(w, x->rank), bytes, cudaMemcpyHostToDevice));
+      CK(cudaMemset(x->drecv[0], dpoison, bytes));
+      CK(cudaDeviceSynchronize());
+      sps[i] = x->dsend[0];
+      rps[i] = x->drecv[0];
+    }
+    sync_all(w, "NULL stream");
+    call_all(w, w->comms, &c, sps, rps, 1);
+    wait_local(w, 1, "allreduce on the NULL stream");
+    for (int i = 0; i < w->nlocal; i++) {
+      rank_t *x = &w->rk[i];
+      size_t first = 0, nb = 0;
+      char e[96], g[96] = "";
+      if (x->rc == zccSuccess && x->werr == cudaSuccess) {
+        setdev(w, i);
+        CK(cudaMemcpy(x->hout, x->drecv[0], bytes, cudaMemcpyDeviceToHost));
+        expect_out(&c, 0, n, x->rank, ins, dpoison, x->hexp);
+        nb = compare(c.type, x->hout, x->hexp, c.count, &first);
+        if (nb)
+          elem_str(c.type, x->hout, first, g, sizeof(g));
+      }
+      CHECK(
+          x->rc == zccSuccess && x->werr == cudaSuccess && nb == 0,
+          "%s errors: allreduce float32 sum 4097 on the NULL stream, rank %d: %s (%s), stream %s, "
+          "%zu elements wrong (first %zu: expected %s, got %s)",
+          w->name, x->rank, rc_name(x->rc), x->rc ? last_err(w->comms[i]) : "",
+          cudaGetErrorName(x->werr), nb, first,
+          nb ? elem_str(c.type, x->hexp, first, e, sizeof(e)) : "-", g);
+      zccResult_t ae = zccNumResults;
+      zccResult_t r1 = zccCommGetAsyncError(w->comms[i], &ae);
+      CHECK(r1 == zccSuccess && ae == zccSuccess,
+            "%s errors: rank %d: zccCommGetAsyncError after rejected calls: %s, async error %s",
+            w->name, x->rank, rc_name(r1), rc_name(ae));
+    }
+    sync_all(w, "NULL stream");
+  }
+  for (int i = 0; i < w->nlocal; i++) {
+    free(hsrc[i]);
+    free(hdst[i]);
+  }
+  free(ref_src);
+  free(ref_dst);
+}
+
+/* ---- lifetime ---- */
+
+static int count_fds(void) {
+  DIR *d = opendir("/proc/self/fd");
+  int cnt = 0;
+  if (!d)
+    return -1;
+  while (readdir(d))
+    cnt++;
+  closedir(d);
+  return cnt - 3; /* ".", ".." and the directory's own descriptor */
+}
+
+static int count_threads(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  int t = -1;
+  if (!f)
+    return -1;
+  while (fgets(line, sizeof(line), f))
+    if (sscanf(line, "Threads: %d", &t) == 1)
+      break;
+  fclose(f);
+  return t;
+}
+
+typedef struct {
+  size_t free_mem[MAX_RANKS];
+  int fds, threads;
+} usage_t;
+
+static void measure(world_t *w, usage_t *u) {
+  for (int i = 0; i < w->nlocal; i++) {
+    size_t fr = 0, total = 0;
+    setdev(w, i);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemGetInfo(&fr, &total));
+    u->free_mem[i] = fr;
+  }
+  u->fds = count_fds();
+  u->threads = count_threads();
+}
+
+static int usage_same(world_t *w, const usage_t *a, const usage_t *b) {
+  for (int i = 0; i < w->nlocal; i++)
+    if (b->free_mem[i] + MEM_SLACK < a->free_mem[i])
+      return 0;
+  return a->fds == b->fds && a->threads == b->threads;
+}
+
+/* init, zccMemAlloc + register, allreduce (registered, in place) + allgather (plain), check, undo
+ * all. */
+static void lifetime_cycle(world_t *w, int cyc) {
+  zccComm_t comms[MAX_RANKS];
+  void *buf[MAX_RANKS], *h[MAX_RANKS];
+  const void *sps[MAX_RANKS];
+  void *rps[MAX_RANKS];
+  const unsigned char *ins[MAX_RANKS];
+  call_t ar = {C_ALLREDUCE, zccFloat32, zccSum, 0, 65536 + 5, 0};
+  call_t ag = {C_ALLGATHER, zccInt8, zccSum, 0, 4097, 0};
+  size_t arb = ar.count * 4;
+  char what[64];
+  int n = w->n;
+
+  snprintf(what, sizeof(what), "%s lifetime cycle %d", w->name, cyc);
+  watch(opt.step_s, "%s: init", what);
+  int ok = comms_init(w, comms, 1, 0, what) == 0;
+  if (!agree(w, ok, what)) {
+    if (ok)
+      comms_free(w, comms, 1, what);
+    return;
+  }
+  for (int i = 0; i < w->nlocal; i++) {
+    setdev(w, i);
+    zccResult_t rc = zccMemAlloc(&buf[i], arb);
+    if (rc != zccSuccess)
+      die("%s: zccMemAlloc(%zu) on GPU %d: %s: %s", what, arb, w->rk[i].dev, rc_name(rc),
+          last_err(NULL));
+  }
+  ok = reg_local(w, comms, buf, arb, h, 0, what);
+  ok = agree(w, ok, what);
+  for (int j = 0; j < n; j++)
+    ins[j] = slot(w, j);
+  if (ok) {
+    watch(opt.step_s, "%s: collectives", what);
+    for (int i = 0; i < w->nlocal; i++) {
+      rank_t *x = &w->rk[i];
+      gen_data(ar.type, mix3(opt.seed, 0x11fe, (uint64_t)(cyc * MAX_RANKS + x->rank)),
+               slot(w, x->rank), ar.count);
+      setdev(w, i);
+      CK(cudaMemcpy(buf[i], slot(w, x->rank), arb, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(x->dsend[0], slot(w, x->rank), ag.count, cudaMemcpyHostToDevice));
+      CK(cudaMemset(x->drecv[0], 0x5a, ag.count * (size_t)n));
+      CK(cudaDeviceSynchronize());
+    }
+    sync_all(w, what);
+    for (int i = 0; i < w->nlocal; i++)
+      sps[i] = rps[i] = buf[i];
+    call_all(w, comms, &ar, sps, rps, 0);
+    zccResult_t rc_ar[MAX_RANKS];
+    for (int i = 0; i < w->nlocal; i++) {
+      rc_ar[i] = w->rk[i].rc;
+      sps[i] = w->rk[i].dsend[0];
+      rps[i] = w->rk[i].drecv[0];
+    }
+    call_all(w, comms, &ag, sps, rps, 0);
+    wait_local(w, 0, what);
+    for (int i = 0; i < w->nlocal; i++) {
+      rank_t *x = &w->rk[i];
+      size_t f1 = 0, f2 = 0, b1 = 1, b2 = 1;
+      if (rc_ar[i] == zccSuccess && x->rc == zccSuccess && x->werr == cudaSuccess) {
+        setdev(w, i);
+        CK(cudaMemcpy(x->hout, buf[i], arb, cudaMemcpyDeviceToHost));
+        expect_out(&ar, 1, n, x->rank, ins, 0, x->hexp);
+        b1 = compare(ar.type, x->hout, x->hexp, ar.count, &f1);
+        CK(cudaMemcpy(x->hout, x->drecv[0], ag.count * (size_t)n, cudaMemcpyDeviceToHost));
+        expect_out(&ag, 0, n, x->rank, ins, 0, x->hexp);
+        b2 = compare(ag.type, x->hout, x->hexp, ag.count * (size_t)n, &f2);
+      }
+      CHECK(b1 == 0 && b2 == 0,
+            "%s rank %d: allreduce %s, allgather %s, stream %s; %zu / %zu "
+            "elements wrong (first %zu / %zu)",
+            what, x->rank, rc_name(rc_ar[i]), rc_name(x->rc), cudaGetErrorName(x->werr), b1, b2, f1,
+            f2);
+    }
+    sync_all(w, what);
+    reg_local(w, comms, NULL, 0, h, 1, what);
+  }
+  for (int i = 0; i < w->nlocal; i++) {
+    setdev(w, i);
+    zccResult_t rc = zccMemFree(buf[i]);
+    CHECK(rc == zccSuccess, "%s rank %d: zccMemFree: %s: %s", what, w->rk[i].rank, rc_name(rc),
+          last_err(NULL));
+  }
+  comms_free(w, comms, 0, what);
+  sync_all(w, what);
+}
+
+static void run_lifetime(world_t *w) {
+  usage_t before, after;
+  double t0 = now_s();
+  lifetime_cycle(w, 0); /* warm-up: lazily loaded code, driver pools */
+  sync_all(w, "lifetime");
+  measure(w, &before);
+  sync_all(w, "lifetime");
+  for (int cyc = 1; cyc <= LIFETIME_CYCLES; cyc++)
+    lifetime_cycle(w, cyc);
+  sync_all(w, "lifetime");
+  /* Threads and descriptors may take a moment to go (a thread's exit after its join). */
+  double t1 = now_s();
+  do {
+    measure(w, &after);
+    if (usage_same(w, &before, &after))
+      break;
+    sleep_s(0.1);
+  } while (now_s() - t1 < 5);
+  for (int i = 0; i < w->nlocal; i++)
+    CHECK(after.free_mem[i] + MEM_SLACK >= before.free_mem[i],
+          "%s lifetime: GPU %d: free device memory %.1f MiB before %d init/destroy cycles, "
+          "%.1f MiB after: %.1f MiB lost (allowed: %zu MiB)",
+          w->name, w->rk[i].dev, (double)before.free_mem[i] / (double)MIB, LIFETIME_CYCLES,
+          (double)after.free_mem[i] / (double)MIB,
+          ((double)before.free_mem[i] - (double)after.free_mem[i]) / (double)MIB, MEM_SLACK / MIB);
+  CHECK(before.fds == after.fds,
+        "%s lifetime (rank %d's process): %d open file descriptors "
+        "before %d init/destroy cycles, %d after",
+        w->name, w->rk[0].rank, before.fds, LIFETIME_CYCLES, after.fds);
+  CHECK(before.threads == after.threads,
+        "%s lifetime (rank %d's process): %d threads before "
+        "%d init/destroy cycles, %d after",
+        w->name, w->rk[0].rank, before.threads, LIFETIME_CYCLES, after.threads);
+  if (w->rk[0].rank == 0)
+    info("%s lifetime: %d cycles in %.1f s", w->name, LIFETIME_CYCLES + 1, now_s() - t0);
+}
+
+/* ---- abort and dead peer ---- */
+
+typedef struct {
+  zccComm_t comm;
+  cudaStream_t stream;
+  int dev;
+  const void *sp;
+  void *rp;
+  size_t count;
+  zccResult_t rc;
+  cudaError_t se;
+  double t_done;
+  atomic_int called, done;
+} waiter_t;
+
+/* The first thread: an allreduce, then cudaStreamSynchronize. */
+static void *waiter_main(void *p) {
+  waiter_t *a = p;
+  if (cudaSetDevice(a->dev) != cudaSuccess) {
+    a->rc = zccUnhandledCudaError;
+  } else {
+    a->rc = zccAllReduce(a->sp, a->rp, a->count, zccFloat32, zccSum, a->comm, a->stream);
+    atomic_store(&a->called, 1);
+    a->se = cudaStreamSynchronize(a->stream);
+  }
+  a->t_done = now_s();
+  atomic_store(&a->done, 1);
+  return NULL;
+}
+
+static int wait_flag(atomic_int *f, double limit_s) {
+  double t0 = now_s();
+  while (!atomic_load(f)) {
+    if (now_s() - t0 > limit_s)
+      return -1;
+    sleep_s(1e-3);
+  }
+  return 0;
+}
+
+/* The stream and device still take work (no sticky error). */
+static cudaError_t stream_usable(world_t *w, int i) {
+  setdev(w, i);
+  cudaError_t e = cudaMemsetAsync(w->rk[i].drecv[0], 0, 4096, w->rk[i].stream);
+  if (e == cudaSuccess)
+    e = cudaStreamSynchronize(w->rk[i].stream);
+  if (e != cudaSuccess)
+    (void)cudaGetLastError();
+  return e;
+}
+
+static void run_abort(world_t *w) {
+  zccComm_t comms[MAX_RANKS];
+  char what[64];
+  snprintf(what, sizeof(what), "%s abort", w->name);
+  watch(opt.step_s, "%s: init", what);
+  int ok = comms_init(w, comms, 1, 0, what) == 0;
+  if (!agree(w, ok, what)) {
+    if (ok)
+      comms_free(w, comms, 1, what);
+    return;
+  }
+  if (w->rk[0].rank == 0) {
+    waiter_t a;
+    pthread_t th;
+    memset(&a, 0, sizeof(a));
+    a.comm = comms[0];
+    a.stream = w->rk[0].stream;
+    a.dev = w->rk[0].dev;
+    a.sp = w->rk[0].dsend[0];
+    a.rp = w->rk[0].drecv[0];
+    a.count = 65536 + 5;
+    watch(opt.step_s, "%s: rank 0's allreduce alone", what);
+    if (pthread_create(&th, NULL, waiter_main, &a) != 0)
+      die("%s: pthread_create failed", what);
+    sleep_s(1.5);
+    int early = atomic_load(&a.done);
+    CHECK(!early,
+          "%s: rank 0's allreduce (returned %s) and cudaStreamSynchronize (%s) finished "
+          "though no other rank called",
+          what, rc_name(a.rc), cudaGetErrorName(a.se));
+    watch(60, "%s: zccCommAbort from a second thread while rank 0's allreduce waits", what);
+    int returned = atomic_load(&a.called); /* else the call itself waits on the host */
+    double t0 = now_s();
+    zccResult_t rc = zccCommAbort(comms[0]);
+    comms[0] = NULL;
+    double t_abort = now_s() - t0;
+    CHECK(rc == zccSuccess, "%s: zccCommAbort: %s: %s", what, rc_name(rc), last_err(NULL));
+    watch(opt.step_s, "%s: waiting for the first thread", what);
+    if (wait_flag(&a.done, ABORT_LIMIT_S) != 0)
+      die("%s: cudaStreamSynchronize (allreduce returned %s) has not returned %.0f s after "
+          "zccCommAbort",
+          what, atomic_load(&a.called) ? rc_name(a.rc) : "nothing yet", ABORT_LIMIT_S);
+    pthread_join(th, NULL);
+    if (!early) {
+      /* A call still inside zcc at the abort returns zccRemoteError (zcc.h). */
+      CHECK(a.rc == zccSuccess || (!returned && a.rc == zccRemoteError),
+            "%s: rank 0's allreduce returned %s %s the abort", what, rc_name(a.rc),
+            returned ? "before" : "after");
+      cudaError_t ue = stream_usable(w, 0);
+      CHECK(ue == cudaSuccess,
+            "%s: after zccCommAbort, cudaStreamSynchronize returned %s and the "
+            "stream no longer works (%s): the aborted kernels left a sticky error",
+            what, cudaGetErrorName(a.se), cudaGetErrorName(ue));
+      info("%s: zccCommAbort took %.2f s; cudaStreamSynchronize returned %s %.2f s after it "
+           "began",
+           what, t_abort, cudaGetErrorName(a.se), a.t_done - t0);
+    }
+  }
+  sync_all(w, what);
+  comms_free(w, comms, 1, what);
+  sync_all(w, what);
+}
+
+static void run_deadpeer(world_t *w) {
+  zccComm_t comm[1] = {NULL};
+  rank_t *x = &w->rk[0];
+  const unsigned char *ins[MAX_RANKS];
+  call_t c = {C_ALLREDUCE, zccFloat32, zccSum, 0, 4097, 0};
+  size_t bytes = c.count * 4;
+  char what[64];
+  snprintf(what, sizeof(what), "deadpeer");
+
+  watch(opt.step_s, "%s: init with ZCC_TIMEOUT=5000", what);
+  int ok = comms_init(w, comm, 1, 5000, what) == 0;
+  if (!agree(w, ok, what)) {
+    if (ok)
+      comms_free(w, comm, 1, what);
+    return;
+  }
+  watch(opt.step_s, "%s: one good allreduce", what);
+  gen_data(c.type, mix3(opt.seed, 0xdead, (uint64_t)x->rank), slot(w, x->rank), c.count);
+  CK(cudaMemcpy(x->dsend[0], slot(w, x->rank), bytes, cudaMemcpyHostToDevice));
+  sync_all(w, what);
+  {
+    const void *sps[1] = {x->dsend[0]};
+    void *rps[1] = {x->drecv[0]};
+    size_t first = 0, nb = 1;
+    call_all(w, comm, &c, sps, rps, 0);
+    wait_local(w, 0, what);
+    if (x->rc == zccSuccess && x->werr == cudaSuccess) {
+      for (int j = 0; j < w->n; j++)
+        ins[j] = slot(w, j);
+      CK(cudaMemcpy(x->hout, x->drecv[0], bytes, cudaMemcpyDeviceToHost));
+      expect_out(&c, 0, w->n, x->rank, ins, 0, x->hexp);
+      nb = compare(c.type, x->hout, x->hexp, c.count, &first);
+    }
+    CHECK(nb == 0, "%s: rank %d: first allreduce: %s, stream %s, %zu elements wrong", what, x->rank,
+          rc_name(x->rc), cudaGetErrorName(x->werr), nb);
+  }
+  sync_all(w, what);
+  if (x->rank == 1) {
+    info("%s: rank 1 exits now", what);
+    _exit(0);
+  }
+  watch(opt.step_s, "%s: waiting for rank 1 to be gone", what);
+  if (wait_flag(&w->sh->reaped[1], 30) != 0)
+    die("%s: rank 1's process was not reaped within 30 s", what);
+
+  waiter_t a;
+  pthread_t th;
+  memset(&a, 0, sizeof(a));
+  a.comm = comm[0];
+  a.stream = x->stream;
+  a.dev = x->dev;
+  a.sp = x->dsend[0];
+  a.rp = x->drecv[0];
+  a.count = c.count;
+  watch((unsigned)(DEADPEER_LIMIT_S + 60), "%s: rank %d's allreduce after rank 1 died", what,
+        x->rank);
+  double t0 = now_s(), t_err = -1;
+  if (pthread_create(&th, NULL, waiter_main, &a) != 0)
+    die("%s: pthread_create failed", what);
+  zccResult_t ae = zccSuccess;
+  while (now_s() - t0 < DEADPEER_LIMIT_S) {
+    zccResult_t r1 = zccCommGetAsyncError(comm[0], &ae);
+    if (r1 != zccSuccess) {
+      fail("%s: rank %d: zccCommGetAsyncError itself failed: %s", what, x->rank, rc_name(r1));
+      break;
+    }
+    if (ae != zccSuccess) {
+      t_err = now_s() - t0;
+      break;
+    }
+    sleep_s(0.02);
+  }
+  CHECK(ae != zccSuccess,
+        "%s: rank %d: zccCommGetAsyncError still zccSuccess %.0f s after rank 1 "
+        "died (ZCC_TIMEOUT=5000)",
+        what, x->rank, DEADPEER_LIMIT_S);
+  double left = DEADPEER_LIMIT_S - (now_s() - t0);
+  if (wait_flag(&a.done, left > 1 ? left : 1) != 0)
+    die("%s: rank %d: the allreduce (returned %s) is still running %.0f s after rank 1 died: "
+        "cudaStreamSynchronize hangs",
+        what, x->rank, atomic_load(&a.called) ? rc_name(a.rc) : "nothing yet", DEADPEER_LIMIT_S);
+  pthread_join(th, NULL);
+  pass(); /* the stream's work completed */
+  cudaError_t ue = stream_usable(w, 0);
+  CHECK(ue == cudaSuccess,
+        "%s: rank %d: after the dead peer, cudaStreamSynchronize returned %s "
+        "and the stream no longer works (%s): a sticky CUDA error",
+        what, x->rank, cudaGetErrorName(a.se), cudaGetErrorName(ue));
+  info("%s: rank %d: allreduce returned %s; async error %s after %.2f s; cudaStreamSynchronize "
+       "returned %s after %.2f s",
+       what, x->rank, rc_name(a.rc), rc_name(ae), t_err, cudaGetErrorName(a.se), a.t_done - t0);
+  watch(60, "%s: zccCommAbort after the error", what);
+  comms_free(w, comm, 1, what);
+}
+
+/* ---- a world's whole run ---- */
+
+static void world_alloc(world_t *w, int set1) {
+  for (int i = 0; i < w->nlocal; i++) {
+    rank_t *x = &w->rk[i];
+    setdev(w, i);
+    CK(cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking));
+    CK(cudaMalloc((void **)&x->dsend[0], w->priv));
+    CK(cudaMalloc((void **)&x->drecv[0], w->priv));
+    if (set1) {
+      zccResult_t r1 = zccMemAlloc((void **)&x->dsend[1], w->priv);
+      zccResult_t r2 = r1 == zccSuccess ? zccMemAlloc((void **)&x->drecv[1], w->priv) : r1;
+      CHECK(r2 == zccSuccess,
+            "%s: zccMemAlloc(%zu) on GPU %d: %s: %s (the registered cases "
+            "use cudaMalloc memory)",
+            w->name, w->priv, x->dev, rc_name(r2), last_err(NULL));
+      if (r2 == zccSuccess) {
+        x->set1_zcc = 1;
+      } else {
+        if (r1 == zccSuccess)
+          zccMemFree(x->dsend[1]);
+        CK(cudaMalloc((void **)&x->dsend[1], w->priv));
+        CK(cudaMalloc((void **)&x->drecv[1], w->priv));
+      }
+    }
+    x->hout = malloc(w->priv);
+    x->hsend = malloc(w->priv);
+    x->hexp = malloc(w->priv);
+    if (!x->hout || !x->hsend || !x->hexp)
+      die("out of host memory for %zu-byte buffers", w->priv);
+  }
+}
+
+static void world_free_set1(world_t *w) {
+  for (int i = 0; i < w->nlocal; i++) {
+    rank_t *x = &w->rk[i];
+    if (!x->dsend[1])
+      continue;
+    setdev(w, i);
+    if (x->set1_zcc) {
+      zccResult_t r1 = zccMemFree(x->dsend[1]), r2 = zccMemFree(x->drecv[1]);
+      CHECK(r1 == zccSuccess && r2 == zccSuccess, "%s: zccMemFree: %s, %s: %s", w->name,
+            rc_name(r1), rc_name(r2), last_err(NULL));
+    } else {
+      CK(cudaFree(x->dsend[1]));
+      CK(cudaFree(x->drecv[1]));
+    }
+    x->dsend[1] = x->drecv[1] = NULL;
+  }
+}
+
+static void world_free(world_t *w) {
+  world_free_set1(w);
+  for (int i = 0; i < w->nlocal; i++) {
+    rank_t *x = &w->rk[i];
+    setdev(w, i);
+    CK(cudaFree(x->dsend[0]));
+    CK(cudaFree(x->drecv[0]));
+    CK(cudaStreamDestroy(x->stream));
+    free(x->hout);
+    free(x->hsend);
+    free(x->hexp);
+  }
+}
+
+static void run_world(world_t *w) {
+  world_alloc(w, (opt.parts & PART_MATRIX) != 0);
+  if (opt.parts & (PART_MATRIX | PART_GRAPHS | PART_ERRORS)) {
+    watch(opt.step_s, "%s: init", w->name);
+    int ok = comms_init(w, w->comms, 0, 0, w->name) == 0;
+    int broken = !agree(w, ok, "init");
+    int regs = 0;
+    if (!broken && (opt.parts & PART_MATRIX)) {
+      /* The matrix's "registered" cases use sub-ranges of these two. */
+      void *b[MAX_RANKS], *hs[MAX_RANKS], *hr[MAX_RANKS];
+      memset(hs, 0, sizeof(hs));
+      memset(hr, 0, sizeof(hr));
+      for (int i = 0; i < w->nlocal; i++)
+        b[i] = w->rk[i].dsend[1];
+      int rok = reg_local(w, w->comms, b, w->priv, hs, 0, "register the matrix's sendbuffs");
+      for (int i = 0; i < w->nlocal; i++)
+        b[i] = w->rk[i].drecv[1];
+      rok &= reg_local(w, w->comms, b, w->priv, hr, 0, "register the matrix's recvbuffs");
+      for (int i = 0; i < w->nlocal; i++) {
+        w->rk[i].hreg[0] = hs[i];
+        w->rk[i].hreg[1] = hr[i];
+      }
+      regs = 1;
+      broken = !agree(w, rok, "register");
+    }
+    if (!broken && (opt.parts & PART_MATRIX)) {
+      run_matrix(w);
+      broken = atomic_load(&w->sh->stop);
+    }
+    if (!broken && (opt.parts & PART_GRAPHS))
+      for (int g = 0; g < NGCASES; g++)
+        run_graph(w, g);
+    if (!broken && (opt.parts & PART_ERRORS))
+      run_errors(w);
+    sync_all(w, "teardown");
+    if (regs && !broken) {
+      void *h[MAX_RANKS];
+      for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < w->nlocal; i++)
+          h[i] = w->rk[i].hreg[k];
+        reg_local(w, w->comms, NULL, 0, h, 1, "deregister the matrix's buffers");
+      }
+    }
+    /* After a failed call the communicators may hold work that never ends: abort them. */
+    comms_free(w, w->comms, broken, w->name);
+    sync_all(w, "teardown");
+  }
+  world_free_set1(w);
+  if (opt.parts & PART_LIFETIME)
+    run_lifetime(w);
+  if (opt.parts & PART_ABORT)
+    run_abort(w);
+  world_free(w);
+}
+
+/* ---- processes ---- */
+
+typedef struct {
+  size_t slot, priv;
+  long cases;
+} plan_t;
+static plan_t plan;
+
+static void *shared_alloc(size_t bytes) {
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    printf("test_gpu_colls: mmap of %zu shared bytes failed: %s\n", bytes, strerror(errno));
+    exit(2);
+  }
+  return p;
+}
+
+/* The threads layout, in a child of main. */
+static void threads_main(void) {
+  static world_t w;
+  child_setup("[threads]");
+  memset(&w, 0, sizeof(w));
+  w.procs = 0;
+  w.n = w.nlocal = opt.ngpus;
+  w.name = "threads";
+  w.slot_bytes = plan.slot;
+  w.priv = plan.priv;
+  w.sh = calloc(1, sizeof(shared_t));
+  w.slots = malloc((size_t)w.n * w.slot_bytes);
+  if (!w.sh || !w.slots)
+    die("out of host memory for %d x %zu-byte input slots", w.n, w.slot_bytes);
+  for (int i = 0; i < w.n; i++)
+    w.rk[i].rank = w.rk[i].dev = i;
+  run_world(&w);
+  info("threads layout done");
+}
+
+/* One rank process of the procs layout. */
+static void rank_main(shared_t *sh, unsigned char *slots, size_t slot_bytes, int rank,
+                      int deadpeer) {
+  static world_t w;
+  child_setup("[%s rank %d]", deadpeer ? "deadpeer" : "procs", rank);
+  memset(&w, 0, sizeof(w));
+  w.procs = 1;
+  w.n = opt.ngpus;
+  w.nlocal = 1;
+  w.name = deadpeer ? "deadpeer" : "procs";
+  w.sh = sh;
+  w.slots = slots;
+  w.slot_bytes = slot_bytes;
+  w.priv = deadpeer ? MIB : plan.priv;
+  w.rk[0].rank = w.rk[0].dev = rank;
+  watch(opt.step_s, "cudaSetDevice(%d)", rank);
+  CK(cudaSetDevice(rank));
+  if (deadpeer) {
+    world_alloc(&w, 0);
+    run_deadpeer(&w);
+    world_free(&w);
+  } else {
+    run_world(&w);
+  }
+  alarm(0);
+}
+
+/*
+ * A procs runner, in a child of main: forks the ranks before anything else,
+ * then serves unique ids (zccGetUniqueId starts a thread: no fork after it)
+ * and reaps the ranks.
+ */
+static void runner_main(int deadpeer) {
+  int n = opt.ngpus;
+  size_t slot_bytes = deadpeer ? MIB : plan.slot;
+  size_t bytes = ((sizeof(shared_t) + 4095) & ~(size_t)4095) + (size_t)n * slot_bytes;
+  char *mem = shared_alloc(bytes);
+  shared_t *sh = (shared_t *)mem;
+  unsigned char *slots = (unsigned char *)mem + ((sizeof(shared_t) + 4095) & ~(size_t)4095);
+  pid_t pids[MAX_RANKS];
+  int done[MAX_RANKS] = {0}, alive = 0;
+  const char *name = deadpeer ? "deadpeer" : "procs";
+
+  snprintf(tag, sizeof(tag), "[%s runner]", name);
+  if (deadpeer)
+    setenv("ZCC_TIMEOUT", "5000", 1);
+  for (int r = 0; r < n; r++) {
+    fflush(NULL);
+    pids[r] = fork();
+    if (pids[r] < 0) {
+      fail("fork of rank %d failed: %s", r, strerror(errno));
+      break;
+    }
+    if (pids[r] == 0) {
+      rank_main(sh, slots, slot_bytes, r, deadpeer);
+      _exit(0);
+    }
+    alive++;
+  }
+  double t0 = now_s(), limit = opt.quick ? 1100 : 4 * 3600;
+  while (alive > 0) {
+    int req = atomic_load(&sh->id_req), rdy = atomic_load(&sh->id_ready);
+    if (req > rdy) {
+      if (rdy >= MAX_IDS) {
+        fail("the ranks asked for more than %d unique ids", MAX_IDS);
+        atomic_store(&sh->id_failed, 1);
+        atomic_store(&sh->id_ready, req);
+        continue;
+      }
+      zccResult_t rc = zccGetUniqueId(&sh->ids[rdy]);
+      if (rc != zccSuccess) {
+        fail("zccGetUniqueId: %s: %s", rc_name(rc), last_err(NULL));
+        atomic_store(&sh->id_failed, 1);
+      }
+      atomic_store(&sh->id_ready, rdy + 1);
+      continue;
+    }
+    for (int r = 0; r < n; r++) {
+      int st = 0;
+      if (done[r] || waitpid(pids[r], &st, WNOHANG) != pids[r])
+        continue;
+      done[r] = 1;
+      alive--;
+      atomic_store(&sh->reaped[r], 1);
+      if (WIFEXITED(st) && WEXITSTATUS(st) != 0)
+        fail("%s rank %d exited with status %d%s", name, r, WEXITSTATUS(st),
+             WEXITSTATUS(st) == 3 ? " (watchdog)" : "");
+      else if (WIFSIGNALED(st))
+        fail("%s rank %d was killed by signal %d (%s)", name, r, WTERMSIG(st),
+             strsignal(WTERMSIG(st)));
+    }
+    if (alive > 0 && now_s() - t0 > limit) {
+      for (int r = 0; r < n; r++)
+        if (!done[r]) {
+          fail("%s rank %d still running after %.0f s: killed", name, r, limit);
+          kill(pids[r], SIGKILL);
+          waitpid(pids[r], NULL, 0);
+          done[r] = 1;
+          alive--;
+        }
+    }
+    sleep_s(1e-3);
+  }
+}
+
+/* Fork fn into a child and wait for it (with a limit); a bad end counts as a failure. */
+static void run_child(const char *what, void (*fn)(int), int arg, double limit_s) {
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0) {
+    fail("%s: fork failed: %s", what, strerror(errno));
+    return;
+  }
+  if (pid == 0) {
+    fn(arg);
+    fflush(NULL);
+    _exit(0);
+  }
+  double t0 = now_s();
+  int st = 0;
+  for (;;) {
+    pid_t p = waitpid(pid, &st, WNOHANG);
+    if (p == pid)
+      break;
+    if (p < 0 && errno != EINTR) {
+      fail("%s: waitpid: %s", what, strerror(errno));
+      return;
+    }
+    if (now_s() - t0 > limit_s) {
+      fail("%s: still running after %.0f s: killed", what, limit_s);
+      kill(pid, SIGKILL);
+      waitpid(pid, &st, 0);
+      return;
+    }
+    sleep_s(0.01);
+  }
+  if (WIFEXITED(st) && WEXITSTATUS(st) != 0)
+    fail("%s: exited with status %d%s", what, WEXITSTATUS(st),
+         WEXITSTATUS(st) == 3 ? " (watchdog)" : "");
+  else if (WIFSIGNALED(st))
+    fail("%s: killed by signal %d (%s)", what, WTERMSIG(st), strsignal(WTERMSIG(st)));
+}
+
+static void threads_child(int unused) {
+  (void)unused;
+  threads_main();
+}
+
+static void runner_child(int deadpeer) {
+  runner_main(deadpeer);
+}
+
+/*
+ * In a child, so that this process never initialises CUDA: the device
+ * count, and peer access among the first `want` devices.
+ */
+typedef struct {
+  int err, count, peer_ok;
+  char msg[256];
+} probe_t;
+
+static void probe(probe_t *out, int want) {
+  int fds[2];
+  memset(out, 0, sizeof(*out));
+  if (pipe(fds) != 0) {
+    snprintf(out->msg, sizeof(out->msg), "pipe: %s", strerror(errno));
+    out->err = -1;
+    return;
+  }
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    probe_t m;
+    memset(&m, 0, sizeof(m));
+    close(fds[0]);
+    cudaError_t e = cudaGetDeviceCount(&m.count);
+    m.err = (int)e;
+    m.peer_ok = 1;
+    if (e != cudaSuccess) {
+      snprintf(m.msg, sizeof(m.msg), "cudaGetDeviceCount: %s: %s", cudaGetErrorName(e),
+               cudaGetErrorString(e));
+      m.count = 0;
+    } else {
+      int lim = want > 0 && want < m.count ? want : m.count;
+      if (lim > MAX_RANKS)
+        lim = MAX_RANKS;
+      for (int a = 0; a < lim && m.peer_ok; a++)
+        for (int b = 0; b < lim && m.peer_ok; b++) {
+          int can = 0;
+          if (a != b && (cudaDeviceCanAccessPeer(&can, a, b) != cudaSuccess || !can)) {
+            m.peer_ok = 0;
+            snprintf(m.msg, sizeof(m.msg), "GPU %d cannot access GPU %d's memory (no peer access)",
+                     a, b);
+          }
+        }
+    }
+    ssize_t wr = write(fds[1], &m, sizeof(m));
+    (void)wr;
+    _exit(0);
+  }
+  close(fds[1]);
+  ssize_t got = pid > 0 ? read(fds[0], out, sizeof(*out)) : -1;
+  close(fds[0]);
+  if (pid > 0)
+    waitpid(pid, NULL, 0);
+  if (got != (ssize_t)sizeof(*out)) {
+    memset(out, 0, sizeof(*out));
+    out->err = -1;
+    snprintf(out->msg, sizeof(out->msg), "the CUDA probe process failed");
+  }
+}
+
+static void usage(void) {
+  printf(
+      "usage: test_gpu_colls [--layout threads|procs|both] [--ngpus N] [--quick] [--full]\n"
+      "                      [--only matrix,graphs,errors,lifetime,abort,deadpeer]\n"
+      "                      [--coll NAME] [--type NAME] [--replays N]\n"
+      "                      [--capture global|thread|relaxed] [--seed N]\n"
+      "collectives: allreduce broadcast reduce allgather reducescatter alltoall sendrecv_ring\n"
+      "             sendrecv_pairs; types: int8 uint8 int32 uint32 int64 uint64 float16 float32\n"
+      "             float64 bfloat16 float8e4m3 float8e5m2. ZCC_TEST_SEED=N as --seed.\n");
+}
+
+static int parse_args(int argc, char **argv) {
+  opt.threads = opt.procs = 1;
+  opt.parts = PART_ALL;
+  opt.only_coll = opt.only_type = -1;
+  opt.replays = 1000;
+  opt.capture = cudaStreamCaptureModeGlobal;
+  const char *s = getenv("ZCC_TEST_SEED");
+  opt.seed = s && *s ? strtoull(s, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(a, "--quick") == 0) {
+      opt.quick = 1;
+    } else if (strcmp(a, "--full") == 0) {
+      opt.full = 1;
+    } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      usage();
+      exit(0);
+    } else if (!v) {
+      printf("test_gpu_colls: %s needs a value (or is unknown)\n", a);
+      return -1;
+    } else if (strcmp(a, "--layout") == 0) {
+      opt.threads = strcmp(v, "threads") == 0 || strcmp(v, "both") == 0;
+      opt.procs = strcmp(v, "procs") == 0 || strcmp(v, "both") == 0;
+      if (!opt.threads && !opt.procs) {
+        printf("test_gpu_colls: --layout %s: expected threads, procs or both\n", v);
+        return -1;
+      }
+      i++;
+    } else if (strcmp(a, "--ngpus") == 0) {
+      opt.ngpus = atoi(v);
+      if (opt.ngpus < 2 || opt.ngpus > MAX_RANKS) {
+        printf("test_gpu_colls: --ngpus %s: expected 2 .. %d\n", v, MAX_RANKS);
+        return -1;
+      }
+      i++;
+    } else if (strcmp(a, "--replays") == 0) {
+      opt.replays = atoi(v);
+      if (opt.replays < 1) {
+        printf("test_gpu_colls: --replays %s: expected at least 1\n", v);
+        return -1;
+      }
+      i++;
+    } else if (strcmp(a, "--seed") == 0) {
+      opt.seed = strtoull(v, NULL, 0);
+      i++;
+    } else if (strcmp(a, "--capture") == 0) {
+      if (strcmp(v, "global") == 0)
+        opt.capture = cudaStreamCaptureModeGlobal;
+      else if (strcmp(v, "thread") == 0)
+        opt.capture = cudaStreamCaptureModeThreadLocal;
+      else if (strcmp(v, "relaxed") == 0)
+        opt.capture = cudaStreamCaptureModeRelaxed;
+      else {
+        printf("test_gpu_colls: --capture %s: expected global, thread or relaxed\n", v);
+        return -1;
+      }
+      i++;
+    } else if (strcmp(a, "--coll") == 0) {
+      for (int c = 0; c < C_NUM; c++)
+        if (strcmp(v, coll_names[c]) == 0)
+          opt.only_coll = c;
+      if (opt.only_coll < 0) {
+        printf("test_gpu_colls: --coll %s: not a collective's name\n", v);
+        return -1;
+      }
+      i++;
+    } else if (strcmp(a, "--type") == 0) {
+      for (int t = 0; t < zccNumTypes; t++)
+        if (strcmp(v, zcc_type_name((zccDataType_t)t)) == 0)
+          opt.only_type = t;
+      if (opt.only_type < 0) {
+        printf("test_gpu_colls: --type %s: not a datatype's name\n", v);
+        return -1;
+      }
+      i++;
+    } else if (strcmp(a, "--only") == 0) {
+      char buf[256];
+      opt.parts = 0;
+      snprintf(buf, sizeof(buf), "%s", v);
+      for (char *save = NULL, *p = strtok_r(buf, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+        int found = 0;
+        for (int k = 0; k < 6; k++)
+          if (strcmp(p, part_names[k]) == 0) {
+            opt.parts |= 1 << k;
+            found = 1;
+          }
+        if (!found) {
+          printf("test_gpu_colls: --only %s: unknown part\n", p);
+          return -1;
+        }
+      }
+      i++;
+    } else {
+      printf("test_gpu_colls: unknown option %s\n", a);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  probe_t pr;
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (parse_args(argc, argv) != 0) {
+    usage();
+    return 2;
+  }
+  counts = shared_alloc(sizeof(*counts));
+
+  probe(&pr, opt.ngpus);
+  if (pr.err != 0) {
+    printf("skipped: no usable CUDA driver or device (%s)\n", pr.msg);
+    return 77;
+  }
+  if (pr.count < 2) {
+    printf("skipped: %d CUDA device(s) visible; GPU communicators need at least 2\n", pr.count);
+    return 77;
+  }
+  if (opt.ngpus > pr.count) {
+    printf("skipped: --ngpus %d but only %d CUDA devices are visible\n", opt.ngpus, pr.count);
+    return 77;
+  }
+  if (!pr.peer_ok) {
+    printf("skipped: %s\n", pr.msg);
+    return 77;
+  }
+  if (opt.ngpus == 0)
+    opt.ngpus = pr.count < MAX_RANKS ? pr.count : MAX_RANKS;
+
+  /* A hung peer must become an error well before the test's own limits. */
+  setenv("ZCC_TIMEOUT", "60000", 0);
+  opt.tmo_s = (double)strtol(getenv("ZCC_TIMEOUT"), NULL, 10) / 1000.0;
+  if (opt.tmo_s < 1)
+    opt.tmo_s = 1;
+  opt.wait_s = opt.tmo_s + 30;
+  opt.barrier_s = opt.tmo_s + 90;
+  opt.step_s = (unsigned)(opt.tmo_s + 150);
+  if (opt.quick && opt.full)
+    opt.full = 0;
+
+  sizing_t sz = {opt.ngpus, 0, 0, 0};
+  enumerate(opt.ngpus, size_case, &sz);
+  /* Also room for the other parts' inputs (65541 floats) and buffers. */
+  plan.slot = (sz.slot < MIB ? MIB : (sz.slot + 4095) & ~(size_t)4095);
+  plan.priv = sz.priv < MIB + 2 * GUARD + 64 ? MIB + 2 * GUARD + 64 : sz.priv;
+  plan.cases = sz.cases;
+
+  printf("test_gpu_colls: %d GPUs, layouts:%s%s, %s mode, %ld matrix cases per layout, "
+         "ZCC_TEST_SEED=%" PRIu64 ", ZCC_TIMEOUT=%.0f ms\n",
+         opt.ngpus, opt.threads ? " threads" : "", opt.procs ? " procs" : "",
+         opt.quick  ? "quick"
+         : opt.full ? "full"
+                    : "default",
+         (opt.parts & PART_MATRIX) ? plan.cases : 0L, opt.seed, opt.tmo_s * 1000);
+  fflush(stdout);
+
+  double limit = opt.quick ? 1150 : 4 * 3600 + 60;
+  double t0 = now_s();
+  if (opt.threads && (opt.parts & ~PART_DEADPEER))
+    run_child("threads layout", threads_child, 0, limit);
+  if (opt.procs && (opt.parts & ~PART_DEADPEER))
+    run_child("procs layout", runner_child, 0, limit);
+  if (opt.procs && (opt.parts & PART_DEADPEER))
+    run_child("deadpeer (procs)", runner_child, 1, 300);
+
+  long checks = atomic_load(&counts->checks), failed = atomic_load(&counts->failed);
+  printf("test_gpu_colls: %.1f s\n", now_s() - t0);
+  printf("gpu colls: %ld checks, %ld failed\n", checks, failed);
+  return failed ? 1 : 0;
+}
