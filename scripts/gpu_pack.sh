@@ -14,21 +14,22 @@ cd "$root"
 b=build-gpu
 cmake -S . -B $b -DCMAKE_BUILD_TYPE=Release -DZCC_ENABLE_CUDA=ON >/dev/null
 cmake --build $b -j"$(nproc)" --target zcc allreduce_perf broadcast_perf reduce_perf \
-  allgather_perf reducescatter_perf alltoall_perf sendrecv_perf test_gpu_colls test_gpu_kernels \
-  zcc_topo
+  allgather_perf reducescatter_perf alltoall_perf sendrecv_perf test_gpu_colls test_gpu_kernels
 d=.devcarry
 rm -rf $d
 mkdir -p $d/bin $d/lib
 cp -L $b/src/libzcc.so.0 $d/lib/
 ln -s libzcc.so.0 $d/lib/libzcc.so
 for t in allreduce_perf broadcast_perf reduce_perf allgather_perf reducescatter_perf \
-         alltoall_perf sendrecv_perf zcc_topo; do
+         alltoall_perf sendrecv_perf; do
   cp $b/tools/$t $d/bin/ 2>/dev/null || cp $b/tools/*/$t $d/bin/ 2>/dev/null || true
 done
-cp $b/tests/gpu/test_gpu_colls $b/tests/gpu/test_gpu_kernels $d/bin/
+cp $b/tests/gpu/test_gpu_colls $d/bin/
+# test_gpu_kernels (11 MB) only with ZCC_PACK_KERNELS=1: the carry holds 64 MiB.
+if [ "${ZCC_PACK_KERNELS:-0}" = 1 ]; then cp $b/tests/gpu/test_gpu_kernels $d/bin/; fi
 for l in libhwloc.so.15 libjson-c.so.5 libudev.so.1; do
-  p=$(ldconfig -p | awk -v l=$l '$1 == l {print $NF; exit}')
-  [ -n "$p" ] && cp -L "$p" $d/lib/
+  p=$(ldconfig -p | awk -v l=$l '$1 == l && !f {print $NF; f = 1}')
+  if [ -n "$p" ]; then cp -L "$p" $d/lib/; fi
 done
 strip --strip-debug $d/bin/* $d/lib/libzcc.so.0 2>/dev/null || true
 git rev-parse --short HEAD > $d/commit

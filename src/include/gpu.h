@@ -66,7 +66,15 @@ typedef struct zcc_gpu {
   void *side;                          /* cudaStream_t */
   void *ev_fork, *ev_join;             /* cudaEvent_t */
   void *ev_copy[ZCC_GPU_CE_SLOTS];     /* cudaEvent_t: a slot's push has read its input */
+  /* zcc's own CUDA graphs of multi-launch sequences (gpu_coll.c). */
+  void *cap_stream;                    /* cudaStream_t the sequences are captured on */
+  struct zcc_gpu_graph *graphs;        /* [ZCC_GPU_GRAPHS] */
+  uint64_t graph_clock;
 } zcc_gpu_t;
+
+#define ZCC_GPU_GRAPHS 16
+/* Free the graph cache (at communicator destruction, registration changes). */
+void zcc_gpu_graphs_free(zcc_gpu_t *g);
 
 /*
  * Build the GPU side of a communicator whose peers are known (comm->peers

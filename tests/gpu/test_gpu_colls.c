@@ -1317,10 +1317,17 @@ static void run_graph(world_t *w, int gi) {
       CK(cudaStreamBeginCapture(w->rk[i].stream, opt.capture));
     }
     call_all(w, w->comms, &c, sps, rps, 0);
+    /* End every capture before instantiating: in global mode, instantiating
+       while another stream of this thread still captures is refused. */
+    cudaError_t ends[MAX_RANKS];
+    for (int i = 0; i < w->nlocal; i++) {
+      setdev(w, i);
+      ends[i] = cudaStreamEndCapture(w->rk[i].stream, &graph[i]);
+    }
     for (int i = 0; i < w->nlocal; i++) {
       rank_t *x = &w->rk[i];
       setdev(w, i);
-      cudaError_t e = cudaStreamEndCapture(x->stream, &graph[i]);
+      cudaError_t e = ends[i];
       cudaError_t e2 = e == cudaSuccess ? cudaGraphInstantiate(&exec[i], graph[i], 0) : e;
       CHECK(x->rc == zccSuccess && e == cudaSuccess && e2 == cudaSuccess,
             "%s rank %d: captured call returned %s (%s); cudaStreamEndCapture: %s; "
