@@ -77,9 +77,10 @@ common="-d float -o sum -b $minb -e $maxb -f $factor"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM
 
-echo "# zcc:  $bindir/allreduce_perf -np $np $common"
+# host communicators, like MPI_Allreduce on host memory (the default is cuda on a GPU machine)
+echo "# zcc:  $bindir/allreduce_perf --device host -np $np $common"
 # shellcheck disable=SC2086
-if ! "$bindir/allreduce_perf" -np "$np" $common >"$tmp/zcc.txt"; then
+if ! "$bindir/allreduce_perf" --device host -np "$np" $common >"$tmp/zcc.txt"; then
   cat "$tmp/zcc.txt"
   echo "compare_mpi.sh: allreduce_perf failed" >&2
   exit 1

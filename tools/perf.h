@@ -18,6 +18,20 @@
 /* A forked rank that finished but found wrong results (the parent exits 1). */
 #define PERF_EXIT_WRONG 3
 
+/* --device: where the communicators and buffers live. */
+#define PERF_DEVICE_AUTO 0 /* cuda when built with CUDA and a GPU exists, else host */
+#define PERF_DEVICE_HOST 1
+#define PERF_DEVICE_CUDA 2
+
+/* GPUs one process may drive (-g). */
+#define PERF_MAX_GPUS 64
+/* Bytes of a unique id, zcc's and NCCL's alike. */
+#define PERF_ID_BYTES 128
+
+/* Which library a measurement runs through (--compare nccl adds the second). */
+#define PERF_LIB_ZCC 0
+#define PERF_LIB_NCCL 1
+
 /* An op value for collectives that do not reduce ("none" in the redop column). */
 #define PERF_OP_NONE (-1)
 /* -d all, -o all, -r all. */
@@ -41,9 +55,22 @@ typedef struct {
   zccRedOp_t op; /* ignored by collectives that do not reduce */
   int root;      /* ignored by collectives without a root */
   zccComm_t comm;
+  void *nccl_comm;    /* the NCCL communicator, for PERF_LIB_NCCL */
+  zccStream_t stream; /* NULL on host communicators */
   int rank;
   int nranks;
 } perf_call_t;
+
+/* The collectives, for the NCCL calls (perf_nccl.c). */
+typedef enum {
+  PERF_COLL_ALLREDUCE,
+  PERF_COLL_BROADCAST,
+  PERF_COLL_REDUCE,
+  PERF_COLL_ALLGATHER,
+  PERF_COLL_REDUCESCATTER,
+  PERF_COLL_ALLTOALL,
+  PERF_COLL_SENDRECV,
+} perf_coll_kind_t;
 
 /*
  * The source of one output element: src_rank < 0 reduces element src_index
@@ -56,6 +83,7 @@ typedef struct {
 } perf_source_t;
 
 typedef struct perf_coll {
+  perf_coll_kind_t kind;
   const char *name;        /* "allreduce" */
   const char *call_name;   /* "zccAllReduce", for error messages */
   int reduces;             /* takes an op */
@@ -93,6 +121,10 @@ typedef struct {
   int nthreads, ngpus;
   int np;          /* -np: ranks to fork; 0 when not given */
   int local_register;
+  int device;      /* --device: PERF_DEVICE_*; AUTO until the rank resolves it */
+  const char *device_why; /* what asked for cuda ("--device cuda", "-G"...), for messages */
+  int graph_iters; /* -G: timed CUDA graph replays; 0: no graphs */
+  int compare_nccl; /* --compare nccl */
   const char *json_path;
 } perf_opts_t;
 
@@ -105,15 +137,26 @@ const char *perf_type_name(int type);
 const char *perf_op_name(int op);
 size_t perf_type_size(int type);
 
-/* A running rank. */
+/*
+ * A running process and the ranks it drives: one on the host, -g N on GPUs
+ * (global ranks rank .. rank + nlocal - 1, one communicator and GPU each).
+ */
 typedef struct {
   const perf_coll_t *coll;
   const perf_opts_t *opts;
   const char *prog;
   const char *launcher; /* "single", "fork", "mpi" or "env" */
-  zccComm_t comm;
-  int rank;
-  int nranks;
+  zccComm_t comm;       /* comms[0] */
+  int rank;             /* the first rank of this process */
+  int nranks;           /* in all processes */
+  int device;           /* PERF_DEVICE_HOST or PERF_DEVICE_CUDA */
+  int nlocal;           /* ranks (communicators) of this process */
+  int local_index;      /* this process among those on its host; -1: unknown */
+  int local_size;       /* processes on this host; 0: unknown */
+  zccComm_t comms[PERF_MAX_GPUS];
+  int cuda_dev[PERF_MAX_GPUS];       /* CUDA device of each local rank */
+  void *nccl_comms[PERF_MAX_GPUS];   /* --compare nccl */
+  int nvls_env_set;     /* the benchmark set NCCL_NVLS_ENABLE=0 */
 } perf_world_t;
 
 /* Print "<prog>: rank R: <what> failed: <error string>: <last error>" and fail. */
@@ -124,6 +167,26 @@ void perf_abort(int code) __attribute__((noreturn));
 
 /* Run the whole sweep on an initialised world; returns the rank's exit code. */
 int perf_run(perf_world_t *w);
+
+/* The name of a PERF_DEVICE_* value ("auto", "host", "cuda"). */
+const char *perf_device_name(int device);
+
+#ifdef ZCC_PERF_WITH_CUDA
+/* perf_gpu.c, the benchmarks' only CUDA runtime calls. */
+/* CUDA devices this process sees; 0 with the reason in why when none. */
+int perf_gpu_count(char *why, size_t len);
+/* cudaSetDevice; a CUDA error prints the call and leaves with 1. */
+void perf_gpu_set_device(const perf_world_t *w, int dev);
+/*
+ * fn(w, l, arg) for every local rank l, each on its own thread with its
+ * GPU current (inline when there is one): for calls that block until every
+ * rank has made them (init, registration, finalize).
+ */
+void perf_gpu_parallel(perf_world_t *w, void (*fn)(perf_world_t *w, int l, void *arg),
+                       void *arg);
+/* Rank 0's bytes to every rank, over the zcc GPU communicators. */
+void perf_gpu_broadcast(perf_world_t *w, void *buf, size_t bytes);
+#endif
 
 /* Data for exact checks (perf_check.c). */
 typedef struct {

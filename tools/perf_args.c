@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "perf_util.h"
 
@@ -86,16 +87,27 @@ static void usage(FILE *f, const char *prog, const perf_coll_t *coll)
   else
     fprintf(f, "  -r, --root <rank>           accepted and ignored: %s has no root\n", coll->name);
   fprintf(f,
-          "  -R, --local_register <0|1>  register both buffers with zccCommRegister; default 0\n"
+          "  -R, --local_register <0|1>  register both buffers with zccCommRegister (and\n"
+          "                              ncclCommRegister with --compare nccl); default 0\n"
           "  -t, --nthreads <n>          threads per process; only 1\n"
-          "  -g, --ngpus <n>             GPUs per process; only 1 (host communicators)\n"
+          "  -g, --ngpus <n>             GPUs per process, one rank and communicator each\n"
+          "                              (zccCommInitAll, calls grouped); default 1\n"
           "  -np <n>                     fork n local ranks (up to %d); the parent makes the unique id\n"
+          "      --device <host|cuda>    host: host communicators and memory; cuda: GPU communicators,\n"
+          "                              device buffers and streams; default: ZCC_DEVICE, else cuda when\n"
+          "                              a GPU exists and the benchmarks were built with CUDA, else host\n"
+          "  -G, --cudagraph <n>         capture one iteration into a CUDA graph per GPU and time n\n"
+          "                              replays of it instead of -n iterations; default 0 (no graphs)\n"
+          "      --compare nccl          run the same sweep through NCCL (dlopen libnccl.so.2, or\n"
+          "                              ZCC_NCCL_LIB) and print both with busbw ratio zcc/NCCL\n"
           "      --json <file>           also write every result and the environment to file as JSON\n"
           "  -h, --help                  show this help\n"
           "\n"
           "Ranks: with -np n, n forked processes; under mpirun (OMPI_COMM_WORLD_SIZE or PMI_SIZE),\n"
           "one rank per MPI process; under torchrun, from its environment; otherwise one rank.\n"
-          "Time is the median over -n iterations of the slowest rank's wall time per iteration.\n",
+          "Each process drives -g GPUs: process i of its host uses GPUs i*g .. i*g+g-1.\n"
+          "Time is the median over -n iterations of the slowest rank's time per iteration:\n"
+          "wall time on the host, CUDA events on each GPU's stream.\n",
           PERF_MAX_NP);
 }
 
@@ -150,8 +162,47 @@ static const struct {
     {"check", 'c'},        {"datatype", 'd'},       {"op", 'o'},
     {"root", 'r'},         {"local_register", 'R'}, {"nthreads", 't'},
     {"ngpus", 'g'},        {"np", 'N'},             {"json", 'J'},
+    {"device", 'D'},       {"cudagraph", 'G'},      {"compare", 'C'},
     {"help", 'h'},
 };
+
+/* The device came from ZCC_DEVICE rather than --device (for messages). */
+static int device_from_env;
+
+/* The PERF_DEVICE_* value of a --device or ZCC_DEVICE word, or -1. */
+static int parse_device(const char *s)
+{
+  if (strcasecmp(s, "auto") == 0)
+    return PERF_DEVICE_AUTO;
+  if (strcasecmp(s, "host") == 0 || strcasecmp(s, "cpu") == 0)
+    return PERF_DEVICE_HOST;
+  if (strcasecmp(s, "cuda") == 0 || strcasecmp(s, "gpu") == 0)
+    return PERF_DEVICE_CUDA;
+  return -1;
+}
+
+const char *perf_device_name(int device)
+{
+  switch (device) {
+  case PERF_DEVICE_HOST:
+    return "host";
+  case PERF_DEVICE_CUDA:
+    return "cuda";
+  default:
+    return "auto";
+  }
+}
+
+#ifndef ZCC_PERF_WITH_CUDA
+static void no_cuda(const char *prog, const char *what) __attribute__((noreturn));
+
+static void no_cuda(const char *prog, const char *what)
+{
+  fprintf(stderr, "%s: %s: these benchmarks were built without CUDA "
+          "(configure zcc with CUDA to run on GPUs)\n", prog, what);
+  exit(PERF_EXIT_USAGE);
+}
+#endif
 
 static void set_option(const char *prog, const perf_coll_t *coll, char key,
                        const char *name, const char *val, perf_opts_t *o)
@@ -218,13 +269,26 @@ static void set_option(const char *prog, const perf_coll_t *coll, char key,
     o->nthreads = 1;
     break;
   case 'g':
-    if (perf_parse_long(val, 1, 1 << 20, &v) != 0)
-      bad_arg(prog, coll, "%s: '%s' is not a GPU count of at least 1", name, val);
-    if (v != 1)
-      bad_arg(prog, coll, "%s %s: several GPUs per process need the GPU build of the benchmarks; "
-              "this build runs host communicators, one rank per process (use -np or mpirun)",
-              name, val);
-    o->ngpus = 1;
+    if (perf_parse_long(val, 1, PERF_MAX_GPUS, &v) != 0)
+      bad_arg(prog, coll, "%s: '%s' is not a GPU count between 1 and %d", name, val,
+              PERF_MAX_GPUS);
+    o->ngpus = (int)v;
+    break;
+  case 'G':
+    if (perf_parse_long(val, 0, 1 << 24, &v) != 0)
+      bad_arg(prog, coll, "%s: '%s' is not a graph replay count of at least 0", name, val);
+    o->graph_iters = (int)v;
+    break;
+  case 'D':
+    device_from_env = 0;
+    o->device = parse_device(val);
+    if (o->device < 0)
+      bad_arg(prog, coll, "%s: unknown device '%s' (host or cuda)", name, val);
+    break;
+  case 'C':
+    if (strcasecmp(val, "nccl") != 0)
+      bad_arg(prog, coll, "%s: cannot compare with '%s' (only nccl)", name, val);
+    o->compare_nccl = 1;
     break;
   case 'N':
     if (perf_parse_long(val, 1, PERF_MAX_NP, &v) != 0)
@@ -238,6 +302,31 @@ static void set_option(const char *prog, const perf_coll_t *coll, char key,
     o->json_path = val;
     break;
   }
+}
+
+/* What needs GPUs: -g above 1, -G and --compare ask for --device cuda. */
+static void check_device(const char *prog, const perf_coll_t *coll, perf_opts_t *o)
+{
+  const char *gpu_only = o->compare_nccl ? "--compare nccl"
+                         : o->graph_iters > 0 ? "-G" : o->ngpus > 1 ? "-g" : NULL;
+
+#ifndef ZCC_PERF_WITH_CUDA
+  if (o->device == PERF_DEVICE_CUDA)
+    no_cuda(prog, device_from_env ? "ZCC_DEVICE=cuda" : "--device cuda");
+  if (gpu_only != NULL)
+    no_cuda(prog, gpu_only);
+  o->device = PERF_DEVICE_HOST;
+#else
+  if (gpu_only != NULL && o->device == PERF_DEVICE_HOST)
+    bad_arg(prog, coll, "%s needs GPU communicators (--device cuda), not %s", gpu_only,
+            device_from_env ? "ZCC_DEVICE=host" : "--device host");
+  if (o->device == PERF_DEVICE_CUDA)
+    o->device_why = device_from_env ? "ZCC_DEVICE=cuda" : "--device cuda";
+  else if (gpu_only != NULL)
+    o->device_why = gpu_only;
+  if (gpu_only != NULL)
+    o->device = PERF_DEVICE_CUDA;
+#endif
 }
 
 void perf_parse_args(const perf_coll_t *coll, int argc, char **argv,
@@ -259,6 +348,11 @@ void perf_parse_args(const perf_coll_t *coll, int argc, char **argv,
   o->root = 0;
   o->nthreads = 1;
   o->ngpus = 1;
+  o->device = PERF_DEVICE_AUTO;
+  if (getenv("ZCC_DEVICE") != NULL && parse_device(getenv("ZCC_DEVICE")) >= 0) {
+    o->device = parse_device(getenv("ZCC_DEVICE"));
+    device_from_env = 1;
+  }
 
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i], *val = NULL, *name = arg;
@@ -283,7 +377,7 @@ void perf_parse_args(const perf_coll_t *coll, int argc, char **argv,
         val = eq + 1;
     } else {
       key = arg[1];
-      if (strchr("beifnwcdorRtgh", key) == NULL)
+      if (strchr("beifnwcdorRtgGh", key) == NULL)
         bad_arg(prog, coll, "unknown option '%s'", arg);
       snprintf(namebuf, sizeof(namebuf), "-%c", key);
       name = namebuf;
@@ -313,4 +407,5 @@ void perf_parse_args(const perf_coll_t *coll, int argc, char **argv,
     o->op = PERF_OP_NONE;
   if (!coll->rooted)
     o->root = 0;
+  check_device(prog, coll, o);
 }

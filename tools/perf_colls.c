@@ -45,7 +45,7 @@ static size_t out_root(const perf_counts_t *c, int rank, int nranks, int root)
 static zccResult_t run_allreduce(const perf_call_t *k)
 {
   return zccAllReduce(k->sendbuff, k->recvbuff, k->count, k->type, k->op,
-                      k->comm, NULL);
+                      k->comm, k->stream);
 }
 
 static perf_source_t src_reduced(const perf_counts_t *c, size_t i, int rank,
@@ -55,6 +55,7 @@ static perf_source_t src_reduced(const perf_counts_t *c, size_t i, int rank,
 }
 
 const perf_coll_t perf_allreduce = {
+    .kind = PERF_COLL_ALLREDUCE,
     .name = "allreduce",
     .call_name = "zccAllReduce",
     .reduces = 1,
@@ -70,7 +71,7 @@ const perf_coll_t perf_allreduce = {
 static zccResult_t run_broadcast(const perf_call_t *k)
 {
   return zccBroadcast(k->sendbuff, k->recvbuff, k->count, k->type, k->root,
-                      k->comm, NULL);
+                      k->comm, k->stream);
 }
 
 static perf_source_t src_root(const perf_counts_t *c, size_t i, int rank,
@@ -80,6 +81,7 @@ static perf_source_t src_root(const perf_counts_t *c, size_t i, int rank,
 }
 
 const perf_coll_t perf_broadcast = {
+    .kind = PERF_COLL_BROADCAST,
     .name = "broadcast",
     .call_name = "zccBroadcast",
     .rooted = 1,
@@ -96,10 +98,11 @@ const perf_coll_t perf_broadcast = {
 static zccResult_t run_reduce(const perf_call_t *k)
 {
   return zccReduce(k->sendbuff, k->recvbuff, k->count, k->type, k->op,
-                   k->root, k->comm, NULL);
+                   k->root, k->comm, k->stream);
 }
 
 const perf_coll_t perf_reduce = {
+    .kind = PERF_COLL_REDUCE,
     .name = "reduce",
     .call_name = "zccReduce",
     .reduces = 1,
@@ -127,7 +130,7 @@ static void counts_allgather(size_t count, int rank, int nranks, perf_counts_t *
 static zccResult_t run_allgather(const perf_call_t *k)
 {
   return zccAllGather(k->sendbuff, k->recvbuff, k->count, k->type, k->comm,
-                      NULL);
+                      k->stream);
 }
 
 static perf_source_t src_gathered(const perf_counts_t *c, size_t i, int rank,
@@ -138,6 +141,7 @@ static perf_source_t src_gathered(const perf_counts_t *c, size_t i, int rank,
 }
 
 const perf_coll_t perf_allgather = {
+    .kind = PERF_COLL_ALLGATHER,
     .name = "allgather",
     .call_name = "zccAllGather",
     .busbw_factor = factor_n1_n,
@@ -163,7 +167,7 @@ static void counts_reducescatter(size_t count, int rank, int nranks, perf_counts
 static zccResult_t run_reducescatter(const perf_call_t *k)
 {
   return zccReduceScatter(k->sendbuff, k->recvbuff, k->count, k->type, k->op,
-                          k->comm, NULL);
+                          k->comm, k->stream);
 }
 
 static perf_source_t src_scattered(const perf_counts_t *c, size_t i, int rank,
@@ -174,6 +178,7 @@ static perf_source_t src_scattered(const perf_counts_t *c, size_t i, int rank,
 }
 
 const perf_coll_t perf_reducescatter = {
+    .kind = PERF_COLL_REDUCESCATTER,
     .name = "reducescatter",
     .call_name = "zccReduceScatter",
     .reduces = 1,
@@ -200,7 +205,7 @@ static void counts_alltoall(size_t count, int rank, int nranks, perf_counts_t *c
 static zccResult_t run_alltoall(const perf_call_t *k)
 {
   return zccAlltoAll(k->sendbuff, k->recvbuff, k->count, k->type, k->comm,
-                     NULL);
+                     k->stream);
 }
 
 static perf_source_t src_alltoall(const perf_counts_t *c, size_t i, int rank,
@@ -213,6 +218,7 @@ static perf_source_t src_alltoall(const perf_counts_t *c, size_t i, int rank,
 }
 
 const perf_coll_t perf_alltoall = {
+    .kind = PERF_COLL_ALLTOALL,
     .name = "alltoall",
     .call_name = "zccAlltoAll",
     .busbw_factor = factor_n1_n,
@@ -233,9 +239,9 @@ static zccResult_t run_sendrecv(const perf_call_t *k)
   res = zccGroupStart();
   if (res != zccSuccess)
     return res;
-  res = zccSend(k->sendbuff, k->count, k->type, next, k->comm, NULL);
+  res = zccSend(k->sendbuff, k->count, k->type, next, k->comm, k->stream);
   if (res == zccSuccess)
-    res = zccRecv(k->recvbuff, k->count, k->type, prev, k->comm, NULL);
+    res = zccRecv(k->recvbuff, k->count, k->type, prev, k->comm, k->stream);
   /* always close the group, so that a failed call leaves no group open */
   end = zccGroupEnd();
   return res != zccSuccess ? res : end;
@@ -249,6 +255,7 @@ static perf_source_t src_prev(const perf_counts_t *c, size_t i, int rank,
 }
 
 const perf_coll_t perf_sendrecv = {
+    .kind = PERF_COLL_SENDRECV,
     .name = "sendrecv",
     .call_name = "zccSend/zccRecv",
     .busbw_factor = factor_one,

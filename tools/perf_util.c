@@ -176,6 +176,65 @@ void perf_print_trailer(FILE *f, int64_t wrong, double avg_busbw)
   fprintf(f, "#\n");
 }
 
+double perf_ratio(double num, double den)
+{
+  return den > 0.0 ? num / den : 0.0;
+}
+
+void perf_print_compare_header(FILE *f)
+{
+  fprintf(f, "#\n");
+  fprintf(f, "# %10s  %12s  %8s  %6s  %6s  %-56s  %-56s\n", "", "", "", "", "",
+          "                      out-of-place", "                        in-place");
+  fprintf(f, "# %10s  %12s  %8s  %6s  %6s", "size", "count", "type", "redop", "root");
+  for (int i = 0; i < 2; i++)
+    fprintf(f, "  %7s  %6s %6s  %7s  %6s %6s  %6s", "zcc", "busbw", "#wrong", "nccl", "busbw",
+            "#wrong", "ratio");
+  fprintf(f, "\n# %10s  %12s  %8s  %6s  %6s", "(B)", "(elements)", "", "", "");
+  for (int i = 0; i < 2; i++)
+    fprintf(f, "  %7s  %6s %6s  %7s  %6s %6s  %6s", "(us)", "(GB/s)", "", "(us)", "(GB/s)", "",
+            "z/n");
+  fprintf(f, "\n");
+}
+
+static void print_wrong(FILE *f, int64_t wrong)
+{
+  if (wrong >= 0)
+    fprintf(f, "  %5g", (double)wrong);
+  else
+    fprintf(f, "  %5s", "N/A");
+}
+
+void perf_print_compare_result(FILE *f, double us, double busbw, int64_t wrong,
+                               double ref_us, double ref_busbw, int64_t ref_wrong)
+{
+  char t[32], rt[32];
+
+  perf_format_time(t, sizeof(t), us);
+  fprintf(f, "  %7s  %6.2f", t, busbw);
+  print_wrong(f, wrong);
+  if (ref_us < 0) {
+    fprintf(f, "  %7s  %6s  %5s  %6s", "N/A", "N/A", "N/A", "N/A");
+    return;
+  }
+  perf_format_time(rt, sizeof(rt), ref_us);
+  fprintf(f, "  %7s  %6.2f", rt, ref_busbw);
+  print_wrong(f, ref_wrong);
+  fprintf(f, "  %6.2f", perf_ratio(ref_us, us));
+}
+
+void perf_print_compare_trailer(FILE *f, int64_t wrong, double avg_busbw,
+                                int64_t ref_wrong, double ref_avg_busbw, double ratio)
+{
+  fprintf(f, "# Out of bounds values : %lld %s\n", (long long)wrong, wrong ? "FAILED" : "OK");
+  fprintf(f, "# Avg bus bandwidth    : %g \n", avg_busbw);
+  fprintf(f, "# NCCL out of bounds values : %lld %s\n", (long long)ref_wrong,
+          ref_wrong ? "FAILED" : "OK");
+  fprintf(f, "# NCCL avg bus bandwidth    : %g \n", ref_avg_busbw);
+  fprintf(f, "# Avg busbw ratio zcc/NCCL  : %.3f\n", ratio);
+  fprintf(f, "#\n");
+}
+
 void perf_iso_date(char *buf, size_t len)
 {
   time_t now = time(NULL);

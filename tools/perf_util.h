@@ -46,6 +46,20 @@ void perf_print_row_result(FILE *f, double us, double algbw, double busbw,
 /* "# Out of bounds values" and "# Avg bus bandwidth" lines. */
 void perf_print_trailer(FILE *f, int64_t wrong, double avg_busbw);
 
+/* num / den, or 0 when den is not positive. */
+double perf_ratio(double num, double den);
+/*
+ * The table of two libraries side by side (allreduce_perf --compare nccl):
+ * per placement, zcc's time, busbw and #wrong, NCCL's, and the ratio zcc
+ * busbw / NCCL busbw (= NCCL time / zcc time). ref_us < 0: NCCL did not run
+ * (N/A). The trailer's ratio is over the rows that both ran.
+ */
+void perf_print_compare_header(FILE *f);
+void perf_print_compare_result(FILE *f, double us, double busbw, int64_t wrong,
+                               double ref_us, double ref_busbw, int64_t ref_wrong);
+void perf_print_compare_trailer(FILE *f, int64_t wrong, double avg_busbw,
+                                int64_t ref_wrong, double ref_avg_busbw, double ratio);
+
 /* Current UTC date and time as ISO 8601 ("2024-05-01T12:00:00Z"). */
 void perf_iso_date(char *buf, size_t len);
 /* Write s as a JSON string literal, quotes included. */

@@ -388,3 +388,99 @@ zccResult_t zcc_planner_pick_host(int nranks, int nnodes, zcc_coll_t coll, size_
             zcc_coll_name(coll), bytes, nranks, nnodes, td, tr);
   return zccSuccess;
 }
+
+/* ---- GPU communicators: allreduce ---- */
+
+/*
+ * Measured on 2x H200 (NV18), times of CUDA-graph replays: see
+ * docs/perf/h200x2.md for the runs these come from and the predicted-
+ * versus-measured table. Bandwidths in GB/s (bytes per ns / 1e-3).
+ */
+#define GPU_LL_ALPHA 2.2      /* us: launch in a graph, one NVLink crossing */
+#define GPU_LL_BW 81.0        /* payload GB/s per peer (half the lines are flags) */
+#define GPU_LL_MAX (64 * 1024)
+#define GPU_1S_ALPHA 6.1      /* us: two barriers */
+#define GPU_1S_BW 333.0       /* SM loads from a peer */
+#define GPU_2S_ALPHA 6.6
+#define GPU_2S_BW 333.0
+#define GPU_COPY_BW 1800.0    /* local staging copy */
+#define GPU_CE_ALPHA 12.0     /* barrier, fork and join of the side stream */
+#define GPU_CE_BW 394.5       /* copy engine, peer to peer */
+#define GPU_CE_PIECE_US 4.0   /* flag kernels per piece */
+
+const char *zcc_gpu_algo_name(zcc_gpu_algo_t algo) {
+  static const char *n[] = {"ll", "oneshot", "twoshot", "ce"};
+  return algo >= 0 && algo < ZCC_GPU_ALGO_COUNT ? n[algo] : "invalid";
+}
+
+/* Pieces of the copy-engine pipeline for `bytes` (gpu_coll.c cuts the same). */
+static double gpu_ce_pieces(size_t bytes) {
+  double piece = (double)bytes / 8;
+  if (piece < (1 << 20)) piece = 1 << 20;
+  if (piece > (16 << 20)) piece = 16 << 20;
+  double n = (double)bytes / piece;
+  return n < 1 ? 1 : n;
+}
+
+double zcc_planner_gpu_predict(zcc_gpu_algo_t algo, int nranks, size_t bytes, int staged) {
+  double k = nranks, S = (double)bytes, us_per_byte = 1e-3;
+  double copy = staged ? S / GPU_COPY_BW * us_per_byte : 0;
+  switch (algo) {
+  case ZCC_GPU_LL: return GPU_LL_ALPHA + (k - 1) * S / GPU_LL_BW * us_per_byte;
+  case ZCC_GPU_ONESHOT: return GPU_1S_ALPHA + copy + (k - 1) * S / GPU_1S_BW * us_per_byte;
+  case ZCC_GPU_TWOSHOT:
+    return GPU_2S_ALPHA + 2 * copy + 2 * (k - 1) / k * S / GPU_2S_BW * us_per_byte;
+  case ZCC_GPU_CE:
+    return GPU_CE_ALPHA + S / GPU_CE_BW * us_per_byte + gpu_ce_pieces(bytes) * GPU_CE_PIECE_US;
+  default: return 1e30;
+  }
+}
+
+static int gpu_can_run(zcc_gpu_algo_t a, int nranks, size_t bytes) {
+  if (a == ZCC_GPU_LL) return bytes <= GPU_LL_MAX;
+  if (a == ZCC_GPU_CE) return nranks == 2;
+  return 1;
+}
+
+zccResult_t zcc_planner_pick_gpu(int nranks, size_t bytes, int staged, zcc_gpu_algo_t *algo) {
+  const char *fa = zcc_param_algo(), *fp = zcc_param_proto();
+  int forced = -1;
+  if (fp && *fp) {
+    if (strcasecmp(fp, "ll") != 0 && strcasecmp(fp, "simple") != 0)
+      return zcc_error(zccInvalidArgument,
+                       "ZCC_PROTO=%s: GPU communicators run ll (<= 64 KiB) or simple", fp);
+    if (strcasecmp(fp, "ll") == 0) forced = ZCC_GPU_LL;
+  }
+  if (fa && *fa) {
+    int a = -1;
+    for (int i = ZCC_GPU_ONESHOT; i < ZCC_GPU_ALGO_COUNT; i++)
+      if (strcasecmp(fa, zcc_gpu_algo_name(i)) == 0) a = i;
+    if (a < 0)
+      return zcc_error(zccInvalidArgument,
+                       "ZCC_ALGO=%s: GPU communicators run oneshot, twoshot or ce", fa);
+    if (forced < 0 || bytes > GPU_LL_MAX) forced = a;
+  }
+  if (forced >= 0) {
+    if (!gpu_can_run(forced, nranks, bytes)) {
+      if (forced != ZCC_GPU_LL)
+        return zcc_error(zccInvalidArgument, "ZCC_ALGO=%s cannot run on %d GPUs",
+                         zcc_gpu_algo_name(forced), nranks);
+      forced = -1; /* ZCC_PROTO=ll: larger messages take the model's choice */
+    } else {
+      *algo = forced;
+      return zccSuccess;
+    }
+  }
+  zcc_gpu_algo_t best = ZCC_GPU_ONESHOT;
+  double bt = 1e30;
+  for (int a = 0; a < ZCC_GPU_ALGO_COUNT; a++) {
+    if (!gpu_can_run(a, nranks, bytes)) continue;
+    double t = zcc_planner_gpu_predict(a, nranks, bytes, staged);
+    if (t < bt) {
+      bt = t;
+      best = a;
+    }
+  }
+  *algo = best;
+  return zccSuccess;
+}

@@ -33,14 +33,8 @@
 #include "debug.h"
 #include "gpu.h"
 #include "param.h"
+#include "planner.h"
 #include "reduce.h"
-
-ZCC_PARAM_INT(gpu_ll_max, "GPU_LL_MAX_BYTES", 64 * 1024,
-              "GPU allreduce: largest message for the LL protocol (at most 65536)")
-ZCC_PARAM_INT(gpu_ce_min, "GPU_CE_MIN_BYTES", 32 << 20,
-              "GPU allreduce on two ranks: smallest message for the copy-engine pipeline")
-ZCC_PARAM_INT(gpu_twoshot_min, "GPU_TWOSHOT_MIN_BYTES", 1 << 20,
-              "GPU allreduce: smallest message for two-shot (one-shot below)")
 
 static zccResult_t cuda_err(cudaError_t e, const char *what, const char *fn) {
   return zcc_error(zccUnhandledCudaError, "%s: %s failed: %s (%s)", fn, what,
@@ -169,17 +163,29 @@ static zccResult_t allreduce_ce(struct zccComm *comm, const zcc_coll_args_t *x, 
   return zccSuccess;
 }
 
+/* The allreduce algorithm for x, and whether its buffers are read in place. */
+static zccResult_t ar_plan(zcc_gpu_t *g, const zcc_coll_args_t *x, zcc_gpu_algo_t *algo,
+                           int *zero_copy) {
+  size_t bytes = x->count * zcc_type_size(x->type);
+  zcc_gpu_reg_t *rs = find_reg(g, x->sendbuf, bytes), *rr = find_reg(g, x->recvbuf, bytes);
+  ZCC_CHECK(zcc_planner_pick_gpu(g->nranks, bytes, !(rs && rr), algo));
+  *zero_copy = *algo == ZCC_GPU_ONESHOT ? rs != NULL : *algo == ZCC_GPU_TWOSHOT ? rs && rr : 0;
+  return zccSuccess;
+}
+
 static zccResult_t allreduce(struct zccComm *comm, const zcc_coll_args_t *x, cudaStream_t s,
                              const char *fn) {
   zcc_gpu_t *g = comm->gpu;
   size_t es = zcc_type_size(x->type), bytes = x->count * es;
+  zcc_gpu_algo_t algo;
+  int zero_copy;
+  ZCC_CHECK(ar_plan(g, x, &algo, &zero_copy));
+  if (algo == ZCC_GPU_CE) return allreduce_ce(comm, x, s, bytes, fn);
   zcc_dev_allreduce_t a;
   ar_base(g, &a);
   a.type = x->type;
   a.op = x->op;
-  int64_t ll_max = zcc_param_gpu_ll_max();
-  if (ll_max > ZCC_DEV_LL_MAX_BYTES) ll_max = ZCC_DEV_LL_MAX_BYTES;
-  if ((int64_t)bytes <= ll_max) {
+  if (algo == ZCC_GPU_LL) {
     a.inputs[g->rank] = x->sendbuf;
     a.outputs[g->rank] = x->recvbuf;
     a.count = x->count;
@@ -187,12 +193,9 @@ static zccResult_t allreduce(struct zccComm *comm, const zcc_coll_args_t *x, cud
     DEV(zcc_dev_allreduce_oneshot_ll(&a, s));
     return zccSuccess;
   }
-  if (g->nranks == 2 && (int64_t)bytes >= zcc_param_gpu_ce_min())
-    return allreduce_ce(comm, x, s, bytes, fn);
-  int twoshot = (int64_t)bytes >= zcc_param_gpu_twoshot_min() && g->nranks > 1;
-  zcc_gpu_reg_t *rs = find_reg(g, x->sendbuf, bytes);
-  zcc_gpu_reg_t *rr = find_reg(g, x->recvbuf, bytes);
-  if (rs && (!twoshot || rr)) {
+  int twoshot = algo == ZCC_GPU_TWOSHOT;
+  if (zero_copy) {
+    zcc_gpu_reg_t *rs = find_reg(g, x->sendbuf, bytes), *rr = find_reg(g, x->recvbuf, bytes);
     size_t so = (const char *)x->sendbuf - rs->base;
     size_t ro = rr ? (size_t)((const char *)x->recvbuf - rr->base) : 0;
     for (int r = 0; r < g->nranks; r++) {
@@ -202,14 +205,14 @@ static zccResult_t allreduce(struct zccComm *comm, const zcc_coll_args_t *x, cud
     a.outputs[g->rank] = x->recvbuf;
     a.count = x->count;
     ZCC_INFO(COLL, "%s %zu bytes: %s, registered (zero copy)", fn, bytes,
-              twoshot ? "two-shot" : "one-shot");
+             zcc_gpu_algo_name(algo));
     DEV(twoshot ? zcc_dev_allreduce_twoshot(&a, s) : zcc_dev_allreduce_oneshot(&a, s));
     return zccSuccess;
   }
   size_t piece = piece_bytes(g->staging_bytes);
   ZCC_INFO(COLL, "%s %zu bytes: %s, staged (%s), %zu piece(s)", fn, bytes,
-            twoshot ? "two-shot" : "one-shot", twoshot ? "copy in and out" : "one copy",
-            (bytes + piece - 1) / piece);
+           zcc_gpu_algo_name(algo), twoshot ? "copy in and out" : "one copy",
+           (bytes + piece - 1) / piece);
   for (size_t off = 0; off < bytes; off += piece) {
     size_t n = bytes - off < piece ? bytes - off : piece;
     CU(cudaMemcpyAsync(g->staging[g->rank], (const char *)x->sendbuf + off, n,
@@ -359,14 +362,12 @@ static int launches(const zcc_gpu_t *g, const zcc_coll_args_t *x) {
   size_t es = zcc_type_size(x->type), bytes = x->count * es;
   int k = g->nranks;
   if (x->coll == ZCC_COLL_ALLREDUCE) {
-    int64_t ll_max = zcc_param_gpu_ll_max();
-    if ((int64_t)bytes <= ll_max && bytes <= ZCC_DEV_LL_MAX_BYTES) return 1;
-    if (k == 2 && (int64_t)bytes >= zcc_param_gpu_ce_min()) return 3;
-    int twoshot = (int64_t)bytes >= zcc_param_gpu_twoshot_min() && k > 1;
-    if (find_reg((zcc_gpu_t *)g, x->sendbuf, bytes) &&
-        (!twoshot || find_reg((zcc_gpu_t *)g, x->recvbuf, bytes)))
-      return 1;
-    return (bytes > piece_bytes(g->staging_bytes) ? 2 : 1) * (twoshot ? 3 : 2);
+    zcc_gpu_algo_t algo;
+    int zero_copy;
+    if (ar_plan((zcc_gpu_t *)g, x, &algo, &zero_copy) != zccSuccess) return 1;
+    if (algo == ZCC_GPU_CE) return 3;
+    if (algo == ZCC_GPU_LL || zero_copy) return 1;
+    return (bytes > piece_bytes(g->staging_bytes) ? 2 : 1) * (algo == ZCC_GPU_TWOSHOT ? 3 : 2);
   }
   int split = x->coll == ZCC_COLL_REDUCESCATTER || x->coll == ZCC_COLL_ALLTOALL;
   size_t piece = piece_bytes(split ? g->staging_bytes / (size_t)k : g->staging_bytes);

@@ -147,4 +147,27 @@ const char *zcc_planner_algo_override(void);
 zccResult_t zcc_planner_pick_host(int nranks, int nnodes, zcc_coll_t coll,
                                   size_t bytes, zcc_algo_t *algo);
 
+/*
+ * GPU communicators (every rank on one host, all-pairs NVLink or P2P):
+ * the allreduce algorithms of collectives/gpu_coll.c and their predicted
+ * time. Constants measured on 2 H200s joined by NV18, times of CUDA-graph
+ * replays (docs/perf/h200x2.md has the predicted-versus-measured table).
+ */
+typedef enum {
+  ZCC_GPU_LL = 0,  /* data with flags into peers' LL areas (<= 64 KiB) */
+  ZCC_GPU_ONESHOT, /* every rank reads every input */
+  ZCC_GPU_TWOSHOT, /* reduce-scatter, then all-gather, by stores */
+  ZCC_GPU_CE,      /* copy engines push, SMs reduce locally (2 ranks) */
+  ZCC_GPU_ALGO_COUNT
+} zcc_gpu_algo_t;
+
+const char *zcc_gpu_algo_name(zcc_gpu_algo_t algo);
+/* Predicted microseconds for an allreduce of `bytes`; staged: unregistered buffers. */
+double zcc_planner_gpu_predict(zcc_gpu_algo_t algo, int nranks, size_t bytes, int staged);
+/*
+ * The fastest predicted algorithm that can run; ZCC_PROTO=ll, ZCC_ALGO=
+ * oneshot|twoshot|ce override (one that cannot run is zccInvalidArgument).
+ */
+zccResult_t zcc_planner_pick_gpu(int nranks, size_t bytes, int staged, zcc_gpu_algo_t *algo);
+
 #endif /* ZCC_PLANNER_H_ */
