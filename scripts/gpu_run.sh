@@ -11,9 +11,10 @@
 #   colls-full test_gpu_colls --layout both --full
 #   sanitize   compute-sanitizer memcheck and racecheck on test_gpu_colls --quick
 #   python     the Python CUDA tests (tests/python/test_cuda.py) with the host's torch
-#   perf       allreduce_perf 8 B..8 GiB --compare nccl, eager and -G 20
-#   perf-quick allreduce_perf 8 B..256 MiB --compare nccl, eager and -G 20
-#   perf-colls the other collectives, 8 B..1 GiB --compare nccl
+#   perf       allreduce_perf -g 2 8 B..PERF_MAX (default 8G) --compare nccl, eager and -G 20
+#   perf-np    the same, one process per GPU (-np 2), eager
+#   calib      each allreduce algorithm forced (ZCC_ALGO / ZCC_PROTO), -G 20, no NCCL
+#   perf-colls the other collectives, 8 B..PERF_MAX (default 1G) --compare nccl
 #   perf-wheel allreduce_perf --compare nccl against the host's nvidia-nccl-cu13
 #              Python wheel (ZCC_NCCL_LIB pointing at its libnccl.so.2)
 # Logs go to $OUT (default ./gpu_run_out); a summary prints last.
@@ -75,15 +76,24 @@ for phase in "$@"; do
   python)
     run python 600 python3 -m pytest -q -rs -p no:cacheprovider "$root/tests/python/test_cuda.py"
     ;;
-  perf | perf-quick)
-    e=8G; [ "$phase" = perf-quick ] && e=256M
+  perf)
+    e=${PERF_MAX:-8G}
     run allreduce-eager 900 "$bin/allreduce_perf" -b 8 -e $e -f 2 -g 2 -w 5 -n 20 -c 1 --compare nccl
-    run allreduce-graph 900 "$bin/allreduce_perf" -b 8 -e $e -f 2 -g 2 -w 5 -n 20 -c 1 -G 20 --compare nccl
-    run allreduce-np2 600 "$bin/allreduce_perf" -b 8 -e 256M -f 4 -np 2 -w 5 -n 20 -c 1 --compare nccl
+    run allreduce-graph 900 "$bin/allreduce_perf" -b 8 -e $e -f 2 -g 2 -w 5 -c 0 -G 20 --compare nccl
+    ;;
+  perf-np)
+    run allreduce-np2 600 "$bin/allreduce_perf" -b 8 -e ${PERF_MAX:-8G} -f 4 -np 2 -w 5 -n 20 -c 1 --compare nccl
+    ;;
+  calib)
+    # Each algorithm forced, CUDA-graph replays, for the cost model's constants.
+    for a in ll oneshot twoshot ce; do
+      case $a in ll) v="ZCC_PROTO=ll"; e=64K ;; *) v="ZCC_ALGO=$a"; e=${PERF_MAX:-1G} ;; esac
+      run "calib-$a" 600 env $v "$bin/allreduce_perf" -b 8 -e $e -f 4 -g 2 -w 5 -c 0 -G 20
+    done
     ;;
   perf-colls)
     for c in broadcast reduce allgather reducescatter alltoall sendrecv; do
-      run "$c" 600 "$bin/${c}_perf" -b 8 -e 1G -f 4 -g 2 -w 5 -n 20 -c 1 --compare nccl
+      run "$c" 600 "$bin/${c}_perf" -b 8 -e ${PERF_MAX:-1G} -f 4 -g 2 -w 5 -n 20 -c 1 --compare nccl
     done
     ;;
   perf-wheel)

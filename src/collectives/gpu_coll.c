@@ -336,11 +336,12 @@ static zccResult_t dispatch(struct zccComm *comm, const zcc_coll_args_t *x, cuda
  * from then on launched as one graph: one launch instead of many. The
  * kernels keep their sequence counters in device memory, so replays are
  * exact. Not while the caller's stream is itself being captured (the
- * caller's graph takes the operations), and ZCC_GPU_GRAPHS=0 turns it off.
+ * caller's graph takes the operations). Off unless ZCC_GPU_GRAPHS=1: no GPU
+ * run has exercised it yet (docs/perf/h200x2.md).
  */
-ZCC_PARAM_INT(gpu_graphs, "GPU_GRAPHS", 1,
-              "capture calls of several GPU launches that recur with the same arguments "
-              "into a CUDA graph, and launch that (1) or not (0)")
+ZCC_PARAM_INT(gpu_graphs, "GPU_GRAPHS", 0,
+              "1: capture calls of several GPU launches that recur with the same "
+              "arguments into a CUDA graph and launch that; 0 (default): launch directly")
 
 typedef struct zcc_gpu_graph {
   zcc_coll_args_t key;
