@@ -360,3 +360,24 @@ extern "C" __attribute__((visibility("hidden"))) int zcc_dev_allreduce_blocks(
   if (ar_blocks(args, p, twoshot, &blocks) != cudaSuccess) return -1;
   return blocks;
 }
+
+// Load every kernel of this file now (see zcc_dev_preload in device.h).
+extern "C" __attribute__((visibility("hidden"))) int zcc_dev_preload_allreduce(void) {
+  int err = cudaSuccess;
+  cudaFuncAttributes fa;
+#define ZD_LOAD_AR(T, Op)                                                      \
+  do {                                                                        \
+    cudaError_t e_ = cudaFuncGetAttributes(&fa, oneshot_kernel<T, Op, 2>);    \
+    if (e_ == cudaSuccess) e_ = cudaFuncGetAttributes(&fa, oneshot_kernel<T, Op, 8>); \
+    if (e_ == cudaSuccess) e_ = cudaFuncGetAttributes(&fa, twoshot_kernel<T, Op, 2>); \
+    if (e_ == cudaSuccess) e_ = cudaFuncGetAttributes(&fa, twoshot_kernel<T, Op, 8>); \
+    if (e_ != cudaSuccess) err = e_;                                          \
+  } while (0)
+  for (int t = 0; t < zccNumTypes; t++)
+    for (int o = 0; o < zccNumOps; o++) {
+      if (o == zccAvg) continue; /* runs as sum */
+      ZD_DISPATCH((zccDataType_t)t, (zccRedOp_t)o, ZD_LOAD_AR)
+    }
+#undef ZD_LOAD_AR
+  return err;
+}

@@ -190,3 +190,22 @@ extern "C" __attribute__((visibility("hidden"))) int zcc_dev_allreduce_oneshot_l
   if (err != cudaSuccess) return err;
   return cudaGetLastError();
 }
+
+// Load every kernel of this file now (see zcc_dev_preload in device.h).
+extern "C" __attribute__((visibility("hidden"))) int zcc_dev_preload_ll(void) {
+  int err = cudaSuccess;
+  cudaFuncAttributes fa;
+#define ZD_LOAD_LL(T, Op)                                                      \
+  do {                                                                        \
+    cudaError_t e_ = cudaFuncGetAttributes(&fa, oneshot_ll_kernel<T, Op, 2>); \
+    if (e_ == cudaSuccess) e_ = cudaFuncGetAttributes(&fa, oneshot_ll_kernel<T, Op, 8>); \
+    if (e_ != cudaSuccess) err = e_;                                          \
+  } while (0)
+  for (int t = 0; t < zccNumTypes; t++)
+    for (int o = 0; o < zccNumOps; o++) {
+      if (o == zccAvg) continue;
+      ZD_DISPATCH((zccDataType_t)t, (zccRedOp_t)o, ZD_LOAD_LL)
+    }
+#undef ZD_LOAD_LL
+  return err;
+}

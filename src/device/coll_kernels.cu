@@ -230,3 +230,12 @@ extern "C" __attribute__((visibility("hidden"))) int zcc_dev_gather(const zcc_de
   else gather_kernel<ZCC_DEV_MAX_RANKS><<<blocks, ZD_GA_THREADS, 0, s>>>(p);
   return cudaGetLastError();
 }
+
+// Load every kernel of this file now (see zcc_dev_preload in device.h).
+extern "C" __attribute__((visibility("hidden"))) int zcc_dev_preload_coll(void) {
+  cudaFuncAttributes fa;
+  cudaError_t e = cudaFuncGetAttributes(&fa, barrier_kernel);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, gather_kernel<2>);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, gather_kernel<ZCC_DEV_MAX_RANKS>);
+  return e;
+}

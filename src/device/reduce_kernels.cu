@@ -170,3 +170,29 @@ extern "C" __attribute__((visibility("hidden"))) int zcc_dev_finish_avg(
   if (err != cudaSuccess) return err;
   return cudaGetLastError();
 }
+
+// Load every kernel of this file now (see zcc_dev_preload in device.h).
+extern "C" __attribute__((visibility("hidden"))) int zcc_dev_preload_reduce(void) {
+  int err = cudaSuccess;
+  cudaFuncAttributes fa;
+#define ZD_LOAD_RED(T, Op)                                                     \
+  do {                                                                        \
+    cudaError_t e_ = cudaFuncGetAttributes(&fa, reduce_kernel<T, Op>);        \
+    if (e_ != cudaSuccess) err = e_;                                          \
+  } while (0)
+#define ZD_LOAD_AVG(T)                                                         \
+  do {                                                                        \
+    cudaError_t e_ = cudaFuncGetAttributes(&fa, avg_kernel<T>);               \
+    if (e_ != cudaSuccess) err = e_;                                          \
+  } while (0)
+  for (int t = 0; t < zccNumTypes; t++) {
+    for (int o = 0; o < zccNumOps; o++) {
+      if (o == zccAvg) continue;
+      ZD_DISPATCH((zccDataType_t)t, (zccRedOp_t)o, ZD_LOAD_RED)
+    }
+    ZD_DISPATCH_TYPE((zccDataType_t)t, ZD_LOAD_AVG)
+  }
+#undef ZD_LOAD_RED
+#undef ZD_LOAD_AVG
+  return err;
+}

@@ -41,6 +41,16 @@ struct CUstream_st;
 /* Bytes of one rank's flag area: allocate on its GPU, zero once, map to peers. */
 #define ZCC_DEV_FLAGS_BYTES (ZCC_DEV_MAX_BLOCKS * 64)
 
+/*
+ * Load every zcc kernel into the current device's context now. With CUDA's
+ * lazy loading (the default since 12.2) a kernel's first launch loads it,
+ * which can wait for the device to go idle: a launch on a GPU whose earlier
+ * zcc kernel spins until a peer GPU arrives, when the same host thread has
+ * yet to launch the peer's part, would then never return. Called once per
+ * GPU communicator, before any collective. 0 or the cudaError_t.
+ */
+int zcc_dev_preload(void);
+
 /* "no error", or the CUDA runtime's name for code. */
 const char *zcc_dev_error_string(int code);
 

@@ -203,6 +203,14 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
   g->nranks = n;
   g->rank = me;
   CUDA_TRY(cudaSetDevice(g->dev), comm);
+  /* Before any kernel can spin on this GPU (device.h says why). */
+  int pe = zcc_dev_preload();
+  if (pe != 0) {
+    /* Not fatal: kernels then load at first launch, as CUDA does by default. */
+    ZCC_WARN("comm %s rank %d: preloading zcc's kernels failed (%s); they load at first use",
+             comm->name, me, zcc_dev_error_string(pe));
+    (void)cudaGetLastError();
+  }
   int64_t sb = zcc_param_gpu_buffsize();
   if (sb < (1 << 20) || sb > ((int64_t)1 << 34))
     return zcc_error(zccInvalidArgument, "ZCC_GPU_BUFFSIZE=%lld: expected 1 MiB to 16 GiB",
