@@ -13,11 +13,14 @@
 #   python     the Python CUDA tests (tests/python/test_cuda.py) with the host's torch
 #   perf       allreduce_perf -g 2 8 B..PERF_MAX (default 8G) --compare nccl, eager and -G 20
 #   perf-np    the same, one process per GPU (-np 2), eager
+#   ce         the copy-engine allreduce forced (ZCC_ALGO=ce), checked, -g 2 and -np 2
+#   perf-reg   allreduce on registered buffers (-R 1: zero copy) against NCCL
 #   calib      each allreduce algorithm forced (ZCC_ALGO / ZCC_PROTO), -G 20, no NCCL
 #   perf-colls the other collectives, 8 B..PERF_MAX (default 1G) --compare nccl
 #   perf-wheel allreduce_perf --compare nccl against the host's nvidia-nccl-cu13
 #              Python wheel (ZCC_NCCL_LIB pointing at its libnccl.so.2)
-# Logs go to $OUT (default ./gpu_run_out); a summary prints last.
+# Logs go to $OUT (default ./gpu_run_out), packed into logs.tgz (GPU_RUN_TAR=0:
+# left as they are); a summary prints last and goes to summary.txt.
 # NVLink multicast stays off for every library (NCCL_NVLS_ENABLE=0 and friends).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -91,6 +94,14 @@ for phase in "$@"; do
       run "calib-$a" 600 env $v "$bin/allreduce_perf" -b 8 -e $e -f 4 -g 2 -w 5 -c 0 -G 20
     done
     ;;
+  ce)
+    # The copy-engine pipeline, forced, checked: it hung before kernels were preloaded.
+    run ce-eager 300 env ZCC_ALGO=ce "$bin/allreduce_perf" -b 1M -e ${PERF_MAX:-1G} -f 4 -g 2 -w 3 -n 10 -c 1 --compare nccl
+    run ce-np2 300 env ZCC_ALGO=ce "$bin/allreduce_perf" -b 1M -e ${PERF_MAX:-1G} -f 4 -np 2 -w 3 -n 10 -c 1
+    ;;
+  perf-reg)
+    run allreduce-reg 600 "$bin/allreduce_perf" -b 8 -e ${PERF_MAX:-8G} -f 2 -g 2 -w 5 -n 20 -c 1 -R 1 --compare nccl
+    ;;
   perf-colls)
     for c in broadcast reduce allgather reducescatter alltoall sendrecv; do
       run "$c" 600 "$bin/${c}_perf" -b 8 -e ${PERF_MAX:-1G} -f 4 -g 2 -w 5 -n 20 -c 1 --compare nccl
@@ -111,4 +122,8 @@ for phase in "$@"; do
 done
 echo
 echo "== summary (logs in $OUT)"
-printf '%s\n' "${summary[@]}"
+printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
+# The device tool returns at most 8 files: one archive of the logs.
+if [ "${GPU_RUN_TAR:-1}" = 1 ] && ls "$OUT"/*.log >/dev/null 2>&1; then
+  (cd "$OUT" && tar czf logs.tgz ./*.log && rm -f ./*.log)
+fi

@@ -469,6 +469,20 @@ zccResult_t zcc_gpu_p2p(struct zccComm *comm, const zcc_gpu_p2p_op_t *ops, int n
     if (ops[i].bytes)
       ZCC_CHECK(zcc_gpu_check_ptr(comm, ops[i].buf, ops[i].is_recv ? "recvbuff" : "sendbuff",
                                   fn));
+  /* A receive may not land where a send of the same launch still reads (the
+     kernel runs them concurrently); self copies of one buffer are no-ops. */
+  for (int i = 0; i < nops; i++)
+    for (int j = 0; j < nops; j++) {
+      const zcc_gpu_p2p_op_t *r = &ops[i], *w = &ops[j];
+      if (!r->is_recv || w->is_recv || !r->bytes || !w->bytes) continue;
+      if (r->peer == g->rank && w->peer == g->rank && r->buf == w->buf) continue;
+      uintptr_t a = (uintptr_t)r->buf, b = (uintptr_t)w->buf;
+      if (a < b + w->bytes && b < a + r->bytes)
+        return zcc_error(zccInvalidArgument,
+                         "%s: a receive from rank %d into %p overlaps a send to rank %d from "
+                         "%p in the same group; GPU point-to-point needs separate buffers",
+                         fn, r->peer, r->buf, w->peer, w->buf);
+    }
   /* Sends to self pair with receives from self in order: plain copies. */
   int nself_s = 0, nself_r = 0;
   for (int i = 0; i < nops; i++)

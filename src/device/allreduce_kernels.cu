@@ -228,22 +228,6 @@ __global__ void __launch_bounds__(ZD_AR_THREADS) twoshot_kernel(ArParams p) {
   ar_counter_store<MAXK>(p, seq);
 }
 
-int sm_count_cached(int *n) {
-  static int cache[64];
-  int dev;
-  cudaError_t err = cudaGetDevice(&dev);
-  if (err != cudaSuccess) return err;
-  if (dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
-  int c = __atomic_load_n(&cache[dev], __ATOMIC_RELAXED);
-  if (c == 0) {
-    err = cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, dev);
-    if (err != cudaSuccess) return err;
-    __atomic_store_n(&cache[dev], c, __ATOMIC_RELAXED);
-  }
-  *n = c;
-  return cudaSuccess;
-}
-
 // Validate args and fill the kernel parameters (everything but the grid).
 int ar_prepare(const zcc_dev_allreduce_t *a, int twoshot, ArParams *p, size_t *elem) {
   if (!a) return cudaErrorInvalidValue;
@@ -296,7 +280,7 @@ int ar_prepare(const zcc_dev_allreduce_t *a, int twoshot, ArParams *p, size_t *e
 
 int ar_blocks(const zcc_dev_allreduce_t *a, const ArParams &p, int twoshot, int *blocks) {
   int sms;
-  int err = sm_count_cached(&sms);
+  int err = zd_sm_count(&sms);
   if (err != cudaSuccess) return err;
   int cap = a->max_blocks ? a->max_blocks : ZCC_DEV_DEFAULT_BLOCKS;
   if (cap > sms) cap = sms;

@@ -119,22 +119,6 @@ __global__ void __launch_bounds__(ZD_GA_THREADS) gather_kernel(GaParams p) {
   zd_counter_store<MAXK>(p.flags, p.rank, seq);
 }
 
-int sm_count(int *n) {
-  static int cache[64];
-  int dev;
-  cudaError_t err = cudaGetDevice(&dev);
-  if (err != cudaSuccess) return err;
-  if (dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
-  int c = __atomic_load_n(&cache[dev], __ATOMIC_RELAXED);
-  if (c == 0) {
-    err = cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, dev);
-    if (err != cudaSuccess) return err;
-    __atomic_store_n(&cache[dev], c, __ATOMIC_RELAXED);
-  }
-  *n = c;
-  return cudaSuccess;
-}
-
 int host_width(uintptr_t a) {
   a &= 15u;
   return a == 0 ? 16 : (int)(a & (0u - a));
@@ -183,7 +167,7 @@ int gather_prepare(const zcc_dev_gather_t *a, GaParams *p) {
 // kernels): the same on every rank whatever sources it copies.
 int gather_blocks(const zcc_dev_gather_t *a, int *blocks) {
   int sms;
-  int err = sm_count(&sms);
+  int err = zd_sm_count(&sms);
   if (err != cudaSuccess) return err;
   int cap = a->max_blocks ? a->max_blocks : ZCC_DEV_DEFAULT_BLOCKS;
   if (cap > sms) cap = sms;

@@ -76,4 +76,22 @@ template <int MAXK> ZD_INLINE void zd_counter_store(uint32_t *const *flags, int 
   if (threadIdx.x == 0) zd_pick<MAXK>(flags, rank)[blockIdx.x * ZD_FLAG_STRIDE + ZD_FLAG_CTR] = v;
 }
 
+// Multiprocessors of the current device (cached per device), for grids that
+// every rank must derive alike. 0 or a cudaError_t.
+static inline int zd_sm_count(int *n) {
+  static int cache[64];
+  int dev;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
+  if (dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
+  int c = __atomic_load_n(&cache[dev], __ATOMIC_RELAXED);
+  if (c == 0) {
+    err = cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, dev);
+    if (err != cudaSuccess) return err;
+    __atomic_store_n(&cache[dev], c, __ATOMIC_RELAXED);
+  }
+  *n = c;
+  return cudaSuccess;
+}
+
 #endif // ZCC_DEVICE_FLAGS_CUH_
