@@ -163,13 +163,19 @@ static zccResult_t allreduce_ce(struct zccComm *comm, const zcc_coll_args_t *x, 
   return zccSuccess;
 }
 
-/* The allreduce algorithm for x, and whether its buffers are read in place. */
+/*
+ * The allreduce algorithm for x, and whether its buffers are read in place;
+ * *rs / *rr: the registrations holding sendbuff / recvbuff, or NULL.
+ */
 static zccResult_t ar_plan(zcc_gpu_t *g, const zcc_coll_args_t *x, zcc_gpu_algo_t *algo,
-                           int *zero_copy) {
+                           int *zero_copy, zcc_gpu_reg_t **rs, zcc_gpu_reg_t **rr) {
   size_t bytes = x->count * zcc_type_size(x->type);
-  zcc_gpu_reg_t *rs = find_reg(g, x->sendbuf, bytes), *rr = find_reg(g, x->recvbuf, bytes);
-  ZCC_CHECK(zcc_planner_pick_gpu(g->nranks, bytes, !(rs && rr), algo));
-  *zero_copy = *algo == ZCC_GPU_ONESHOT ? rs != NULL : *algo == ZCC_GPU_TWOSHOT ? rs && rr : 0;
+  *rs = find_reg(g, x->sendbuf, bytes);
+  *rr = find_reg(g, x->recvbuf, bytes);
+  ZCC_CHECK(zcc_planner_pick_gpu(g->nranks, bytes, !(*rs && *rr), algo));
+  *zero_copy = *algo == ZCC_GPU_ONESHOT   ? *rs != NULL
+               : *algo == ZCC_GPU_TWOSHOT ? *rs && *rr
+                                          : 0;
   return zccSuccess;
 }
 
@@ -179,7 +185,8 @@ static zccResult_t allreduce(struct zccComm *comm, const zcc_coll_args_t *x, cud
   size_t es = zcc_type_size(x->type), bytes = x->count * es;
   zcc_gpu_algo_t algo;
   int zero_copy;
-  ZCC_CHECK(ar_plan(g, x, &algo, &zero_copy));
+  zcc_gpu_reg_t *rs, *rr;
+  ZCC_CHECK(ar_plan(g, x, &algo, &zero_copy, &rs, &rr));
   if (algo == ZCC_GPU_CE) return allreduce_ce(comm, x, s, bytes, fn);
   zcc_dev_allreduce_t a;
   ar_base(g, &a);
@@ -195,7 +202,6 @@ static zccResult_t allreduce(struct zccComm *comm, const zcc_coll_args_t *x, cud
   }
   int twoshot = algo == ZCC_GPU_TWOSHOT;
   if (zero_copy) {
-    zcc_gpu_reg_t *rs = find_reg(g, x->sendbuf, bytes), *rr = find_reg(g, x->recvbuf, bytes);
     size_t so = (const char *)x->sendbuf - rs->base;
     size_t ro = rr ? (size_t)((const char *)x->recvbuf - rr->base) : 0;
     for (int r = 0; r < g->nranks; r++) {
@@ -365,7 +371,8 @@ static int launches(const zcc_gpu_t *g, const zcc_coll_args_t *x) {
   if (x->coll == ZCC_COLL_ALLREDUCE) {
     zcc_gpu_algo_t algo;
     int zero_copy;
-    if (ar_plan((zcc_gpu_t *)g, x, &algo, &zero_copy) != zccSuccess) return 1;
+    zcc_gpu_reg_t *rs, *rr;
+    if (ar_plan((zcc_gpu_t *)g, x, &algo, &zero_copy, &rs, &rr) != zccSuccess) return 1;
     if (algo == ZCC_GPU_CE) return 3;
     if (algo == ZCC_GPU_LL || zero_copy) return 1;
     return (bytes > piece_bytes(g->staging_bytes) ? 2 : 1) * (algo == ZCC_GPU_TWOSHOT ? 3 : 2);

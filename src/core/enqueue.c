@@ -177,6 +177,11 @@ static zccResult_t run_p2p(int is_recv, void *buf, size_t count, zccDataType_t t
   }
   ZCC_TRACE(CALL, "%s buff %p count %zu type %s peer %d", fn, buf, count, zcc_type_name(type),
             peer);
+  if (!zcc_group_active() && peer == comm->rank && bytes) {
+    res = zcc_error(zccInvalidUsage,
+                    "%s: a send to or receive from self must be paired inside a group", fn);
+    goto fail;
+  }
 #ifdef ZCC_HAVE_CUDA
   if (comm->gpu) {
     zcc_gpu_p2p_op_t op = {buf, bytes, peer, is_recv, stream};
@@ -185,11 +190,6 @@ static zccResult_t run_p2p(int is_recv, void *buf, size_t count, zccDataType_t t
       res = zcc_group_gpu_p2p_add(comm, &op, &kept);
       if (res != zccSuccess || !kept) zcc_comm_leave(comm);
       return res;
-    }
-    if (peer == comm->rank && bytes) {
-      res = zcc_error(zccInvalidUsage,
-                      "%s: a send to or receive from self must be paired inside a group", fn);
-      goto fail;
     }
     res = zcc_gpu_p2p(comm, &op, 1, fn);
     goto fail;
@@ -203,11 +203,6 @@ static zccResult_t run_p2p(int is_recv, void *buf, size_t count, zccDataType_t t
     res = zcc_plan_p2p(plan, is_recv, peer, buf, bytes);
     if (!created) zcc_comm_leave(comm);
     return res;
-  }
-  if (peer == comm->rank && bytes) {
-    res = zcc_error(zccInvalidUsage,
-                    "%s: a send to or receive from self must be paired inside a group", fn);
-    goto fail;
   }
   zcc_plan_t *plan;
   ZCC_CHECK_GOTO(zcc_plan_new(comm, ZCC_COLL_SENDRECV, &plan), res, fail);

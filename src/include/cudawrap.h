@@ -1,6 +1,8 @@
 /*
- * The one wall between host code and CUDA: the driver library is loaded at
- * run time (dlopen), so one build runs on machines without it.
+ * CUDA for the code that every build has (core, topology): the driver
+ * library is loaded at run time (dlopen), so one build runs on machines
+ * without it. The GPU path (gpu.h: transport/p2p.c, collectives/gpu_coll.c)
+ * is compiled only with CUDA and calls the CUDA runtime directly.
  */
 #ifndef ZCC_CUDAWRAP_H_
 #define ZCC_CUDAWRAP_H_

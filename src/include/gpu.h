@@ -15,6 +15,8 @@
 #ifndef ZCC_GPU_H_
 #define ZCC_GPU_H_
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -57,8 +59,8 @@ typedef struct zcc_gpu {
   volatile uint32_t *abort_host;       /* mapped pinned word: nonzero stops waiting kernels */
   uint32_t *abort_dev;
   int watchdog_started;
-  int watchdog_stop;                   /* atomic */
-  void *watchdog_thread;               /* pthread_t, owned */
+  atomic_int watchdog_stop;
+  pthread_t watchdog_thread;
   zcc_gpu_reg_t *regs;
   int nregs;
   /* Copy-engine pipeline (two ranks): flags, a side stream and events. */

@@ -94,7 +94,7 @@ static void *watchdog_main(void *arg) {
   zcc_gpu_t *g = comm->gpu;
   const zcc_peer_info_t *self = &comm->peers[comm->rank];
   struct timespec ts = {0, 20 * 1000 * 1000};
-  while (!atomic_load((atomic_int *)&g->watchdog_stop)) {
+  while (!atomic_load(&g->watchdog_stop)) {
     if (atomic_load(&comm->abort_flag) || atomic_load(&comm->async_error) != zccSuccess) {
       *g->abort_host = 1;
     } else {
@@ -253,13 +253,8 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
   /* Nobody writes into a peer's window before every peer has mapped all. */
   if (n > 1) ZCC_CHECK(zcc_bootstrap_barrier(comm->bootstrap, comm->timeout_ms));
 
-  pthread_t *t = malloc(sizeof(*t));
-  if (!t) return zcc_error(zccSystemError, "init: out of memory");
-  if (pthread_create(t, NULL, watchdog_main, comm) != 0) {
-    free(t);
+  if (pthread_create(&g->watchdog_thread, NULL, watchdog_main, comm) != 0)
     return zcc_error(zccSystemError, "init: cannot start the GPU watchdog thread");
-  }
-  g->watchdog_thread = t;
   g->watchdog_started = 1;
   ZCC_INFO(INIT, "comm %s rank %d: GPU %d (%s), window %zu MiB, staging %zu MiB", comm->name,
            me, g->dev, comm->peers[me].gpu_bus_id, g->win_bytes >> 20, g->staging_bytes >> 20);
@@ -278,10 +273,9 @@ void zcc_gpu_comm_free(struct zccComm *comm) {
   zcc_gpu_t *g = comm->gpu;
   if (!g) return;
   if (g->watchdog_started) {
-    atomic_store((atomic_int *)&g->watchdog_stop, 1);
-    pthread_join(*(pthread_t *)g->watchdog_thread, NULL);
+    atomic_store(&g->watchdog_stop, 1);
+    pthread_join(g->watchdog_thread, NULL);
   }
-  free(g->watchdog_thread);
   int prev = -1;
   cudaGetDevice(&prev);
   cudaSetDevice(g->dev);
