@@ -12,6 +12,8 @@
 #   sanitize   compute-sanitizer memcheck and racecheck on test_gpu_colls --quick
 #   python     the Python CUDA tests (tests/python/test_cuda.py) with the host's torch
 #   perf       allreduce_perf -g 2 8 B..PERF_MAX (default 8G) --compare nccl, eager and -G 20
+#   perf-small allreduce -g 2 8 B..1 MiB --compare nccl, eager and -G 20
+#   push-sweep the push allreduce at ZCC_GPU_PUSH_BLOCKS in PUSH_BLOCKS (16 32 64 128), -G 10
 #   perf-np    the same, one process per GPU (-np 2), eager
 #   ce         the copy-engine allreduce forced (ZCC_ALGO=ce), checked, -g 2 and -np 2
 #   perf-reg   allreduce on registered buffers (-R 1: zero copy) against NCCL
@@ -72,7 +74,7 @@ for phase in "$@"; do
   colls-full) run colls-full 1200 "$bin/test_gpu_colls" --layout both --full ;;
   sanitize)
     for tool in memcheck racecheck; do
-      run "sanitize-$tool" 900 compute-sanitizer --tool $tool --error-exitcode 9 \
+      run "sanitize-$tool" ${SANITIZE_TIMEOUT:-300} compute-sanitizer --tool $tool --error-exitcode 9 \
         --target-processes all "$bin/test_gpu_colls" --quick --layout both
     done
     ;;
@@ -83,6 +85,18 @@ for phase in "$@"; do
     e=${PERF_MAX:-8G}
     run allreduce-eager 900 "$bin/allreduce_perf" -b 8 -e $e -f 2 -g 2 -w 5 -n 20 -c 1 --compare nccl
     run allreduce-graph 900 "$bin/allreduce_perf" -b 8 -e $e -f 2 -g 2 -w 5 -c 0 -G 20 --compare nccl
+    ;;
+  perf-small)
+    # 8 B..1 MiB, eager and in graphs (-n 20 operations per graph, 20 replays).
+    run small-eager 300 "$bin/allreduce_perf" -b 8 -e 1M -f 2 -g 2 -w 20 -n 50 -c 1 --compare nccl
+    run small-graph 300 "$bin/allreduce_perf" -b 8 -e 1M -f 2 -g 2 -w 5 -n 20 -c 1 -G 20 --compare nccl
+    ;;
+  push-sweep)
+    # The push allreduce's block count (ZCC_GPU_PUSH_BLOCKS), graphs, no NCCL.
+    for pb in ${PUSH_BLOCKS:-16 32 64 128}; do
+      run "push-b$pb" 300 env ZCC_GPU_PUSH_BLOCKS=$pb "$bin/allreduce_perf" -b 128K -e ${PERF_MAX:-1G} \
+        -f 4 -g 2 -w 5 -n 20 -c 1 -G 10
+    done
     ;;
   perf-np)
     run allreduce-np2 600 "$bin/allreduce_perf" -b 8 -e ${PERF_MAX:-8G} -f 4 -np 2 -w 5 -n 20 -c 1 --compare nccl
@@ -96,8 +110,8 @@ for phase in "$@"; do
     ;;
   ce)
     # The copy-engine pipeline, forced, checked: it hung before kernels were preloaded.
-    run ce-eager 300 env ZCC_ALGO=ce "$bin/allreduce_perf" -b 1M -e ${PERF_MAX:-1G} -f 4 -g 2 -w 3 -n 10 -c 1 --compare nccl
-    run ce-np2 300 env ZCC_ALGO=ce "$bin/allreduce_perf" -b 1M -e ${PERF_MAX:-1G} -f 4 -np 2 -w 3 -n 10 -c 1
+    run ce-eager 150 env ZCC_ALGO=ce "$bin/allreduce_perf" -b 1M -e ${PERF_MAX:-1G} -f 4 -g 2 -w 3 -n 10 -c 1 --compare nccl
+    run ce-np2 120 env ZCC_ALGO=ce "$bin/allreduce_perf" -b 1M -e ${PERF_MAX:-1G} -f 4 -np 2 -w 3 -n 10 -c 1
     ;;
   perf-reg)
     run allreduce-reg 600 "$bin/allreduce_perf" -b 8 -e ${PERF_MAX:-8G} -f 2 -g 2 -w 5 -n 20 -c 1 -R 1 --compare nccl

@@ -6,9 +6,11 @@
  *
  * Timing: -w eager iterations, then -n timed ones, each between two CUDA
  * events on every GPU's stream; per iteration the slowest rank's time, then
- * the median. With -G n, after the eager warm-up, one iteration (every GPU's
- * calls, grouped) is captured into one CUDA graph per stream and n replays
- * are timed the same way. NCCL's measurements (--compare nccl) take the
+ * the median. With -G g, as in nccl-tests, after the eager warm-up -n
+ * iterations (every GPU's calls, grouped) are captured into one CUDA graph
+ * per stream and g replays are timed the same way, each replay's time
+ * divided by -n (the time of one operation inside a graph). The check
+ * replays a graph of one iteration. NCCL's measurements (--compare nccl) take the
  * same path with NCCL's calls.
  *
  * The bookkeeping (times, error counts, the rank list) goes through the
@@ -364,11 +366,11 @@ static void iteration(perf_run_t *r, int lib, const perf_call_t *calls)
 }
 
 /*
- * Capture one iteration into one graph per stream and instantiate them:
+ * Capture n iterations into one graph per stream and instantiate them:
  * every capture ends before the first instantiation (the capturing thread
  * may make no other CUDA call that a capture forbids).
  */
-static void capture(perf_run_t *r, int lib, const perf_call_t *calls)
+static void capture(perf_run_t *r, int lib, const perf_call_t *calls, int n)
 {
   perf_world_t *w = r->w;
   cudaGraph_t graph[PERF_MAX_GPUS];
@@ -377,7 +379,8 @@ static void capture(perf_run_t *r, int lib, const perf_call_t *calls)
     perf_gpu_set_device(w, w->cuda_dev[l]);
     CUDA_CHECK(w, cudaStreamBeginCapture(r->gpu->g[l].stream, cudaStreamCaptureModeThreadLocal));
   }
-  iteration(r, lib, calls);
+  for (int i = 0; i < n; i++)
+    iteration(r, lib, calls);
   for (int l = 0; l < w->nlocal; l++) {
     perf_gpu_set_device(w, w->cuda_dev[l]);
     graph[l] = NULL;
@@ -433,8 +436,11 @@ static void prepare(perf_run_t *r, const perf_data_t *d, const perf_counts_t *c,
   }
 }
 
-/* Time r->ntimes iterations (or replays) into r->times: the slowest local GPU's. */
-static void time_loop(perf_run_t *r, int lib, const perf_call_t *calls, int graphs)
+/*
+ * Time r->ntimes iterations (or replays of graphs of per_graph iterations)
+ * into r->times, per iteration: the slowest local GPU's.
+ */
+static void time_loop(perf_run_t *r, int lib, const perf_call_t *calls, int graphs, int per_graph)
 {
   perf_world_t *w = r->w;
 
@@ -459,8 +465,9 @@ static void time_loop(perf_run_t *r, int lib, const perf_call_t *calls, int grap
       for (int j = 0; j < n; j++) {
         float ms = 0.0f;
         CUDA_CHECK(w, cudaEventElapsedTime(&ms, g->start[j], g->stop[j]));
-        if (ms * 1e3 > r->times[base + j])
-          r->times[base + j] = ms * 1e3;
+        double us = ms * 1e3 / (graphs ? per_graph : 1);
+        if (us > r->times[base + j])
+          r->times[base + j] = us;
       }
     }
   }
@@ -502,10 +509,10 @@ void perf_gpu_measure(perf_run_t *r, int lib, const perf_counts_t *c0, size_t si
   for (int i = 0; i < r->o->warmup; i++)
     iteration(r, lib, calls);
   if (graphs) {
-    capture(r, lib, calls);
+    capture(r, lib, calls, r->o->iters);
     replay(r); /* uploads the graphs; untimed */
   }
-  time_loop(r, lib, calls, graphs);
+  time_loop(r, lib, calls, graphs, r->o->iters);
   /* the slowest rank's time per iteration, then the median of those */
   reduce_host(r, r->times, (size_t)r->ntimes, zccFloat64, zccMax, "zccAllReduce (timing)");
   out->time_us = perf_median(r->times, r->ntimes);
@@ -517,9 +524,11 @@ void perf_gpu_measure(perf_run_t *r, int lib, const perf_counts_t *c0, size_t si
     int64_t wrong = 0;
 
     prepare(r, &d, c, inplace, root);
-    if (graphs)
+    if (graphs) { /* one iteration: in place, a second one would reduce again */
+      release_graphs(r);
+      capture(r, lib, calls, 1);
       replay(r);
-    else
+    } else
       iteration(r, lib, calls);
     sync_all(r);
     for (int l = 0; l < w->nlocal; l++) {

@@ -82,7 +82,8 @@ static void print_header(run_t *r)
   if (is_cuda(r))
     printf("# Time: CUDA events on each GPU's stream, median over %d %s of the slowest "
            "rank; buffers from cudaMalloc%s\n", r->ntimes,
-           o->graph_iters ? "graph replays" : "iterations",
+           o->graph_iters ? "graph replays (each of -n operations, time divided by -n)"
+                          : "iterations",
            o->local_register ? ", registered (-R 1)" : "");
   printf("#\n# Using devices\n");
   for (int i = 0; i < r->w->nranks; i++) {

@@ -414,9 +414,13 @@ zccResult_t zcc_planner_pick_host(int nranks, int nnodes, zcc_coll_t coll, size_
 #define GPU_CE_ALPHA 12.0
 #define GPU_CE_BW 394.5
 #define GPU_CE_PIECE_US 4.0
+/* Push one-shot (unregistered buffers, one launch): guesses before its
+   first GPU run, from the one-shot's NVLink rate and one launch. */
+#define GPU_PUSH_ALPHA 8.0
+#define GPU_PUSH_BW 340.0     /* (k-1) S bytes stored into peers' staging */
 
 const char *zcc_gpu_algo_name(zcc_gpu_algo_t algo) {
-  static const char *n[] = {"ll", "oneshot", "twoshot", "ce"};
+  static const char *n[] = {"ll", "oneshot", "twoshot", "ce", "push"};
   return algo >= 0 && algo < ZCC_GPU_ALGO_COUNT ? n[algo] : "invalid";
 }
 
@@ -439,6 +443,7 @@ double zcc_planner_gpu_predict(zcc_gpu_algo_t algo, int nranks, size_t bytes, in
     return GPU_2S_ALPHA + 2 * copy + 2 * (k - 1) / k * S / GPU_2S_BW * us_per_byte;
   case ZCC_GPU_CE:
     return GPU_CE_ALPHA + S / GPU_CE_BW * us_per_byte + gpu_ce_pieces(bytes) * GPU_CE_PIECE_US;
+  case ZCC_GPU_PUSH: return GPU_PUSH_ALPHA + (k - 1) * S / GPU_PUSH_BW * us_per_byte;
   default: return 1e30;
   }
 }
@@ -450,11 +455,14 @@ static int gpu_can_run(zcc_gpu_algo_t a, int nranks, size_t bytes) {
 }
 
 /*
- * The copy-engine pipeline hung in its first GPU run (2026-11-29, one
- * process driving both GPUs, every size): it runs only when ZCC_ALGO=ce
- * asks for it, until that is understood (docs/perf/h200x2.md).
+ * Which algorithms the model may pick. The copy-engine pipeline only when
+ * ZCC_ALGO=ce asks for it (docs/perf/h200x2.md: correct since kernels are
+ * preloaded, but slower than SM stores). Push only for unregistered
+ * buffers: registered ones move zero copy.
  */
-static int gpu_auto(zcc_gpu_algo_t a) { return a != ZCC_GPU_CE; }
+static int gpu_auto(zcc_gpu_algo_t a, int staged) {
+  return a != ZCC_GPU_CE && (a != ZCC_GPU_PUSH || staged);
+}
 
 zccResult_t zcc_planner_pick_gpu(int nranks, size_t bytes, int staged, zcc_gpu_algo_t *algo) {
   const char *fa = zcc_param_algo(), *fp = zcc_param_proto();
@@ -471,7 +479,7 @@ zccResult_t zcc_planner_pick_gpu(int nranks, size_t bytes, int staged, zcc_gpu_a
       if (strcasecmp(fa, zcc_gpu_algo_name(i)) == 0) a = i;
     if (a < 0)
       return zcc_error(zccInvalidArgument,
-                       "ZCC_ALGO=%s: GPU communicators run oneshot, twoshot or ce", fa);
+                       "ZCC_ALGO=%s: GPU communicators run oneshot, twoshot, ce or push", fa);
     if (forced < 0 || bytes > GPU_LL_MAX) forced = a;
   }
   if (forced >= 0) {
@@ -488,7 +496,7 @@ zccResult_t zcc_planner_pick_gpu(int nranks, size_t bytes, int staged, zcc_gpu_a
   zcc_gpu_algo_t best = ZCC_GPU_ONESHOT;
   double bt = 1e30;
   for (int a = 0; a < ZCC_GPU_ALGO_COUNT; a++) {
-    if (!gpu_can_run(a, nranks, bytes) || !gpu_auto(a)) continue;
+    if (!gpu_can_run(a, nranks, bytes) || !gpu_auto(a, staged)) continue;
     double t = zcc_planner_gpu_predict(a, nranks, bytes, staged);
     if (t < bt) {
       bt = t;

@@ -11,13 +11,21 @@
  *
  * Paths (ZCC_DEBUG_SUBSYS=COLL prints the one each call takes):
  *   allreduce <= 64 KiB        LL: data pushed with flags into peers' LL areas
+ *   unregistered, larger       push: one kernel stores each chunk of the input into
+ *                              the peers' staging and reduces what arrived locally
  *   allreduce, 2 ranks, large  copy engines push pieces into the peer's staging,
  *                              SMs reduce locally (allreduce_ce)
  *   registered                 one-shot / two-shot reading peers' buffers in place
- *   unregistered               the input is copied into the own staging buffer
- *                              (one copy), the kernel reads the peers' staging;
- *                              two-shot writes back through staging (two copies)
- *   larger than staging        the same, in pieces of the staging buffer
+ *   unregistered, forced       (ZCC_ALGO=oneshot|twoshot) the input is copied into the
+ *                              own staging buffer (one copy), the kernel reads the
+ *                              peers' staging; two-shot writes back through staging
+ *                              (two copies); larger than staging: in pieces
+ *
+ * The push kernel writes into peers' staging without a barrier first, so
+ * every sequence that uses staging ends with every rank done with its own:
+ * the kernels' end barriers do that, and the two sequences that read
+ * staging after their last kernel (two-shot staged, the copy-engine
+ * pipeline) end with zcc_dev_barrier.
  *   broadcast, allgather,      staged copy in, then every rank pulls what it
  *   alltoall                   needs from the peers' staging (gather kernel)
  *   reduce, reducescatter      staged, one-shot reduction of the own slice
@@ -29,6 +37,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "cudawrap.h"
 #include "comm.h"
 #include "debug.h"
 #include "gpu.h"
@@ -58,8 +67,33 @@ static zccResult_t dev_err(int e, const char *what, const char *fn) {
     if (e_ != 0) return dev_err(e_, #call, fn);                                \
   } while (0)
 
+/*
+ * Checked pointers are remembered by their allocation (base, size): the
+ * next call on the same buffers skips cudaPointerGetAttributes, a driver
+ * query that costs about a microsecond each time. An allocation freed and
+ * its addresses reused stays device memory (the driver keeps its device
+ * address ranges reserved), so a remembered range stays valid.
+ */
+static int ptr_known(const zcc_gpu_t *g, const void *ptr) {
+  uintptr_t p = (uintptr_t)ptr;
+  for (int i = 0; i < ZCC_GPU_PTR_CACHE; i++)
+    if (p >= g->ptr_ok[i].lo && p < g->ptr_ok[i].hi) return 1;
+  return 0;
+}
+
+static void ptr_remember(zcc_gpu_t *g, const void *ptr) {
+  void *base = NULL;
+  size_t size = 0;
+  if (zcc_cuda_mem_range(ptr, &base, &size) != 0 || size == 0) return;
+  int i = g->ptr_next++ % ZCC_GPU_PTR_CACHE;
+  g->ptr_ok[i].lo = (uintptr_t)base;
+  g->ptr_ok[i].hi = (uintptr_t)base + size;
+}
+
 zccResult_t zcc_gpu_check_ptr(struct zccComm *comm, const void *ptr, const char *what,
                               const char *fn) {
+  zcc_gpu_t *g = comm->gpu;
+  if (ptr_known(g, ptr)) return zccSuccess;
   struct cudaPointerAttributes at;
   cudaError_t e = cudaPointerGetAttributes(&at, ptr);
   if (e != cudaSuccess) {
@@ -71,6 +105,7 @@ zccResult_t zcc_gpu_check_ptr(struct zccComm *comm, const void *ptr, const char 
     return zcc_error(zccInvalidArgument,
                      "%s: %s %p is host memory; a GPU communicator (GPU %d) takes device "
                      "memory", fn, what, ptr, comm->device);
+  if (at.type == cudaMemoryTypeDevice) ptr_remember(g, ptr);
   return zccSuccess;
 }
 
@@ -158,6 +193,7 @@ static zccResult_t allreduce_ce(struct zccComm *comm, const zcc_coll_args_t *x, 
   }
   CU(cudaEventRecord((cudaEvent_t)g->ev_join, side));
   CU(cudaStreamWaitEvent(s, (cudaEvent_t)g->ev_join, 0));
+  DEV(zcc_dev_barrier(&b, s)); /* every rank is done with its staging (push kernel) */
   ZCC_INFO(COLL, "%s %zu bytes: copy-engine push + local reduce, %zu piece(s) of %zu", fn, bytes,
             i, piece);
   return zccSuccess;
@@ -179,6 +215,10 @@ static zccResult_t ar_plan(zcc_gpu_t *g, const zcc_coll_args_t *x, zcc_gpu_algo_
   return zccSuccess;
 }
 
+ZCC_PARAM_INT(gpu_push_blocks, "GPU_PUSH_BLOCKS", 64,
+              "most thread blocks of the push allreduce kernel (1 to 256, at most the SM "
+              "count; equal on every rank)")
+
 static zccResult_t allreduce(struct zccComm *comm, const zcc_coll_args_t *x, cudaStream_t s,
                              const char *fn) {
   zcc_gpu_t *g = comm->gpu;
@@ -188,6 +228,37 @@ static zccResult_t allreduce(struct zccComm *comm, const zcc_coll_args_t *x, cud
   zcc_gpu_reg_t *rs, *rr;
   ZCC_CHECK(ar_plan(g, x, &algo, &zero_copy, &rs, &rr));
   if (algo == ZCC_GPU_CE) return allreduce_ce(comm, x, s, bytes, fn);
+  if (algo == ZCC_GPU_PUSH) {
+    zcc_dev_push_t p;
+    memset(&p, 0, sizeof(p));
+    p.input = x->sendbuf;
+    p.output = x->recvbuf;
+    for (int r = 0; r < g->nranks; r++) {
+      p.staging[r] = g->staging[r];
+      p.push[r] = g->push[r];
+    }
+    p.abort_flag = g->abort_dev;
+    p.staging_bytes = g->staging_bytes;
+    p.count = x->count;
+    p.type = x->type;
+    p.op = x->op;
+    p.nranks = g->nranks;
+    p.rank = g->rank;
+    int64_t pb = zcc_param_gpu_push_blocks();
+    if (pb < 1 || pb > ZCC_DEV_MAX_BLOCKS)
+      return zcc_error(zccInvalidArgument, "%s: ZCC_GPU_PUSH_BLOCKS=%lld: expected 1 to %d", fn,
+                       (long long)pb, ZCC_DEV_MAX_BLOCKS);
+    p.max_blocks = (int)pb;
+    if (zcc_log_enabled(ZCC_LOG_INFO, ZCC_COLL)) {
+      int blocks = 0;
+      size_t chunk = 0;
+      (void)zcc_dev_allreduce_push_grid(&p, &blocks, &chunk);
+      ZCC_INFO(COLL, "%s %zu bytes: push (stores into peers' staging, no copy on the stream), "
+               "%d block(s), chunks of %zu", fn, bytes, blocks, chunk);
+    }
+    DEV(zcc_dev_allreduce_push(&p, s));
+    return zccSuccess;
+  }
   zcc_dev_allreduce_t a;
   ar_base(g, &a);
   a.type = x->type;
@@ -232,6 +303,7 @@ static zccResult_t allreduce(struct zccComm *comm, const zcc_coll_args_t *x, cud
       DEV(zcc_dev_allreduce_twoshot(&a, s));
       CU(cudaMemcpyAsync((char *)x->recvbuf + off, g->staging[g->rank], n,
                          cudaMemcpyDeviceToDevice, s));
+      DEV(zcc_dev_barrier(&a, s)); /* the copy out is done on every rank (push kernel) */
     } else {
       a.outputs[g->rank] = (char *)x->recvbuf + off;
       DEV(zcc_dev_allreduce_oneshot(&a, s));
@@ -374,8 +446,8 @@ static int launches(const zcc_gpu_t *g, const zcc_coll_args_t *x) {
     zcc_gpu_reg_t *rs, *rr;
     if (ar_plan((zcc_gpu_t *)g, x, &algo, &zero_copy, &rs, &rr) != zccSuccess) return 1;
     if (algo == ZCC_GPU_CE) return 3;
-    if (algo == ZCC_GPU_LL || zero_copy) return 1;
-    return (bytes > piece_bytes(g->staging_bytes) ? 2 : 1) * (algo == ZCC_GPU_TWOSHOT ? 3 : 2);
+    if (algo == ZCC_GPU_LL || algo == ZCC_GPU_PUSH || zero_copy) return 1;
+    return (bytes > piece_bytes(g->staging_bytes) ? 2 : 1) * (algo == ZCC_GPU_TWOSHOT ? 4 : 2);
   }
   int split = x->coll == ZCC_COLL_REDUCESCATTER || x->coll == ZCC_COLL_ALLTOALL;
   size_t piece = piece_bytes(split ? g->staging_bytes / (size_t)k : g->staging_bytes);

@@ -34,6 +34,8 @@ struct zccComm;
 #define ZCC_GPU_CE_RECV 48  /* [slot]: peer pushes I consumed (counter) */
 #define ZCC_GPU_CE_BYTES 4096
 
+#define ZCC_GPU_PTR_CACHE 8
+
 /* A buffer registered with a GPU communicator, as every rank maps it. */
 typedef struct zcc_gpu_reg {
   struct zcc_gpu_reg *next;
@@ -65,9 +67,13 @@ typedef struct zcc_gpu {
   int nregs;
   /* Copy-engine pipeline (two ranks): flags, a side stream and events. */
   uint32_t *ce[ZCC_DEV_MAX_RANKS];     /* each rank's CE flag words (ZCC_GPU_CE_*) */
+  uint32_t *push[ZCC_DEV_MAX_RANKS];   /* each rank's push-allreduce flags (device.h) */
   void *side;                          /* cudaStream_t */
   void *ev_fork, *ev_join;             /* cudaEvent_t */
   void *ev_copy[ZCC_GPU_CE_SLOTS];     /* cudaEvent_t: a slot's push has read its input */
+  /* Device allocations already checked (gpu_coll.c, zcc_gpu_check_ptr). */
+  struct { uintptr_t lo, hi; } ptr_ok[ZCC_GPU_PTR_CACHE];
+  unsigned ptr_next;
   /* zcc's own CUDA graphs of multi-launch sequences (gpu_coll.c). */
   void *cap_stream;                    /* cudaStream_t the sequences are captured on */
   struct zcc_gpu_graph *graphs;        /* [ZCC_GPU_GRAPHS] */

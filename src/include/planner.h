@@ -158,6 +158,7 @@ typedef enum {
   ZCC_GPU_ONESHOT, /* every rank reads every input */
   ZCC_GPU_TWOSHOT, /* reduce-scatter, then all-gather, by stores */
   ZCC_GPU_CE,      /* copy engines push, SMs reduce locally (2 ranks) */
+  ZCC_GPU_PUSH,    /* SMs store into peers' staging, reduce locally (one launch) */
   ZCC_GPU_ALGO_COUNT
 } zcc_gpu_algo_t;
 
@@ -166,7 +167,7 @@ const char *zcc_gpu_algo_name(zcc_gpu_algo_t algo);
 double zcc_planner_gpu_predict(zcc_gpu_algo_t algo, int nranks, size_t bytes, int staged);
 /*
  * The fastest predicted algorithm that can run; ZCC_PROTO=ll, ZCC_ALGO=
- * oneshot|twoshot|ce override (one that cannot run is zccInvalidArgument).
+ * oneshot|twoshot|ce|push override (one that cannot run is zccInvalidArgument).
  */
 zccResult_t zcc_planner_pick_gpu(int nranks, size_t bytes, int staged, zcc_gpu_algo_t *algo);
 

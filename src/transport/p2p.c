@@ -6,6 +6,7 @@
  *
  *   flags    ZCC_DEV_FLAGS_BYTES   barrier slots and counters (zeroed)
  *   ce       ZCC_GPU_CE_BYTES      copy-engine pipeline flags (zeroed)
+ *   push     ZCC_DEV_PUSH_FLAGS_BYTES  push allreduce flags and counters (zeroed)
  *   ll       ZCC_DEV_LL_BYTES      LL allreduce lines (zeroed)
  *   p2p      ZCC_DEV_P2P_BYTES     send/recv flags (zeroed) and outboxes
  *   staging  ZCC_GPU_BUFFSIZE      where unregistered inputs are copied
@@ -39,7 +40,8 @@ ZCC_PARAM_INT(gpu_buffsize, "GPU_BUFFSIZE", 64 << 20,
 #define ALIGN_UP(x, a) (((x) + (a)-1) / (a) * (a))
 
 static size_t off_ce(void) { return ALIGN_UP((size_t)ZCC_DEV_FLAGS_BYTES, 4096); }
-static size_t off_ll(void) { return off_ce() + ZCC_GPU_CE_BYTES; }
+static size_t off_push(void) { return off_ce() + ZCC_GPU_CE_BYTES; }
+static size_t off_ll(void) { return off_push() + ALIGN_UP((size_t)ZCC_DEV_PUSH_FLAGS_BYTES, 4096); }
 static size_t off_p2p(void) { return off_ll() + ALIGN_UP((size_t)ZCC_DEV_LL_BYTES, 4096); }
 static size_t off_staging(void) { return off_p2p() + ALIGN_UP((size_t)ZCC_DEV_P2P_BYTES, 4096); }
 
@@ -75,6 +77,7 @@ static int same_process(const zcc_peer_info_t *a, const zcc_peer_info_t *b) {
 typedef struct {
   cudaIpcMemHandle_t handle;
   uint64_t addr;
+  uint64_t staging_bytes; /* every rank must agree: kernels lay slots out in peers' staging */
 } win_wire_t;
 
 /* Some peer lives in another process (needs IPC handles). */
@@ -145,8 +148,18 @@ static zccResult_t map_peers(struct zccComm *comm, zcc_gpu_t *g) {
     (void)cudaGetLastError();
   }
   wires[me].addr = (uint64_t)(uintptr_t)g->win;
+  wires[me].staging_bytes = g->staging_bytes;
   res = zcc_bootstrap_allgather(comm->bootstrap, wires, sizeof(*wires), comm->timeout_ms);
   if (res != zccSuccess) goto out;
+  for (int r = 0; r < n; r++)
+    if (wires[r].staging_bytes != g->staging_bytes) {
+      res = zcc_error(zccInvalidUsage,
+                      "comm %s: rank %d has a %llu-byte staging buffer and rank %d one of %llu "
+                      "bytes; set ZCC_GPU_BUFFSIZE alike on every rank",
+                      comm->name, me, (unsigned long long)g->staging_bytes, r,
+                      (unsigned long long)wires[r].staging_bytes);
+      goto out;
+    }
   for (int r = 0; r < n && res == zccSuccess; r++) {
     if (r == me) {
       g->peer_win[r] = g->win;
@@ -237,6 +250,7 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
     g->p2p[r] = g->peer_win[r] + off_p2p();
     g->staging[r] = g->peer_win[r] + off_staging();
     g->ce[r] = (uint32_t *)(g->peer_win[r] + off_ce());
+    g->push[r] = (uint32_t *)(g->peer_win[r] + off_push());
   }
   cudaStream_t side;
   CUDA_TRY(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), comm);

@@ -67,7 +67,7 @@ def setup(rank, size, port):
     dist.init_process_group("zcc", init_method="tcp://127.0.0.1:%d" % port,
                             rank=rank, world_size=size)
     store = dist.distributed_c10d._get_default_store()
-    comm = zcc.Communicator.from_store(store, rank, size, key="tests/comm")
+    comm = zcc.Communicator.from_store(store, rank, size, key="tests/comm", device="host")
     return {"rank": rank, "size": size, "comm": comm, "store": store}
 
 
