@@ -215,9 +215,9 @@ static zccResult_t ar_plan(zcc_gpu_t *g, const zcc_coll_args_t *x, zcc_gpu_algo_
   return zccSuccess;
 }
 
-ZCC_PARAM_INT(gpu_push_blocks, "GPU_PUSH_BLOCKS", 64,
-              "most thread blocks of the push allreduce kernel (1 to 256, at most the SM "
-              "count; equal on every rank)")
+ZCC_PARAM_INT(gpu_push_blocks, "GPU_PUSH_BLOCKS", 128,
+              "most thread blocks of the push allreduce kernel, half pushing and half "
+              "reducing (2 to 256, capped at the SM count; equal on every rank)")
 
 static zccResult_t allreduce(struct zccComm *comm, const zcc_coll_args_t *x, cudaStream_t s,
                              const char *fn) {
@@ -245,8 +245,8 @@ static zccResult_t allreduce(struct zccComm *comm, const zcc_coll_args_t *x, cud
     p.nranks = g->nranks;
     p.rank = g->rank;
     int64_t pb = zcc_param_gpu_push_blocks();
-    if (pb < 1 || pb > ZCC_DEV_MAX_BLOCKS)
-      return zcc_error(zccInvalidArgument, "%s: ZCC_GPU_PUSH_BLOCKS=%lld: expected 1 to %d", fn,
+    if (pb < 2 || pb > ZCC_DEV_MAX_BLOCKS)
+      return zcc_error(zccInvalidArgument, "%s: ZCC_GPU_PUSH_BLOCKS=%lld: expected 2 to %d", fn,
                        (long long)pb, ZCC_DEV_MAX_BLOCKS);
     p.max_blocks = (int)pb;
     if (zcc_log_enabled(ZCC_LOG_INFO, ZCC_COLL)) {

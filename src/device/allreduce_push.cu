@@ -1,20 +1,26 @@
 // Push one-shot allreduce (device.h: zcc_dev_allreduce_push): one launch for
 // unregistered buffers, no staging copy on the stream.
 //
-// Block b of every rank takes chunks b, b + B, ... Per chunk n (the block's
-// running count, kept in its flag line across launches) it uses slot
-// n % ZCC_DEV_PUSH_SLOTS of its region in every peer's staging buffer:
-//   push:    wait until every peer consumed chunk n - SLOTS (freed[p] >=
-//            n - SLOTS + 1), store the own input's chunk into each peer's
-//            slot, publish ready = n + 1 into each peer's line (release,
-//            system scope, after a __syncthreads so every thread's stores
-//            are ordered before it);
-//   consume: wait until every peer's ready reaches n + 1, reduce the own
-//            input and the peers' slots in rank order into the own output,
-//            publish freed = n + 1 into each peer's line.
-// The block pushes chunk i + 1 before it consumes chunk i, so the NVLink
-// stores of one overlap the local reduction of the other. Values compare
-// modulo 2^32 and only grow, so no flag is ever reset.
+// The grid is B lanes of two blocks each: block 2j pushes, block 2j + 1
+// consumes, so the NVLink stores of one chunk overlap the local reduction
+// of another (a block that did both in turn left the links idle while it
+// reduced: 282 GB/s at 512 MiB on 2x H200, docs/perf/h200x2.md). Lane j
+// takes chunks j, j + B, ... of the message. Its chunk n (the lane's
+// running count, kept in its flag line across launches) uses slot
+// n % ZCC_DEV_PUSH_SLOTS of the lane's region in every peer's staging:
+//   pusher:   wait until every peer consumed chunk n - SLOTS (freed[p] >=
+//             n - SLOTS + 1), store the own input's chunk into each peer's
+//             slot, publish ready = n + 1 into each peer's line (release,
+//             system scope, after a __syncthreads so that every thread's
+//             stores are ordered before it), and pushed = n + 1 locally;
+//   consumer: wait until every peer's ready reaches n + 1 (and, in place,
+//             the own pusher's pushed: the output overwrites the input),
+//             reduce the own input and the peers' slots in rank order into
+//             the own output, publish freed = n + 1 into each peer's line.
+// The pushers of two ranks wait only on the other's consumers and the
+// consumers only on the other's pushers, so every block of the grid must be
+// resident at once: the grid is at most one block per multiprocessor.
+// Values compare modulo 2^32 and only grow, so no flag is ever reset.
 #include <cuda_runtime.h>
 
 #include "flags.cuh"
@@ -23,6 +29,12 @@
 #define ZD_PUSH_THREADS 512
 #define ZD_PUSH_U 4                // 16-byte packs per thread in flight (push; consume at 2 ranks)
 #define ZD_PUSH_MIN_CHUNK 8192     // bytes: one pass of a block
+// Words of a lane's flag line (device.h): [s] ready from source s, [8 + p]
+// freed by peer p, then the pusher's and the consumer's chunk counters and
+// the pusher's local progress.
+#define ZD_PUSH_CTR_PUSH 16
+#define ZD_PUSH_CTR_CONS 17
+#define ZD_PUSH_PUSHED 18
 #define ZD_PUSH_MAX_CHUNK (256 << 10)
 
 namespace {
@@ -37,16 +49,19 @@ struct PushParams {
   size_t chunk;   // bytes per chunk, a multiple of 16
   size_t slot;    // bytes between slots, >= chunk, a multiple of 16
   size_t nchunks;
+  size_t lanes_max; // lanes the slot layout has room for (any launch: the same)
   int k;
   int rank;
   int avg; // 0, or the avg divisor
 };
 
-ZD_INLINE uint32_t *push_line(uint32_t *area) { return area + blockIdx.x * ZCC_DEV_PUSH_LINE; }
+ZD_INLINE size_t push_lane() { return blockIdx.x >> 1; }
+ZD_INLINE size_t push_lanes() { return gridDim.x >> 1; }
+ZD_INLINE uint32_t *push_line(uint32_t *area) { return area + push_lane() * ZCC_DEV_PUSH_LINE; }
 
-// Rank src's slot for chunk counter n of this block, in rank dst's staging.
+// Rank src's slot for chunk counter n of this lane, in rank dst's staging.
 template <int MAXK> ZD_INLINE char *push_slot(const PushParams &p, int dst, int src, uint32_t n) {
-  size_t idx = ((size_t)src * gridDim.x + blockIdx.x) * ZCC_DEV_PUSH_SLOTS + n % ZCC_DEV_PUSH_SLOTS;
+  size_t idx = ((size_t)src * p.lanes_max + push_lane()) * ZCC_DEV_PUSH_SLOTS + n % ZCC_DEV_PUSH_SLOTS;
   return zd_pick<MAXK>(p.stage, dst) + idx * p.slot;
 }
 
@@ -88,17 +103,16 @@ template <int MAXK> ZD_INLINE void push_chunk(const PushParams &p, uint32_t n, s
       if (r < p.k && r != p.rank) dst[r][i] = c;
   }
   __syncthreads();
-  if (t < p.k && t != p.rank) {
-    __threadfence_system();
-    zd_st_release_sys(push_line(zd_pick<MAXK>(p.flags, t)) + p.rank, n + 1);
-  }
+  if (t < p.k && t != p.rank) zd_st_release_sys(push_line(zd_pick<MAXK>(p.flags, t)) + p.rank, n + 1);
+  if (t == 0) zd_st_release_sys(push_line(zd_pick<MAXK>(p.flags, p.rank)) + ZD_PUSH_PUSHED, n + 1);
 }
 
 template <typename T, typename Op, int MAXK>
 ZD_INLINE void consume_chunk(const PushParams &p, uint32_t n, size_t off, size_t len) {
   const int t = threadIdx.x;
-  if (t < p.k && t != p.rank)
-    zd_wait_reach(push_line(zd_pick<MAXK>(p.flags, p.rank)) + t, n + 1, p.abort_flag);
+  uint32_t *mine = push_line(zd_pick<MAXK>(p.flags, p.rank));
+  if (t < p.k && t != p.rank) zd_wait_reach(mine + t, n + 1, p.abort_flag);
+  if (t == p.k && p.in == p.out) zd_wait_reach(mine + ZD_PUSH_PUSHED, n + 1, p.abort_flag);
   __syncthreads();
   const char *src[MAXK];
 #pragma unroll
@@ -147,35 +161,29 @@ ZD_INLINE void consume_chunk(const PushParams &p, uint32_t n, size_t off, size_t
 
 template <typename T, typename Op, int MAXK>
 __global__ void __launch_bounds__(ZD_PUSH_THREADS) push_kernel(PushParams p) {
-  const size_t b = blockIdx.x, B = gridDim.x;
-  if (b >= p.nchunks) return; // this block has no chunk: its counter stays, on every rank
+  const size_t j = push_lane(), B = push_lanes();
+  if (j >= p.nchunks) return; // a lane with no chunk keeps its counters, on every rank
+  const int pusher = (blockIdx.x & 1) == 0;
   __shared__ uint32_t s_base;
-  uint32_t *mine = push_line(zd_pick<MAXK>(p.flags, p.rank));
-  if (threadIdx.x == 0) s_base = mine[16];
+  uint32_t *ctr = push_line(zd_pick<MAXK>(p.flags, p.rank)) + (pusher ? ZD_PUSH_CTR_PUSH : ZD_PUSH_CTR_CONS);
+  if (threadIdx.x == 0) s_base = *ctr;
   __syncthreads();
   const uint32_t base = s_base;
-  const size_t nb = (p.nchunks - 1 - b) / B + 1;
-  auto span = [&](size_t i, size_t *off, size_t *len) {
-    *off = (b + i * B) * p.chunk;
-    *len = p.bytes - *off < p.chunk ? p.bytes - *off : p.chunk;
-  };
-  size_t off, len;
-  span(0, &off, &len);
-  push_chunk<MAXK>(p, base, off, len);
+  const size_t nb = (p.nchunks - 1 - j) / B + 1;
   for (size_t i = 0; i < nb; i++) {
-    if (i + 1 < nb) {
-      size_t o2, l2;
-      span(i + 1, &o2, &l2);
-      push_chunk<MAXK>(p, base + (uint32_t)(i + 1), o2, l2);
-    }
-    span(i, &off, &len);
-    consume_chunk<T, Op, MAXK>(p, base + (uint32_t)i, off, len);
+    size_t off = (j + i * B) * p.chunk;
+    size_t len = p.bytes - off < p.chunk ? p.bytes - off : p.chunk;
+    if (pusher) push_chunk<MAXK>(p, base + (uint32_t)i, off, len);
+    else consume_chunk<T, Op, MAXK>(p, base + (uint32_t)i, off, len);
   }
-  if (threadIdx.x == 0) mine[16] = base + (uint32_t)nb;
+  if (threadIdx.x == 0) *ctr = base + (uint32_t)nb;
 }
 
-// Grid and chunk size from the arguments every rank shares.
-int push_grid(const zcc_dev_push_t *a, int *blocks, size_t *chunk, size_t *slot) {
+// Grid and chunk size from the arguments every rank shares. The slot layout
+// depends on the largest lane count alone, never on the message: a launch
+// with fewer lanes must not write where a peer may still read a slot of the
+// previous launch.
+int push_grid(const zcc_dev_push_t *a, int *blocks, size_t *chunk, size_t *slot, size_t *lanes_max) {
   size_t es = zd_type_size(a->type);
   if (es == 0 || a->nranks < 1 || a->nranks > ZCC_DEV_MAX_RANKS) return cudaErrorInvalidValue;
   if (a->max_blocks < 0 || a->max_blocks > ZCC_DEV_MAX_BLOCKS) return cudaErrorInvalidValue;
@@ -183,31 +191,35 @@ int push_grid(const zcc_dev_push_t *a, int *blocks, size_t *chunk, size_t *slot)
   int sms;
   int err = zd_sm_count(&sms);
   if (err != cudaSuccess) return err;
-  int cap = a->max_blocks ? a->max_blocks : ZCC_DEV_DEFAULT_BLOCKS;
+  // Lanes of two blocks, every block resident: at most one per multiprocessor.
+  int cap = a->max_blocks ? a->max_blocks : 2 * ZCC_DEV_DEFAULT_BLOCKS;
   if (cap > sms) cap = sms;
+  cap /= 2;
+  if (cap < 1) return cudaErrorInvalidValue; // a GPU of one multiprocessor, or max_blocks 1
   size_t bytes = a->count * es;
   size_t g = (bytes + ZD_PUSH_MIN_CHUNK - 1) / ZD_PUSH_MIN_CHUNK;
   if (g > (size_t)cap) g = cap;
   if (g < 1) g = 1;
-  // Slots: nranks sources x blocks x SLOTS in every staging buffer.
-  size_t s = a->staging_bytes / ((size_t)a->nranks * g * ZCC_DEV_PUSH_SLOTS) / 16 * 16;
+  // Slots: nranks sources x lanes x SLOTS in every staging buffer.
+  size_t s = a->staging_bytes / ((size_t)a->nranks * cap * ZCC_DEV_PUSH_SLOTS) / 16 * 16;
   if (s > ZD_PUSH_MAX_CHUNK) s = ZD_PUSH_MAX_CHUNK;
   if (s < 16) return cudaErrorInvalidValue; // a staging buffer far too small
   size_t c = (bytes + g - 1) / g;
   c = (c + 15) / 16 * 16;
   if (c < ZD_PUSH_MIN_CHUNK) c = ZD_PUSH_MIN_CHUNK;
   if (c > s) c = s;
-  *blocks = (int)g;
+  *blocks = 2 * (int)g;
   *chunk = c;
   *slot = s;
+  *lanes_max = (size_t)cap;
   return cudaSuccess;
 }
 
 int push_launch(const zcc_dev_push_t *a, cudaStream_t s) {
   if (!a) return cudaErrorInvalidValue;
   int blocks;
-  size_t chunk, slot;
-  int err = push_grid(a, &blocks, &chunk, &slot);
+  size_t chunk, slot, lanes_max;
+  int err = push_grid(a, &blocks, &chunk, &slot, &lanes_max);
   if (err != cudaSuccess) return err;
   if ((unsigned)a->op >= (unsigned)zccNumOps || a->rank < 0 || a->rank >= a->nranks)
     return cudaErrorInvalidValue;
@@ -228,6 +240,7 @@ int push_launch(const zcc_dev_push_t *a, cudaStream_t s) {
   p.bytes = bytes;
   p.chunk = chunk;
   p.slot = slot;
+  p.lanes_max = lanes_max;
   p.nchunks = (bytes + chunk - 1) / chunk;
   p.k = a->nranks;
   p.rank = a->rank;
@@ -252,9 +265,9 @@ extern "C" __attribute__((visibility("hidden"))) int zcc_dev_allreduce_push(
 
 extern "C" __attribute__((visibility("hidden"))) int zcc_dev_allreduce_push_grid(
     const zcc_dev_push_t *args, int *blocks, size_t *chunk) {
-  size_t slot;
+  size_t slot, lanes_max;
   if (!args || !blocks || !chunk) return cudaErrorInvalidValue;
-  return push_grid(args, blocks, chunk, &slot);
+  return push_grid(args, blocks, chunk, &slot, &lanes_max);
 }
 
 // Load every kernel of this file now (see zcc_dev_preload in device.h).

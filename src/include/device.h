@@ -135,29 +135,32 @@ int zcc_dev_allreduce_oneshot_ll(const zcc_dev_allreduce_t *args,
 
 /*
  * Push one-shot, for unregistered buffers of any size: one launch, no
- * staging copy on the stream. Block b of every rank takes chunks b, b + B,
- * b + 2B, ... of the message (B blocks, the same on every rank) and, per
- * chunk, stores it straight from the own input into a slot of every peer's
- * staging buffer (NVLink stores), signals that peer, then reduces the chunk
- * in rank order from the own input and the peers' chunks that arrived in the
- * own staging (local reads only) into the own output, and tells each peer
- * that its slot is free again. The next chunk's push overlaps this chunk's
- * reduction; ZCC_DEV_PUSH_SLOTS slots per (source, block) keep pushes ahead.
- * Counters per block live in the push-flag areas and advance in the kernel
- * (graph replays work); every rank derives the same grid and chunks from
- * count, type, nranks, max_blocks and staging_bytes, which must be equal on
- * every rank. No barrier: a launch begins writing into peers' staging at
- * once, so whatever ran before on the communicator must have finished with
- * the staging buffers on every rank (the gather, one-shot and two-shot
- * kernels do by their end barriers; zcc ends every other staged sequence
- * with zcc_dev_barrier). Returns on each rank once it has its result and
- * every push into its staging was consumed. In place works (outputs ==
- * inputs exactly); all outputs are bitwise identical.
+ * staging copy on the stream. The grid is B lanes of two blocks (B the same
+ * on every rank); lane j takes chunks j, j + B, ... of the message. Its
+ * pusher block stores each chunk straight from the own input into a slot of
+ * every peer's staging buffer (NVLink stores) and signals that peer; its
+ * consumer block reduces the chunk in rank order from the own input and the
+ * peers' chunks that arrived in the own staging (local reads only) into the
+ * own output, and tells each peer that its slot is free again. Pushing and
+ * reducing overlap; ZCC_DEV_PUSH_SLOTS slots per (source, lane) keep pushes
+ * ahead. Every block must be resident at once (the grid is at most one block
+ * per multiprocessor). Counters per lane live in the push-flag areas and
+ * advance in the kernel (graph replays work); every rank derives the same
+ * grid, chunks and slot layout from count, type, nranks, max_blocks and
+ * staging_bytes, which must be equal on every rank. No barrier: a launch
+ * begins writing into peers' staging at once, so whatever ran before on the
+ * communicator must have finished with the staging buffers on every rank
+ * (the gather, one-shot and two-shot kernels do by their end barriers; zcc
+ * ends every other staged sequence with zcc_dev_barrier). Returns on each
+ * rank once it has its result and every push into its staging was
+ * consumed. In place works (outputs == inputs exactly); all outputs are
+ * bitwise identical.
  *
  * Flag area of a rank (push[r], ZCC_DEV_PUSH_FLAGS_BYTES, zeroed before
- * first use): one line of ZCC_DEV_PUSH_LINE words per block: [s] chunks
+ * first use): one line of ZCC_DEV_PUSH_LINE words per lane: [s] chunks
  * source s pushed into this rank's staging, [8 + p] of this rank's pushes
- * that peer p consumed, [16] the block's chunk counter.
+ * that peer p consumed, [16], [17] the lane's pusher and consumer counters,
+ * [18] the pusher's progress (in place, the consumer waits for it).
  */
 #define ZCC_DEV_PUSH_SLOTS 4
 #define ZCC_DEV_PUSH_LINE 32
@@ -174,7 +177,7 @@ typedef struct zcc_dev_push {
   zccRedOp_t op;
   int nranks;
   int rank;
-  int max_blocks; /* 0: ZCC_DEV_DEFAULT_BLOCKS; at most ZCC_DEV_MAX_BLOCKS and the SM count */
+  int max_blocks; /* 0: 2 x ZCC_DEV_DEFAULT_BLOCKS; 2 to ZCC_DEV_MAX_BLOCKS, capped at the SM count */
 } zcc_dev_push_t;
 int zcc_dev_allreduce_push(const zcc_dev_push_t *args, struct CUstream_st *stream);
 /* Blocks and chunk bytes a launch would use; 0 or 1 (bad arguments). */
