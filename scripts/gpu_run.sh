@@ -19,6 +19,7 @@
 #   perf-reg   allreduce on registered buffers (-R 1: zero copy) against NCCL
 #   calib      each allreduce algorithm forced (ZCC_ALGO / ZCC_PROTO), -G 20, no NCCL
 #   perf-colls the other collectives, 8 B..PERF_MAX (default 1G) --compare nccl
+#   perf-big   allreduce 2 GiB..8 GiB in graphs, --compare nccl, no checks
 #   perf-wheel allreduce_perf --compare nccl against the host's nvidia-nccl-cu13
 #              Python wheel (ZCC_NCCL_LIB pointing at its libnccl.so.2)
 # Logs go to $OUT (default ./gpu_run_out), packed into logs.tgz (GPU_RUN_TAR=0:
@@ -75,7 +76,7 @@ for phase in "$@"; do
   sanitize)
     for tool in memcheck racecheck; do
       run "sanitize-$tool" ${SANITIZE_TIMEOUT:-300} compute-sanitizer --tool $tool --error-exitcode 9 \
-        --target-processes all "$bin/test_gpu_colls" --quick --layout both
+        --target-processes all "$bin/test_gpu_colls" --quick --layout both --replays 20
     done
     ;;
   python)
@@ -117,9 +118,15 @@ for phase in "$@"; do
     run allreduce-reg 600 "$bin/allreduce_perf" -b 8 -e ${PERF_MAX:-8G} -f 2 -g 2 -w 5 -n 20 -c 1 -R 1 --compare nccl
     ;;
   perf-colls)
+    # COLLS_CHECK=0 skips the checks (faster); COLLS_TIMEOUT per collective.
     for c in broadcast reduce allgather reducescatter alltoall sendrecv; do
-      run "$c" 600 "$bin/${c}_perf" -b 8 -e ${PERF_MAX:-1G} -f 4 -g 2 -w 5 -n 20 -c 1 --compare nccl
+      run "$c" ${COLLS_TIMEOUT:-600} "$bin/${c}_perf" -b 8 -e ${PERF_MAX:-1G} -f 4 -g 2 -w 5 -n 20 \
+        -c ${COLLS_CHECK:-1} --compare nccl
     done
+    ;;
+  perf-big)
+    # 2 GiB to 8 GiB, in graphs (-n 5 operations per graph, 5 replays), no checks.
+    run allreduce-big 300 "$bin/allreduce_perf" -b 2G -e 8G -f 2 -g 2 -w 2 -n 5 -c 0 -G 5 --compare nccl
     ;;
   perf-wheel)
     # The nvidia-nccl-cu13 wheel installed beside the host's torch (the newest

@@ -392,32 +392,41 @@ zccResult_t zcc_planner_pick_host(int nranks, int nnodes, zcc_coll_t coll, size_
 /* ---- GPU communicators: allreduce ---- */
 
 /*
- * Fitted to allreduce_perf -g 2 -G 20 on 2x H200 (NV18), 2026-11-29: the
- * time of one CUDA-graph replay (graph launch included) of each algorithm
- * forced with ZCC_PROTO=ll / ZCC_ALGO=oneshot|twoshot, float32 sum,
- * unregistered buffers. docs/perf/h200x2.md has the runs and the
+ * Fitted to allreduce_perf -g 2 on 2x H200 (NV18), 2026-11-29, float32 sum,
+ * unregistered buffers; docs/perf/h200x2.md has the runs and the
  * predicted-versus-measured table; tests/unit/test_gpu_model.c checks it.
- * Bandwidths in GB/s. Per byte, two-shot staged costs one-shot staged plus
- * one more local copy: that difference gives GPU_COPY_BW, the rest the
- * NVLink term.
+ * Bandwidths in GB/s, times in us.
+ *
+ * LL and push: times per operation inside a CUDA graph (-G 10/20, -n 20
+ * operations per graph, nccl-tests' method), runs of 22:00-22:25 UTC.
+ * Push costs a launch, the NVLink stores of (k-1) S bytes, and the
+ * pipeline's fill: one chunk (the message over 64 lanes, 8 KiB to 128 KiB
+ * with the default 128 blocks and 64 MiB staging) pushed before the first
+ * reduction starts, at one lane's rate.
+ *
+ * One-shot and two-shot (registered buffers, or forced): fitted earlier
+ * (20:41-21:00 UTC) to one replay of a one-operation graph, graph launch
+ * included, staged with ZCC_ALGO=oneshot|twoshot. Per byte, two-shot
+ * staged costs one-shot staged plus one more local copy: that difference
+ * gives GPU_COPY_BW, the rest the NVLink term.
  */
-#define GPU_LL_ALPHA 6.35     /* us: graph launch, one NVLink crossing */
-#define GPU_LL_BW 41.0        /* payload per peer (half the lines are flags) */
+#define GPU_LL_ALPHA 2.31     /* us: one NVLink crossing and the flag checks */
+#define GPU_LL_BW 78.0        /* payload per peer (half the lines are flags) */
 #define GPU_LL_MAX (64 * 1024)
 #define GPU_1S_ALPHA 12.2     /* us: graph launch, staging copy launch, two barriers */
 #define GPU_1S_BW 353.0       /* SM loads from a peer, (k-1) S bytes */
 #define GPU_2S_ALPHA 12.4
 #define GPU_2S_BW 353.0       /* 2 (k-1)/k S bytes, loads and stores */
 #define GPU_COPY_BW 1700.0    /* a local staging copy (read and write) */
-/* Not measured (the pipeline hung in its first run): the copy engine's peer
-   rate and a guess at the flag kernels' cost per piece. */
+/* The copy-engine pipeline: correct since kernels are preloaded, 230 GB/s
+   at 1 GiB (22:00 UTC run); these constants are the copy engine's peer
+   rate and a guess per piece, and the model never picks it. */
 #define GPU_CE_ALPHA 12.0
 #define GPU_CE_BW 394.5
 #define GPU_CE_PIECE_US 4.0
-/* Push one-shot (unregistered buffers, one launch): guesses before its
-   first GPU run, from the one-shot's NVLink rate and one launch. */
-#define GPU_PUSH_ALPHA 8.0
-#define GPU_PUSH_BW 340.0     /* (k-1) S bytes stored into peers' staging */
+#define GPU_PUSH_ALPHA 6.5
+#define GPU_PUSH_BW 346.6     /* (k-1) S bytes stored into peers' staging */
+#define GPU_PUSH_LANE_BW 17.7 /* one lane's first chunk, before reductions overlap */
 
 const char *zcc_gpu_algo_name(zcc_gpu_algo_t algo) {
   static const char *n[] = {"ll", "oneshot", "twoshot", "ce", "push"};
@@ -443,7 +452,11 @@ double zcc_planner_gpu_predict(zcc_gpu_algo_t algo, int nranks, size_t bytes, in
     return GPU_2S_ALPHA + 2 * copy + 2 * (k - 1) / k * S / GPU_2S_BW * us_per_byte;
   case ZCC_GPU_CE:
     return GPU_CE_ALPHA + S / GPU_CE_BW * us_per_byte + gpu_ce_pieces(bytes) * GPU_CE_PIECE_US;
-  case ZCC_GPU_PUSH: return GPU_PUSH_ALPHA + (k - 1) * S / GPU_PUSH_BW * us_per_byte;
+  case ZCC_GPU_PUSH: {
+    double chunk = S / 64;
+    chunk = chunk < 8192 ? 8192 : chunk > 131072 ? 131072 : chunk;
+    return GPU_PUSH_ALPHA + ((k - 1) * S / GPU_PUSH_BW + chunk / GPU_PUSH_LANE_BW) * us_per_byte;
+  }
   default: return 1e30;
   }
 }

@@ -122,6 +122,30 @@ void zcc_gpu_comm_stop_kernels(struct zccComm *comm) {
   if (comm->gpu && comm->gpu->abort_host) *comm->gpu->abort_host = 1;
 }
 
+/*
+ * Peer access from the current device (dev) to peer, once per process: zcc
+ * never disables it, and enabling it again is an API error that
+ * compute-sanitizer reports (cudaErrorPeerAccessAlreadyEnabled, also what
+ * another library that enabled it first leaves us, taken as success).
+ */
+static cudaError_t enable_peer_access(int dev, int peer) {
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  static uint64_t enabled[64]; /* bit peer of enabled[dev] */
+  if (dev < 0 || dev >= 64 || peer < 0 || peer >= 64) return cudaErrorInvalidDevice;
+  pthread_mutex_lock(&lock);
+  cudaError_t e = cudaSuccess;
+  if (!(enabled[dev] >> peer & 1)) {
+    e = cudaDeviceEnablePeerAccess(peer, 0);
+    if (e == cudaErrorPeerAccessAlreadyEnabled) {
+      (void)cudaGetLastError();
+      e = cudaSuccess;
+    }
+    if (e == cudaSuccess) enabled[dev] |= (uint64_t)1 << peer;
+  }
+  pthread_mutex_unlock(&lock);
+  return e;
+}
+
 static zccResult_t map_peers(struct zccComm *comm, zcc_gpu_t *g) {
   int n = comm->nranks, me = comm->rank;
   const zcc_peer_info_t *self = &comm->peers[me];
@@ -176,10 +200,8 @@ static zccResult_t map_peers(struct zccComm *comm, zcc_gpu_t *g) {
                         comm->name, g->dev, me, p->device, r);
         break;
       }
-      e = cudaDeviceEnablePeerAccess(p->device, 0);
-      if (e == cudaErrorPeerAccessAlreadyEnabled) {
-        (void)cudaGetLastError();
-      } else if (e != cudaSuccess) {
+      e = enable_peer_access(g->dev, p->device);
+      if (e != cudaSuccess) {
         res = cuda_fail(e, "cudaDeviceEnablePeerAccess", comm);
         break;
       }
