@@ -10,7 +10,8 @@
 #   colls      test_gpu_colls --layout both (the collective matrix, exact checks)
 #   colls-full test_gpu_colls --layout both --full
 #   sanitize   compute-sanitizer memcheck and racecheck on test_gpu_colls --quick
-#   python     the Python CUDA tests (tests/python/test_cuda.py) with the host's torch
+#   python     the Python CUDA tests (tests/python/test_cuda.py) with the host's torch,
+#              and the DDP example on both GPUs against torch's NCCL
 #   perf       allreduce_perf -g 2 8 B..PERF_MAX (default 8G) --compare nccl, eager and -G 20
 #   perf-small allreduce -g 2 8 B..1 MiB --compare nccl, eager and -G 20
 #   push-sweep the push allreduce at ZCC_GPU_PUSH_BLOCKS in PUSH_BLOCKS (16 32 64 128), -G 10
@@ -81,6 +82,7 @@ for phase in "$@"; do
     ;;
   python)
     run python 600 python3 -m pytest -q -rs -p no:cacheprovider "$root/tests/python/test_cuda.py"
+    run ddp-cuda 300 python3 "$root/examples/ddp_train.py" --device cuda --nprocs 2 --steps 200
     ;;
   perf)
     e=${PERF_MAX:-8G}

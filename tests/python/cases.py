@@ -450,3 +450,76 @@ def cuda_all_reduce(ctx, dtype_name, numel):
     torch.cuda.synchronize()
     res["graph"] = x.cpu()
     return res
+
+
+def cuda_dist_ops(ctx, dtype_name, numel):
+    """The "zcc" process group (the default group here) on CUDA tensors,
+    against torch's NCCL group on the same inputs: every collective, and
+    send/recv between the two ranks."""
+    dev = torch.device("cuda", ctx["rank"])
+    torch.cuda.set_device(dev)
+    if "nccl" not in ctx:
+        ctx["nccl"] = dist.new_group(backend="nccl")
+    size, rank = ctx["size"], ctx["rank"]
+    res = {}
+
+    def both(name, run):
+        res[name] = (run(None), run(ctx["nccl"]))
+
+    def all_reduce(op):
+        def run(g):
+            t = make(rank, numel, dtype_name).to(dev)
+            dist.all_reduce(t, op=_op(op), group=g)
+            return t.cpu()
+        return run
+    for op in ops_for(dtype_name):
+        both("all_reduce_" + op, all_reduce(op))
+
+    def broadcast(g):
+        t = make(rank, numel, dtype_name).to(dev)
+        dist.broadcast(t, 1, group=g)
+        return t.cpu()
+    both("broadcast", broadcast)
+
+    def reduce(g):
+        t = make(rank, numel, dtype_name).to(dev)
+        dist.reduce(t, 0, op=dist.ReduceOp.MAX, group=g)
+        return t.cpu() if rank == 0 else None
+    both("reduce", reduce)
+
+    def all_gather(g):
+        out = torch.full((size * numel,), 9, dtype=_t(dtype_name), device=dev)
+        dist.all_gather_into_tensor(out, make(rank, numel, dtype_name).to(dev), group=g)
+        return out.cpu()
+    both("all_gather_into_tensor", all_gather)
+
+    def reduce_scatter(g):
+        inp = torch.cat([make(rank, numel, dtype_name, salt=j) for j in range(size)]).to(dev)
+        out = torch.full((numel,), 9, dtype=_t(dtype_name), device=dev)
+        dist.reduce_scatter_tensor(out, inp, op=dist.ReduceOp.SUM, group=g)
+        return out.cpu()
+    both("reduce_scatter_tensor", reduce_scatter)
+
+    def all_to_all(g):
+        inp = torch.cat([make(rank, numel, dtype_name, salt=j) for j in range(size)]).to(dev)
+        out = torch.full_like(inp, 9)
+        dist.all_to_all_single(out, inp, group=g)
+        return out.cpu()
+    both("all_to_all_single", all_to_all)
+
+    def send_recv(g):
+        t = make(rank, numel, dtype_name).to(dev)
+        r = torch.full_like(t, 9)
+        peer = 1 - rank
+        if rank == 0:  # opposite orders on the two ranks: no wait cycle in either library
+            dist.send(t, peer, group=g)
+            dist.recv(r, peer, group=g)
+        else:
+            dist.recv(r, peer, group=g)
+            dist.send(t, peer, group=g)
+        return r.cpu()
+    both("send_recv", send_recv)
+
+    dist.barrier(device_ids=[ctx["rank"]])
+    torch.cuda.synchronize()
+    return res

@@ -43,3 +43,18 @@ def test_cuda_all_reduce_vs_nccl(gpu_pool, dtype):
                 assert torch.equal(got, nccl), (r, op)
         # replaying the captured graph sums this rank's fresh input
         assert torch.equal(res[r]["graph"], reference(inputs, "sum", dtype)), r
+
+
+@pytest.mark.parametrize("numel", [1025, 262147])  # LL, and the push kernel (above 64 KiB)
+@pytest.mark.parametrize("dtype", ["int32", "float32", "bfloat16"])
+def test_cuda_backend_vs_nccl(gpu_pool, dtype, numel):
+    """torch.distributed with the "zcc" backend on CUDA tensors gives what
+    torch's NCCL gives (2 ranks: every sum has one order, so bitwise)."""
+    res = gpu_pool.run("cuda_dist_ops", dtype, numel)
+    for r in range(2):
+        for name, (got, nccl) in res[r].items():
+            if name == "reduce" and r != 0:
+                continue
+            if name == "all_reduce_avg" and not dtype.startswith(("float", "bfloat")):
+                continue  # NCCL has no integer avg that truncates like zcc's
+            assert torch.equal(got, nccl), (r, name)
