@@ -14,7 +14,6 @@
 #endif
 #include <cuda_runtime_api.h>
 #include <errno.h>
-#include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -310,74 +309,6 @@ const char *zero_note(size_t bad, size_t zeros) {
     return " [every difference is +0 against -0: max/min of +0 and -0 depends on the reduction "
            "order; the reference reduces in rank order]";
   return "";
-}
-
-const char *elem_str(zccDataType_t t, const unsigned char *buf, size_t i, char *out, size_t len) {
-  const unsigned char *p = buf + i * esize(t);
-  uint16_t h;
-  uint32_t u32;
-  uint64_t u64;
-  float f;
-  double d;
-  switch (t) {
-  case zccInt8: snprintf(out, len, "%d (0x%02x)", (int)(int8_t)p[0], p[0]); break;
-  case zccUint8: snprintf(out, len, "%u (0x%02x)", p[0], p[0]); break;
-  case zccInt32:
-    memcpy(&u32, p, 4);
-    snprintf(out, len, "%" PRId32 " (0x%08" PRIx32 ")", (int32_t)u32, u32);
-    break;
-  case zccUint32:
-    memcpy(&u32, p, 4);
-    snprintf(out, len, "%" PRIu32 " (0x%08" PRIx32 ")", u32, u32);
-    break;
-  case zccInt64:
-    memcpy(&u64, p, 8);
-    snprintf(out, len, "%" PRId64 " (0x%016" PRIx64 ")", (int64_t)u64, u64);
-    break;
-  case zccUint64:
-    memcpy(&u64, p, 8);
-    snprintf(out, len, "%" PRIu64 " (0x%016" PRIx64 ")", u64, u64);
-    break;
-  case zccFloat16:
-    memcpy(&h, p, 2);
-    snprintf(out, len, "%.6g (0x%04x)", (double)zcc_half_to_float(h), h);
-    break;
-  case zccBfloat16:
-    memcpy(&h, p, 2);
-    snprintf(out, len, "%.6g (0x%04x)", (double)zcc_bf16_to_float(h), h);
-    break;
-  case zccFloat8e4m3:
-    snprintf(out, len, "%.6g (0x%02x)", (double)zcc_e4m3_to_float(p[0]), p[0]);
-    break;
-  case zccFloat8e5m2:
-    snprintf(out, len, "%.6g (0x%02x)", (double)zcc_e5m2_to_float(p[0]), p[0]);
-    break;
-  case zccFloat32:
-    memcpy(&f, p, 4);
-    memcpy(&u32, p, 4);
-    snprintf(out, len, "%.9g (0x%08" PRIx32 ")", (double)f, u32);
-    break;
-  case zccFloat64:
-    memcpy(&d, p, 8);
-    memcpy(&u64, p, 8);
-    snprintf(out, len, "%.17g (0x%016" PRIx64 ")", d, u64);
-    break;
-  default: snprintf(out, len, "?"); break;
-  }
-  return out;
-}
-
-uint64_t hash_bytes(const unsigned char *p, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ull ^ n, w;
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    memcpy(&w, p + i, 8);
-    h = (h ^ w) * 0x100000001b3ull;
-    h ^= h >> 29;
-  }
-  for (; i < n; i++)
-    h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
 }
 
 /* Poison bytes that are no NaN in any type (so a NaN never "matches" them). */

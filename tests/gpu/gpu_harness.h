@@ -100,8 +100,6 @@ size_t compare2(zccDataType_t t, const unsigned char *got, const unsigned char *
 size_t compare(zccDataType_t t, const unsigned char *got, const unsigned char *exp, size_t count,
                size_t *first);
 const char *zero_note(size_t bad, size_t zeros);
-const char *elem_str(zccDataType_t t, const unsigned char *buf, size_t i, char *out, size_t len);
-uint64_t hash_bytes(const unsigned char *p, size_t n);
 unsigned char poison_for(uint64_t x);
 
 /* ---- collectives ---- */

@@ -72,6 +72,7 @@
 #include "gpu_harness.h"
 #include "reduce.h"
 #include "zcc.h"
+#include "ztest_types.h"
 
 #define GUARD 64
 #define MIB ((size_t)1 << 20)
@@ -288,13 +289,13 @@ static int run_case(const case_t *k, void *ctx) {
           char v[96];
           pos += (size_t)snprintf(
               insx + pos, sizeof(insx) - pos, "%s%s",
-              j ? ", " : "; inputs there: ", elem_str(k->c.type, ins[j], idx, v, sizeof(v)));
+              j ? ", " : "; inputs there: ", zt_elem_str(k->c.type, ins[j], idx, v, sizeof(v)));
         }
       bad = 1;
       fail("%s matrix %s rank %d: %zu of %zu elements differ; first at %zu: expected %s, got %s%s"
            " (input seed 0x%016" PRIx64 ", run seed %" PRIu64 ")%s",
-           w->name, cs, r, nbad, nr, first, elem_str(k->c.type, x->hexp, first, e, sizeof(e)),
-           elem_str(k->c.type, got, first, g, sizeof(g)), insx, case_seed(k, r), opt.seed,
+           w->name, cs, r, nbad, nr, first, zt_elem_str(k->c.type, x->hexp, first, e, sizeof(e)),
+           zt_elem_str(k->c.type, got, first, g, sizeof(g)), insx, case_seed(k, r), opt.seed,
            zero_note(nbad, zeros));
     } else {
       pass();
@@ -321,7 +322,7 @@ static int run_case(const case_t *k, void *ctx) {
       CHECK(same, "%s matrix %s rank %d: the out-of-place call changed sendbuff", w->name, cs, r);
     }
     sh->fail[r] = bad;
-    sh->hash[r] = k->c.coll == C_ALLREDUCE ? hash_bytes(got, rbytes) : 0;
+    sh->hash[r] = k->c.coll == C_ALLREDUCE ? zt_hash(got, rbytes) : 0;
   }
   sync_all(w, cs);
 
@@ -560,7 +561,7 @@ static void run_graph(world_t *w, int gi) {
           zero_only = z == nb;
           snprintf(detail, sizeof(detail),
                    "%zu of %zu elements differ, first at %zu: expected %s, got %s", nb, nr, f,
-                   elem_str(c.type, exp, f, e, sizeof(e)), elem_str(c.type, got, f, g, sizeof(g)));
+                   zt_elem_str(c.type, exp, f, e, sizeof(e)), zt_elem_str(c.type, got, f, g, sizeof(g)));
         }
       }
       CHECK(nbad == 0,
@@ -781,7 +782,7 @@ static void run_errors(world_t *w) {
         expect_out(&c, 0, n, x->rank, ins, dpoison, x->hexp);
         nb = compare(c.type, x->hout, x->hexp, c.count, &first);
         if (nb)
-          elem_str(c.type, x->hout, first, g, sizeof(g));
+          zt_elem_str(c.type, x->hout, first, g, sizeof(g));
       }
       CHECK(
           x->rc == zccSuccess && x->werr == cudaSuccess && nb == 0,
@@ -789,7 +790,7 @@ static void run_errors(world_t *w) {
           "%zu elements wrong (first %zu: expected %s, got %s)",
           w->name, x->rank, rc_name(x->rc), x->rc ? last_err(w->comms[i]) : "",
           cudaGetErrorName(x->werr), nb, first,
-          nb ? elem_str(c.type, x->hexp, first, e, sizeof(e)) : "-", g);
+          nb ? zt_elem_str(c.type, x->hexp, first, e, sizeof(e)) : "-", g);
       zccResult_t ae = zccNumResults;
       zccResult_t r1 = zccCommGetAsyncError(w->comms[i], &ae);
       CHECK(r1 == zccSuccess && ae == zccSuccess,
@@ -1392,6 +1393,7 @@ static void runner_child(int deadpeer) {
 int main(int argc, char **argv) {
   probe_t pr;
   setvbuf(stdout, NULL, _IOLBF, 0);
+  zt_types_init(); /* zt_elem_str's narrow-float tables, before any child forks */
   if (parse_args(argc, argv) != 0) {
     usage();
     return 2;
