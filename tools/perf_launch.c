@@ -87,6 +87,19 @@ typedef struct {
   char nccl[PERF_ID_BYTES];
 } ids_t;
 
+/* zcc's id, and NCCL's with --compare nccl (exits on failure). */
+static void make_ids(perf_world_t *w, ids_t *ids)
+{
+  zccResult_t res = zccGetUniqueId(&ids->zcc);
+
+  if (res != zccSuccess)
+    perf_zcc_fail(w, "zccGetUniqueId", res);
+#ifdef ZCC_PERF_WITH_CUDA
+  if (w->opts->compare_nccl)
+    perf_nccl_get_unique_id(w, ids->nccl);
+#endif
+}
+
 static zccConfig_t comm_config(const perf_world_t *w)
 {
   zccConfig_t cfg = ZCC_CONFIG_INITIALIZER;
@@ -298,7 +311,6 @@ static int process_code(int code)
 static int run_single(perf_world_t *w)
 {
   ids_t ids;
-  zccResult_t res;
   int code;
 
   w->launcher = "single";
@@ -314,13 +326,7 @@ static int run_single(perf_world_t *w)
     /* one process holds every rank: zccCommInitAll, ncclCommInitAll */
     init_rank(w, NULL);
   } else {
-    res = zccGetUniqueId(&ids.zcc);
-    if (res != zccSuccess)
-      perf_zcc_fail(w, "zccGetUniqueId", res);
-#ifdef ZCC_PERF_WITH_CUDA
-    if (w->opts->compare_nccl)
-      perf_nccl_get_unique_id(w, ids.nccl);
-#endif
+    make_ids(w, &ids);
     init_rank(w, &ids);
   }
   code = perf_run(w);
@@ -409,15 +415,8 @@ static int run_mpi(perf_world_t *w)
     return worst;
   }
   memset(&ids, 0, sizeof(ids));
-  if (proc == 0) {
-    zccResult_t res = zccGetUniqueId(&ids.zcc);
-    if (res != zccSuccess)
-      perf_zcc_fail(w, "zccGetUniqueId", res);
-#ifdef ZCC_PERF_WITH_CUDA
-    if (w->opts->compare_nccl)
-      perf_nccl_get_unique_id(w, ids.nccl);
-#endif
-  }
+  if (proc == 0)
+    make_ids(w, &ids);
   MPI_Bcast(&ids, (int)sizeof(ids), MPI_BYTE, 0, MPI_COMM_WORLD);
   init_rank(w, &ids);
   code = perf_run(w);
