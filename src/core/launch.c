@@ -63,10 +63,10 @@ static void first_slurm_host(const char *list, char *out, size_t cap) {
   out[o] = '\0';
 }
 
-static int port_from_job(const char *job) {
+int zcc_job_port(const char *job) {
   uint8_t h[32];
   zcc_sha256(job, strlen(job), h);
-  return 20000 + (int)(((unsigned)h[0] << 8 | h[1]) % 20000);
+  return ZCC_JOB_PORT_MIN + (int)(((unsigned)h[0] << 8 | h[1]) % ZCC_JOB_PORT_SPAN);
 }
 
 static zccResult_t detect(launch_env_t *e) {
@@ -98,7 +98,7 @@ static zccResult_t detect(launch_env_t *e) {
              env_or("SLURM_STEP_ID", ""));
     const char *nodes = env_or("SLURM_STEP_NODELIST", env_or("SLURM_JOB_NODELIST", NULL));
     if (nodes) first_slurm_host(nodes, e->host, sizeof(e->host));
-    e->port = port_from_job(e->job);
+    e->port = zcc_job_port(e->job);
   } else {
     return zcc_error(zccInvalidUsage,
                      "zccCommInitFromEnv: no launcher environment found (RANK/WORLD_SIZE, "
@@ -109,7 +109,7 @@ static zccResult_t detect(launch_env_t *e) {
                      e->launcher, e->rank, e->size);
   if (!e->host[0] && e->single_host) {
     snprintf(e->host, sizeof(e->host), "127.0.0.1");
-    e->port = port_from_job(e->job);
+    e->port = zcc_job_port(e->job);
   }
   return zccSuccess;
 }

@@ -93,4 +93,16 @@ zccResult_t zcc_bootstrap_recv(zcc_bootstrap_t *b, int peer, int tag, void *data
 /* Close every connection. */
 void zcc_bootstrap_free(zcc_bootstrap_t *b);
 
+/*
+ * The rendezvous port zccCommInitFromEnv derives from a launcher's job id
+ * when the launcher gives none: a hash of JOB in [ZCC_JOB_PORT_MIN,
+ * ZCC_JOB_PORT_MIN + ZCC_JOB_PORT_SPAN). Every rank must compute the same
+ * port, on hosts whose settings may differ, so the range is fixed; it ends
+ * below 32768, where Linux's default ephemeral range (32768-60999) starts,
+ * so no process's outgoing connection holds the port.
+ */
+#define ZCC_JOB_PORT_MIN 20000
+#define ZCC_JOB_PORT_SPAN 12768
+int zcc_job_port(const char *job);
+
 #endif /* ZCC_BOOTSTRAP_H_ */

@@ -10,11 +10,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
+#include "bootstrap.h"
 #include "zcc.h"
 
 typedef void (*set_env_fn)(int rank, int port);
@@ -83,8 +87,36 @@ static int child(set_env_fn fn, int rank, int port, const char *comm_id) {
   return 0;
 }
 
+/* A port that rank 0 can listen on now (every interface, as zcc does), out
+   of the ephemeral range so that no outgoing connection takes it meanwhile;
+   the walk starts at a per-process point so parallel tests differ. */
+static int free_port(void) {
+  int span = ZCC_JOB_PORT_SPAN;
+  for (int i = 0; i < span; i++) {
+    int port = ZCC_JOB_PORT_MIN + (int)((getpid() * 7919L + i) % span);
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(s >= 0);
+    int one = 1;
+    setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    a.sin_port = htons((uint16_t)port);
+    int ok = bind(s, (struct sockaddr *)&a, sizeof(a)) == 0;
+    close(s);
+    if (ok) return port;
+  }
+  fail_msg("no free port in %d..%d", ZCC_JOB_PORT_MIN, ZCC_JOB_PORT_MIN + span - 1);
+  return -1;
+}
+
+/* torchrun's port is the test's to choose; the MPI and Slurm ones are
+   derived from the job id, which the port seeds. A failed rendezvous ends
+   in 20 s, not the default 120. */
 static void run_launcher(set_env_fn fn, const char *comm_id) {
-  int port = 20000 + (int)(getpid() % 20000);
+  int port = free_port();
+  setenv("ZCC_INIT_TIMEOUT", "20000", 1);
   pid_t pids[2];
   for (int r = 0; r < 2; r++) {
     pids[r] = fork();
@@ -105,8 +137,25 @@ static void test_slurm(void **s) { run_launcher(slurm_env, NULL); }
 
 static void test_comm_id_override(void **s) {
   char id[64];
-  snprintf(id, sizeof(id), "127.0.0.1:%d", 40000 + (int)(getpid() % 20000));
+  snprintf(id, sizeof(id), "127.0.0.1:%d", free_port());
   run_launcher(ompi_env, id);
+}
+
+/* Derived rendezvous ports cover [ZCC_JOB_PORT_MIN, +SPAN) and stay below
+   Linux's ephemeral range, where outgoing connections would take them. */
+static void test_job_port_range(void **s) {
+  int lo = 1 << 30, hi = -1;
+  for (int i = 0; i < 20000; i++) {
+    char job[64];
+    snprintf(job, sizeof(job), "slurm:%d.0", i);
+    int p = zcc_job_port(job);
+    assert_int_equal(p, zcc_job_port(job));
+    if (p < lo) lo = p;
+    if (p > hi) hi = p;
+  }
+  assert_true(lo >= ZCC_JOB_PORT_MIN && hi < ZCC_JOB_PORT_MIN + ZCC_JOB_PORT_SPAN);
+  assert_true(hi < 32768);
+  assert_true(lo < ZCC_JOB_PORT_MIN + 100 && hi >= ZCC_JOB_PORT_MIN + ZCC_JOB_PORT_SPAN - 100);
 }
 
 static void test_no_launcher(void **s) {
@@ -165,7 +214,7 @@ int main(void) {
       cmocka_unit_test(test_torchrun),   cmocka_unit_test(test_openmpi),
       cmocka_unit_test(test_mpich),      cmocka_unit_test(test_slurm),
       cmocka_unit_test(test_comm_id_override), cmocka_unit_test(test_no_launcher),
-      cmocka_unit_test(test_debug_file),
+      cmocka_unit_test(test_debug_file), cmocka_unit_test(test_job_port_range),
   };
   return cmocka_run_group_tests_name("launch", tests, NULL, NULL);
 }
