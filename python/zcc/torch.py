@@ -9,7 +9,8 @@ or keep the backend you have and let zcc reduce DDP's gradient buckets:
     model.register_comm_hook(zcc.torch.hook_state(), zcc.torch.allreduce_hook)
 
 The backend is a Python subclass of torch.distributed.ProcessGroup, which
-torch 1.13 and 2.x both accept from Backend.register_backend. The unique id
+torch 1.13 and 2.x both accept from Backend.register_backend; it answers to
+the method names of both (torch 2.15 renamed the single-tensor ones). The unique id
 of each zcc communicator goes through the group's c10d store. CPU tensors use
 a host communicator created with the group; CUDA tensors a GPU communicator
 per device, created at the first CUDA operation of the group (every rank of
@@ -187,6 +188,13 @@ class ProcessGroupZcc(dist.ProcessGroup):
         """The zcc Communicator this group uses for tensors on ``device``."""
         return self._comm(torch.empty(0, device=device))
 
+    def _get_backend(self, device):
+        """This group serves every device itself. torch 2.15's
+        batch_isend_irecv asks the group for its backend on the tensors'
+        device (and reads supports_coalescing from it, absent here, so each
+        send and recv is issued through this group's queue)."""
+        return self
+
     def getBackendName(self):
         return BACKEND_NAME
 
@@ -351,6 +359,45 @@ class ProcessGroupZcc(dist.ProcessGroup):
         ins = _one(input_tensors, "input_tensors") if self.rank() == root else None
         self._comm(out).scatter(out, ins, root)
         return _completed(output_tensors)
+
+    # ---- the single-tensor names of torch 2.15 and later ------------------
+    # torch 2.15 calls these instead of _allgather_base, _reduce_scatter_base,
+    # alltoall_base and the *_tensor_coalesced methods, and adds gather_single
+    # (dist.gather_single: one output tensor on the root).
+
+    def all_gather_single(self, output, input, opts=None):
+        return self._allgather_base(output, input, opts)
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        return self.allgather_into_tensor_coalesced(outputs, inputs, opts)
+
+    def reduce_scatter_single(self, output, input, opts=None):
+        return self._reduce_scatter_base(output, input, opts)
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        return self.reduce_scatter_tensor_coalesced(outputs, inputs, opts)
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes,
+                          opts=None):
+        return self.alltoall_base(output, input, output_split_sizes, input_split_sizes,
+                                  opts)
+
+    def gather_single(self, output, input, opts=None):
+        """Every rank's input into ``output`` (size x input's elements, rank
+        order) on the root; other ranks' output is ignored."""
+        if self._pending:
+            self._flush()
+        root = opts.rootRank if opts is not None else 0
+        comm = self._comm(input)
+        outs = None
+        if self.rank() == root:
+            comm._check(output, "gather_tensor")
+            comm._blocks(output, input, "gather_tensor", "tensor")
+            flat = output.view(-1)
+            k = input.numel()
+            outs = [flat[j * k:(j + 1) * k].view(input.shape) for j in range(self.size())]
+        comm.gather(input, outs, root)
+        return _completed([output])
 
     def barrier(self, opts=None):
         self._flush()

@@ -205,6 +205,55 @@ def dist_gather_scatter(ctx, dtype_name, numel, root):
     return {"gather": gl, "scatter": so}
 
 
+def dist_single_names(ctx, dtype_name, numel, root):
+    """The group methods torch 2.15 and later call (all_gather_single,
+    reduce_scatter_single, all_to_all_single, gather_single and the
+    *_single_coalesced pair), called directly so that every torch runs them,
+    and dist.gather_single where torch has it."""
+    n, r = ctx["size"], ctx["rank"]
+    pg = dist.distributed_c10d._get_default_group()
+    res = {"backend_is_group": pg._get_backend(torch.device("cpu")) is pg}
+    ag_opts = dist.AllgatherOptions() if hasattr(dist, "AllgatherOptions") else None
+
+    out = torch.full((n * numel,), 9, dtype=_t(dtype_name))
+    pg.all_gather_single(out, make(r, numel, dtype_name), ag_opts).wait()
+    res["all_gather_single"] = out
+
+    outs = [torch.full((n * numel,), 9, dtype=_t(dtype_name)) for _ in range(2)]
+    ins = [make(r, numel, dtype_name, salt=k) for k in range(2)]
+    pg.all_gather_single_coalesced(outs, ins, ag_opts).wait()
+    res["all_gather_single_coalesced"] = outs
+
+    rs_opts = dist.ReduceScatterOptions()
+    rs_opts.reduceOp = dist.ReduceOp.SUM
+    o = torch.full((numel,), 9, dtype=_t(dtype_name))
+    pg.reduce_scatter_single(o, make(r, n * numel, dtype_name), rs_opts).wait()
+    res["reduce_scatter_single"] = o
+
+    outs = [torch.full((numel,), 9, dtype=_t(dtype_name)) for _ in range(2)]
+    ins = [make(r, n * numel, dtype_name, salt=k) for k in range(2)]
+    pg.reduce_scatter_single_coalesced(outs, ins, rs_opts).wait()
+    res["reduce_scatter_single_coalesced"] = outs
+
+    inp = make(r, n * numel, dtype_name)
+    o = torch.full((n * numel,), 9, dtype=_t(dtype_name))
+    pg.all_to_all_single(o, inp, [], [], dist.AllToAllOptions()).wait()
+    res["all_to_all_single"] = o
+
+    g_opts = dist.GatherOptions()
+    g_opts.rootRank = root
+    o = torch.full((n * numel,), 9, dtype=_t(dtype_name)) if r == root \
+        else torch.empty(0, dtype=_t(dtype_name))
+    pg.gather_single(o, make(r, numel, dtype_name), g_opts).wait()
+    res["gather_single"] = o if r == root else None
+
+    if hasattr(dist, "gather_single"):  # torch 2.15 and later
+        o = torch.full((n * numel,), 9, dtype=_t(dtype_name)) if r == root else None
+        dist.gather_single(make(r, numel, dtype_name, salt=1), o, dst=root)
+        res["dist.gather_single"] = o
+    return res
+
+
 def dist_barrier(ctx):
     import time
     # rank 0 arrives late: nobody may leave before it arrives

@@ -130,6 +130,39 @@ def test_gather_scatter(pool, dtype):
         assert_equal(res[r]["scatter"], make(root, NUMEL, dtype, salt=r), "scatter rank %d" % r)
 
 
+@pytest.mark.parametrize("dtype", ["int8", "float32", "bfloat16"])
+def test_single_tensor_names(pool, dtype):
+    """The method names torch 2.15 and later call on the group."""
+    n = pool.size
+    root = n - 1
+    res = pool.run("dist_single_names", dtype, NUMEL, root)
+
+    def gathered(salt=0, numel=NUMEL):
+        return torch.cat([make(j, numel, dtype, salt=salt) for j in range(n)])
+
+    for r in range(n):
+        got = res[r]
+        assert got["backend_is_group"], r
+        assert_equal(got["all_gather_single"], gathered(), "all_gather_single rank %d" % r)
+        for k in range(2):
+            assert_equal(got["all_gather_single_coalesced"][k], gathered(salt=k),
+                         "all_gather_single_coalesced[%d] rank %d" % (k, r))
+        blocks = [make(j, n * NUMEL, dtype) for j in range(n)]
+        want = reference([b[r * NUMEL:(r + 1) * NUMEL] for b in blocks], "sum", dtype)
+        assert_equal(got["reduce_scatter_single"], want, "reduce_scatter_single rank %d" % r)
+        for k in range(2):
+            blocks = [make(j, n * NUMEL, dtype, salt=k) for j in range(n)]
+            want = reference([b[r * NUMEL:(r + 1) * NUMEL] for b in blocks], "sum", dtype)
+            assert_equal(got["reduce_scatter_single_coalesced"][k], want,
+                         "reduce_scatter_single_coalesced[%d] rank %d" % (k, r))
+        want = torch.cat([make(j, n * NUMEL, dtype)[r * NUMEL:(r + 1) * NUMEL]
+                          for j in range(n)])
+        assert_equal(got["all_to_all_single"], want, "all_to_all_single rank %d" % r)
+    assert_equal(res[root]["gather_single"], gathered(), "gather_single")
+    if "dist.gather_single" in res[root]:
+        assert_equal(res[root]["dist.gather_single"], gathered(salt=1), "dist.gather_single")
+
+
 def test_barrier(pool):
     waited = pool.run("dist_barrier")
     # rank 0 arrived 0.3 s late: every other rank waited for it
