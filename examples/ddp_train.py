@@ -16,6 +16,7 @@ Run from a source checkout it finds python/zcc and build/src/libzcc.so;
 otherwise `pip install ./python` first (or set ZCC_LIBRARY).
 """
 import argparse
+import gc
 import os
 import socket
 import sys
@@ -131,6 +132,11 @@ def worker(rank, world, args):
     flag = torch.tensor([int(ok)])
     dist.broadcast(flag, 0, group=args.ref_group)
     dist.destroy_process_group()
+    # Free the reference group now, while the interpreter is whole: with
+    # torch 2.x a gloo group left to interpreter shutdown sometimes aborts
+    # the process ("terminate called without an active exception").
+    args.ref_group = None
+    gc.collect()
     if not flag.item():
         sys.exit(1)
 
