@@ -188,11 +188,18 @@ class ProcessGroupZcc(dist.ProcessGroup):
         """The zcc Communicator this group uses for tensors on ``device``."""
         return self._comm(torch.empty(0, device=device))
 
+    # What torch 2.x reads off a group's backend (see _get_backend): no
+    # communicator splitting through torch (new_group builds new zcc
+    # communicators), no NCCL-style coalescing manager (send and recv are
+    # queued and issued as one zcc group anyway).
+    supports_splitting = False
+    supports_coalescing = False
+
     def _get_backend(self, device):
-        """This group serves every device itself. torch 2.15's
-        batch_isend_irecv asks the group for its backend on the tensors'
-        device (and reads supports_coalescing from it, absent here, so each
-        send and recv is issued through this group's queue)."""
+        """This group serves every device itself. torch 2.15 asks the group
+        for its backend in batch_isend_irecv (supports_coalescing), in
+        init_process_group(device_id=...) (supports_splitting) and in
+        new_group."""
         return self
 
     def getBackendName(self):

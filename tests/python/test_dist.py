@@ -163,6 +163,23 @@ def test_single_tensor_names(pool, dtype):
         assert_equal(res[root]["dist.gather_single"], gathered(salt=1), "dist.gather_single")
 
 
+def test_init_with_device_id():
+    """init_process_group("zcc", device_id=...): torch 2.x's eager init."""
+    import inspect
+    import os
+    import subprocess
+    import sys
+    import torch.distributed as dist
+    if "device_id" not in inspect.signature(dist.init_process_group).parameters:
+        pytest.skip("this torch (%s) has no init_process_group(device_id=)" % torch.__version__)
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "init_device_id.py")
+    p = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=120)
+    out = p.stdout + p.stderr
+    if p.returncode == 0 and "refuses a CPU device" in out:
+        pytest.skip("torch %s takes only accelerators as device_id" % torch.__version__)
+    assert p.returncode == 0 and "device_id ok" in out, out
+
+
 def test_barrier(pool):
     waited = pool.run("dist_barrier")
     # rank 0 arrived 0.3 s late: every other rank waited for it
