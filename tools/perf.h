@@ -162,6 +162,13 @@ typedef struct {
 /* Print "<prog>: rank R: <what> failed: <error string>: <last error>" and fail. */
 void perf_zcc_fail(const perf_world_t *w, const char *what, zccResult_t res)
     __attribute__((noreturn));
+/* Run a zcc call; on an error, perf_zcc_fail with what. */
+#define PERF_ZCC_CHECK(w, what, call)                                          \
+  do {                                                                         \
+    zccResult_t res_ = (call);                                                 \
+    if (res_ != zccSuccess)                                                    \
+      perf_zcc_fail((w), (what), res_);                                        \
+  } while (0)
 /* Leave the process with code after a fatal error (MPI_Abort under MPI). */
 void perf_abort(int code) __attribute__((noreturn));
 

@@ -70,13 +70,6 @@ static void cuda_fail(const perf_world_t *w, const char *call, cudaError_t err)
       cuda_fail((w), #call, err_);                                             \
   } while (0)
 
-#define ZCC_CHECK(w, what, call)                                               \
-  do {                                                                         \
-    zccResult_t res_ = (call);                                                 \
-    if (res_ != zccSuccess)                                                    \
-      perf_zcc_fail((w), (what), res_);                                        \
-  } while (0)
-
 int perf_gpu_count(char *why, size_t len)
 {
   int n = 0;
@@ -142,7 +135,7 @@ static void group_start(const perf_world_t *w, int lib)
   if (lib == PERF_LIB_NCCL)
     perf_nccl_group_start(w);
   else
-    ZCC_CHECK(w, "zccGroupStart", zccGroupStart());
+    PERF_ZCC_CHECK(w, "zccGroupStart", zccGroupStart());
 }
 
 static void group_end(const perf_world_t *w, int lib)
@@ -150,7 +143,7 @@ static void group_end(const perf_world_t *w, int lib)
   if (lib == PERF_LIB_NCCL)
     perf_nccl_group_end(w);
   else
-    ZCC_CHECK(w, "zccGroupEnd", zccGroupEnd());
+    PERF_ZCC_CHECK(w, "zccGroupEnd", zccGroupEnd());
 }
 
 void perf_gpu_broadcast(perf_world_t *w, void *buf, size_t bytes)
@@ -166,8 +159,8 @@ void perf_gpu_broadcast(perf_world_t *w, void *buf, size_t bytes)
   }
   group_start(w, PERF_LIB_ZCC);
   for (int l = 0; l < w->nlocal; l++)
-    ZCC_CHECK(w, "zccBroadcast (bootstrap)",
-              zccBroadcast(d[l], d[l], bytes, zccUint8, 0, w->comms[l], (zccStream_t)s[l]));
+    PERF_ZCC_CHECK(w, "zccBroadcast (bootstrap)",
+                   zccBroadcast(d[l], d[l], bytes, zccUint8, 0, w->comms[l], (zccStream_t)s[l]));
   group_end(w, PERF_LIB_ZCC);
   for (int l = 0; l < w->nlocal; l++) {
     perf_gpu_set_device(w, w->cuda_dev[l]);
@@ -206,8 +199,9 @@ static void reduce_host(perf_run_t *r, void *buf, size_t count, zccDataType_t ty
   }
   group_start(w, PERF_LIB_ZCC);
   for (int l = 0; l < w->nlocal; l++)
-    ZCC_CHECK(w, what, zccAllReduce(r->gpu->g[l].scratch, r->gpu->g[l].scratch, count, type, op,
-                                    w->comms[l], (zccStream_t)r->gpu->g[l].stream));
+    PERF_ZCC_CHECK(w, what,
+                   zccAllReduce(r->gpu->g[l].scratch, r->gpu->g[l].scratch, count, type, op,
+                                w->comms[l], (zccStream_t)r->gpu->g[l].stream));
   group_end(w, PERF_LIB_ZCC);
   CUDA_CHECK(w, cudaMemcpyAsync(buf, r->gpu->g[0].scratch, bytes, cudaMemcpyDeviceToHost,
                                 r->gpu->g[0].stream));
@@ -239,9 +233,9 @@ void perf_gpu_gather_ranks(perf_run_t *r)
   }
   group_start(w, PERF_LIB_ZCC);
   for (int l = 0; l < w->nlocal; l++)
-    ZCC_CHECK(w, "zccAllGather (rank list)",
-              zccAllGather(r->gpu->g[l].scratch, r->gpu->g[l].scratch + PERF_SCRATCH_ALIGN, one,
-                           zccUint8, w->comms[l], (zccStream_t)r->gpu->g[l].stream));
+    PERF_ZCC_CHECK(w, "zccAllGather (rank list)",
+                   zccAllGather(r->gpu->g[l].scratch, r->gpu->g[l].scratch + PERF_SCRATCH_ALIGN,
+                                one, zccUint8, w->comms[l], (zccStream_t)r->gpu->g[l].stream));
   group_end(w, PERF_LIB_ZCC);
   CUDA_CHECK(w, cudaMemcpyAsync(r->ranks, r->gpu->g[0].scratch + PERF_SCRATCH_ALIGN,
                                 one * (size_t)w->nranks, cudaMemcpyDeviceToHost,
@@ -254,10 +248,10 @@ static void register_zcc(perf_world_t *w, int l, void *arg)
   perf_run_t *r = arg;
   gpu_rank_t *g = &r->gpu->g[l];
 
-  ZCC_CHECK(w, "zccCommRegister (send buffer)",
-            zccCommRegister(w->comms[l], g->send, r->buf_bytes, &g->zcc_handle[0]));
-  ZCC_CHECK(w, "zccCommRegister (receive buffer)",
-            zccCommRegister(w->comms[l], g->recv, r->buf_bytes, &g->zcc_handle[1]));
+  PERF_ZCC_CHECK(w, "zccCommRegister (send buffer)",
+                 zccCommRegister(w->comms[l], g->send, r->buf_bytes, &g->zcc_handle[0]));
+  PERF_ZCC_CHECK(w, "zccCommRegister (receive buffer)",
+                 zccCommRegister(w->comms[l], g->recv, r->buf_bytes, &g->zcc_handle[1]));
 }
 
 static void deregister_zcc(perf_world_t *w, int l, void *arg)
@@ -265,10 +259,10 @@ static void deregister_zcc(perf_world_t *w, int l, void *arg)
   perf_run_t *r = arg;
   gpu_rank_t *g = &r->gpu->g[l];
 
-  ZCC_CHECK(w, "zccCommDeregister (receive buffer)",
-            zccCommDeregister(w->comms[l], g->zcc_handle[1]));
-  ZCC_CHECK(w, "zccCommDeregister (send buffer)",
-            zccCommDeregister(w->comms[l], g->zcc_handle[0]));
+  PERF_ZCC_CHECK(w, "zccCommDeregister (receive buffer)",
+                 zccCommDeregister(w->comms[l], g->zcc_handle[1]));
+  PERF_ZCC_CHECK(w, "zccCommDeregister (send buffer)",
+                 zccCommDeregister(w->comms[l], g->zcc_handle[0]));
 }
 
 void perf_gpu_setup(perf_run_t *r)
@@ -359,7 +353,7 @@ static void iteration(perf_run_t *r, int lib, const perf_call_t *calls)
     if (lib == PERF_LIB_NCCL)
       perf_nccl_run(w, r->coll, &calls[l]);
     else
-      ZCC_CHECK(w, r->coll->call_name, r->coll->run(&calls[l]));
+      PERF_ZCC_CHECK(w, r->coll->call_name, r->coll->run(&calls[l]));
   }
   if (grouped)
     group_end(w, lib);

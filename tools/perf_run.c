@@ -24,13 +24,6 @@ static int is_cuda(const run_t *r)
   return r->w->device == PERF_DEVICE_CUDA;
 }
 
-#define ZCC_PERF_CHECK(w, what, call)                                          \
-  do {                                                                         \
-    zccResult_t res_ = (call);                                                 \
-    if (res_ != zccSuccess)                                                    \
-      perf_zcc_fail((w), (what), res_);                                        \
-  } while (0)
-
 static void *alloc_buffer(const perf_world_t *w, size_t bytes, const char *what)
 {
   void *p = NULL;
@@ -51,7 +44,7 @@ static void print_header(run_t *r)
   char gaps[512];
   int version = 0;
 
-  ZCC_PERF_CHECK(r->w, "zccGetVersion", zccGetVersion(&version));
+  PERF_ZCC_CHECK(r->w, "zccGetVersion", zccGetVersion(&version));
   if (!is_cuda(r))
     printf("# zcc %s: zcc %d.%d.%d, %d ranks, %s launch, host communicators\n",
            r->w->prog, version / 10000, version / 100 % 100, version % 100,
@@ -114,7 +107,7 @@ static void json_open(run_t *r)
             o->json_path, strerror(errno));
     perf_abort(PERF_EXIT_FAIL);
   }
-  ZCC_PERF_CHECK(r->w, "zccGetVersion", zccGetVersion(&version));
+  PERF_ZCC_CHECK(r->w, "zccGetVersion", zccGetVersion(&version));
   perf_iso_date(date, sizeof(date));
   fprintf(r->json, "{\n  \"benchmark\": ");
   perf_json_string(r->json, r->w->prog);
@@ -263,14 +256,14 @@ static void measure(run_t *r, const perf_counts_t *c, size_t size, int type,
 
   perf_prepare(r, &d, c, w->rank, inplace, r->sendbuf, r->recvbuf, root);
   for (int i = 0; i < r->o->warmup; i++)
-    ZCC_PERF_CHECK(w, r->coll->call_name, r->coll->run(&call));
+    PERF_ZCC_CHECK(w, r->coll->call_name, r->coll->run(&call));
   for (int i = 0; i < iters; i++) {
     double t0 = perf_now_us();
-    ZCC_PERF_CHECK(w, r->coll->call_name, r->coll->run(&call));
+    PERF_ZCC_CHECK(w, r->coll->call_name, r->coll->run(&call));
     r->times[i] = perf_now_us() - t0;
   }
   /* the slowest rank's time per iteration, then the median of those */
-  ZCC_PERF_CHECK(w, "zccAllReduce (timing)",
+  PERF_ZCC_CHECK(w, "zccAllReduce (timing)",
                  zccAllReduce(r->times, r->times, (size_t)iters, zccFloat64, zccMax,
                               w->comm, NULL));
   out->time_us = perf_median(r->times, iters);
@@ -286,9 +279,9 @@ static void measure(run_t *r, const perf_counts_t *c, size_t size, int type,
              w->prog, w->rank, r->coll->name, perf_type_name(type), perf_op_name(op),
              r->coll->rooted ? root : -1, inplace ? "in-place" : "out-of-place", bytes);
     perf_prepare(r, &d, c, w->rank, inplace, r->sendbuf, r->recvbuf, root);
-    ZCC_PERF_CHECK(w, r->coll->call_name, r->coll->run(&call));
+    PERF_ZCC_CHECK(w, r->coll->call_name, r->coll->run(&call));
     wrong = perf_verify(&d, r->coll, c, w->rank, root, recvp, label);
-    ZCC_PERF_CHECK(w, "zccAllReduce (error count)",
+    PERF_ZCC_CHECK(w, "zccAllReduce (error count)",
                    zccAllReduce(&wrong, &wrong, 1, zccInt64, zccSum, w->comm, NULL));
     out->wrong = wrong;
   }
@@ -385,7 +378,7 @@ static void gather_ranks(run_t *r)
   mine.cuda_dev = -1;
   if (gethostname(mine.host, sizeof(mine.host) - 1) != 0)
     snprintf(mine.host, sizeof(mine.host), "unknown");
-  ZCC_PERF_CHECK(w, "zccAllGather (rank list)",
+  PERF_ZCC_CHECK(w, "zccAllGather (rank list)",
                  zccAllGather(&mine, r->ranks, sizeof(mine), zccUint8, w->comm, NULL));
 }
 
@@ -442,9 +435,9 @@ int perf_run(perf_world_t *w)
   if (!is_cuda(&r)) {
     alloc_host(&r);
     if (o->local_register) {
-      ZCC_PERF_CHECK(w, "zccCommRegister (send buffer)",
+      PERF_ZCC_CHECK(w, "zccCommRegister (send buffer)",
                      zccCommRegister(w->comm, r.sendbuf, r.buf_bytes, &send_handle));
-      ZCC_PERF_CHECK(w, "zccCommRegister (receive buffer)",
+      PERF_ZCC_CHECK(w, "zccCommRegister (receive buffer)",
                      zccCommRegister(w->comm, r.recvbuf, r.buf_bytes, &recv_handle));
     }
   }
@@ -473,9 +466,9 @@ int perf_run(perf_world_t *w)
     perf_gpu_teardown(&r);
 #endif
   if (!is_cuda(&r) && o->local_register) {
-    ZCC_PERF_CHECK(w, "zccCommDeregister (receive buffer)",
+    PERF_ZCC_CHECK(w, "zccCommDeregister (receive buffer)",
                    zccCommDeregister(w->comm, recv_handle));
-    ZCC_PERF_CHECK(w, "zccCommDeregister (send buffer)",
+    PERF_ZCC_CHECK(w, "zccCommDeregister (send buffer)",
                    zccCommDeregister(w->comm, send_handle));
   }
   free(r.times);
