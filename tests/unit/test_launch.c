@@ -89,7 +89,10 @@ static int child(set_env_fn fn, int rank, int port, const char *comm_id) {
 
 /* A port that rank 0 can listen on now (every interface, as zcc does), out
    of the ephemeral range so that no outgoing connection takes it meanwhile;
-   the walk starts at a per-process point so parallel tests differ. */
+   the walk starts at a per-process point so parallel tests differ. Plain
+   sockets, not zcc's socket helpers: a zcc call here would set up the
+   library's logging and parameters in this parent, and the forked ranks
+   would inherit them (test_debug_file sets its own in the child). */
 static int free_port(void) {
   int span = ZCC_JOB_PORT_SPAN;
   for (int i = 0; i < span; i++) {
