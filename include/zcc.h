@@ -170,8 +170,10 @@ ZCC_API zccResult_t zccCommInitRankConfig(zccComm_t *comm, int nranks,
                                           zccConfig_t *config);
 
 /**
- * Create `ndev` communicators in one process, one per device. For GPU
- * communicators devlist names CUDA devices (NULL: 0..ndev-1); for host
+ * Create `ndev` communicators in one process, one per entry of devlist. For
+ * GPU communicators devlist names CUDA devices (NULL: 0..ndev-1); a device
+ * may appear more than once, and its ranks then share the GPU (NCCL refuses
+ * that; zcc allows it, in one process and across processes). For host
  * communicators (ZCC_DEVICE=host or no GPU) it is ignored.
  */
 ZCC_API zccResult_t zccCommInitAll(zccComm_t *comms, int ndev,

@@ -5,23 +5,28 @@
 # the GPU host may lack (hwloc, json-c, udev), so nothing compiles there.
 #
 #   scripts/gpu_pack.sh            # build into build-gpu/ and pack
+#   ZCC_PACK_BUILD=build scripts/gpu_pack.sh   # pack an existing CUDA build
 #
 # The binaries need a glibc no newer than the GPU host's (built on Debian 12,
 # glibc 2.36; the H200 hosts run Ubuntu 24.04, glibc 2.39).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-b=build-gpu
-cmake -S . -B $b -DCMAKE_BUILD_TYPE=Release -DZCC_ENABLE_CUDA=ON >/dev/null
+# ZCC_PACK_BUILD=DIR packs an existing CUDA build instead (not reconfigured).
+b=${ZCC_PACK_BUILD:-build-gpu}
+if [ -z "${ZCC_PACK_BUILD:-}" ]; then
+  cmake -S . -B $b -DCMAKE_BUILD_TYPE=Release -DZCC_ENABLE_CUDA=ON >/dev/null
+fi
 cmake --build $b -j"$(nproc)" --target zcc allreduce_perf broadcast_perf reduce_perf \
-  allgather_perf reducescatter_perf alltoall_perf sendrecv_perf test_gpu_colls test_gpu_kernels
+  allgather_perf reducescatter_perf alltoall_perf sendrecv_perf test_gpu_colls test_gpu_kernels \
+  gpu_membw
 d=.devcarry
 rm -rf $d
 mkdir -p $d/bin $d/lib
 cp -L $b/src/libzcc.so.0 $d/lib/
 ln -s libzcc.so.0 $d/lib/libzcc.so
 for t in allreduce_perf broadcast_perf reduce_perf allgather_perf reducescatter_perf \
-         alltoall_perf sendrecv_perf; do
+         alltoall_perf sendrecv_perf gpu_membw; do
   cp $b/tools/$t $d/bin/ 2>/dev/null || cp $b/tools/*/$t $d/bin/ 2>/dev/null || true
 done
 cp $b/tests/gpu/test_gpu_colls $d/bin/

@@ -23,6 +23,12 @@
 #   perf-big   allreduce 2 GiB..8 GiB in graphs, --compare nccl, no checks
 #   perf-wheel allreduce_perf --compare nccl against the host's nvidia-nccl-cu13
 #              Python wheel (ZCC_NCCL_LIB pointing at its libnccl.so.2)
+# One GPU, several ranks on it (test_gpu_colls --ranks, allreduce_perf --share-gpus 1):
+#   share      the matrix with 2, 3 and 4 ranks on the GPUs there are (threads layout),
+#              default algorithms and ZCC_ALGO=ring and tree; 2 ranks in processes (quick)
+#   share-san  compute-sanitizer memcheck and racecheck, 2 ranks, ring and tree, quick
+#   share-perf gpu_membw (the device-copy ceiling), then allreduce -g 2 --share-gpus 1
+#              8 B..SHARE_MAX (default 1G) in graphs: default (push/LL), ring, tree
 # Logs go to $OUT (default ./gpu_run_out), packed into logs.tgz (GPU_RUN_TAR=0:
 # left as they are); a summary prints last and goes to summary.txt.
 # NVLink multicast stays off for every library (NCCL_NVLS_ENABLE=0 and friends).
@@ -139,6 +145,38 @@ for phase in "$@"; do
       ZCC_NCCL_LIB=$w/libnccl.so.2 run allreduce-wheel 900 "$bin/allreduce_perf" -b 8 -e 8G -f 2 -g 2 \
         -w 5 -n 20 -c 1 --compare nccl
     fi
+    ;;
+  share)
+    for n in 2 3 4; do
+      for a in default ring tree; do
+        v=; [ $a = default ] || v="ZCC_ALGO=$a"
+        run "share-n$n-$a" ${SHARE_TIMEOUT:-300} env $v "$bin/test_gpu_colls" --ranks $n --layout threads \
+          ${SHARE_MODE:---quick}
+      done
+    done
+    for a in default ring; do
+      v=; [ $a = default ] || v="ZCC_ALGO=$a"
+      run "share-procs-$a" ${SHARE_TIMEOUT:-300} env $v "$bin/test_gpu_colls" --ranks 2 --layout procs \
+        --quick --only matrix,graphs --replays 100
+    done
+    ;;
+  share-san)
+    for a in ring tree; do
+      for tool in memcheck racecheck; do
+        run "share-san-$a-$tool" ${SANITIZE_TIMEOUT:-300} env ZCC_ALGO=$a compute-sanitizer --tool $tool \
+          --error-exitcode 9 --target-processes all "$bin/test_gpu_colls" --ranks 2 --layout threads \
+          --quick --only matrix,graphs --replays 20
+      done
+    done
+    ;;
+  share-perf)
+    e=${SHARE_MAX:-1G}
+    run share-membw 120 "$bin/gpu_membw" -b 1M -e $e -n 20
+    for a in default ring tree; do
+      v=; [ $a = default ] || v="ZCC_ALGO=$a"
+      run "share-perf-$a" 300 env $v "$bin/allreduce_perf" -b 8 -e $e -f 4 -g 2 --share-gpus 1 \
+        -w 5 -n 20 -c 1 -G 10
+    done
     ;;
   *) echo "gpu_run: unknown phase $phase" >&2; exit 2 ;;
   esac

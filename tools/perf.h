@@ -119,6 +119,7 @@ typedef struct {
   int op;          /* zccRedOp_t, PERF_ALL, or PERF_OP_NONE when the collective does not reduce */
   int root;        /* root rank, or PERF_ALL */
   int nthreads, ngpus;
+  int share_gpus; /* --share-gpus 1: ranks may share GPUs */
   int np;          /* -np: ranks to fork; 0 when not given */
   int local_register;
   int device;      /* --device: PERF_DEVICE_*; AUTO until the rank resolves it */

@@ -92,6 +92,8 @@ static void usage(FILE *f, const char *prog, const perf_coll_t *coll)
           "  -t, --nthreads <n>          threads per process; only 1\n"
           "  -g, --ngpus <n>             GPUs per process, one rank and communicator each\n"
           "                              (zccCommInitAll, calls grouped); default 1\n"
+          "      --share-gpus <0|1>      1: ranks may share GPUs (-g or -np beyond the GPUs there are:\n"
+          "                              rank i on GPU i modulo their count); default 0\n"
           "  -np <n>                     fork n local ranks (up to %d); the parent makes the unique id\n"
           "      --device <host|cuda>    host: host communicators and memory; cuda: GPU communicators,\n"
           "                              device buffers and streams; default: ZCC_DEVICE, else cuda when\n"
@@ -163,7 +165,7 @@ static const struct {
     {"root", 'r'},         {"local_register", 'R'}, {"nthreads", 't'},
     {"ngpus", 'g'},        {"np", 'N'},             {"json", 'J'},
     {"device", 'D'},       {"cudagraph", 'G'},      {"compare", 'C'},
-    {"help", 'h'},
+    {"share-gpus", 'S'},   {"help", 'h'},
 };
 
 /* The device came from ZCC_DEVICE rather than --device (for messages). */
@@ -273,6 +275,11 @@ static void set_option(const char *prog, const perf_coll_t *coll, char key,
       bad_arg(prog, coll, "%s: '%s' is not a GPU count between 1 and %d", name, val,
               PERF_MAX_GPUS);
     o->ngpus = (int)v;
+    break;
+  case 'S':
+    if (perf_parse_long(val, 0, 1, &v) != 0)
+      bad_arg(prog, coll, "%s: '%s' is not 0 or 1", name, val);
+    o->share_gpus = (int)v;
     break;
   case 'G':
     if (perf_parse_long(val, 0, 1 << 24, &v) != 0)

@@ -165,12 +165,12 @@ static int resolve_device(perf_world_t *w, int proc)
                 o->device_why ? o->device_why : "--device cuda", why);
       return PERF_EXIT_USAGE;
     }
-    if (g > n || (w->local_size > 0 && (long)w->local_size * g > n)) {
+    if (!o->share_gpus && (g > n || (w->local_size > 0 && (long)w->local_size * g > n))) {
       if (speak) {
         int procs = w->local_size > 0 ? w->local_size : 1;
         fprintf(stderr, "%s: %d process%s of %d GPU%s each need %d GPUs on this host; "
-                "it has %d%s\n", w->prog, procs, procs == 1 ? "" : "es", g, g == 1 ? "" : "s",
-                procs * g, n,
+                "it has %d; --share-gpus 1 lets ranks share GPUs%s\n", w->prog, procs,
+                procs == 1 ? "" : "es", g, g == 1 ? "" : "s", procs * g, n,
                 o->device == PERF_DEVICE_AUTO ? " (--device host runs host communicators)" : "");
       }
       return PERF_EXIT_USAGE;

@@ -429,7 +429,7 @@ zccResult_t zcc_planner_pick_host(int nranks, int nnodes, zcc_coll_t coll, size_
 #define GPU_PUSH_LANE_BW 17.7 /* one lane's first chunk, before reductions overlap */
 
 const char *zcc_gpu_algo_name(zcc_gpu_algo_t algo) {
-  static const char *n[] = {"ll", "oneshot", "twoshot", "ce", "push"};
+  static const char *n[] = {"ll", "oneshot", "twoshot", "ce", "push", "ring", "tree"};
   return algo >= 0 && algo < ZCC_GPU_ALGO_COUNT ? n[algo] : "invalid";
 }
 
@@ -457,6 +457,13 @@ double zcc_planner_gpu_predict(zcc_gpu_algo_t algo, int nranks, size_t bytes, in
     chunk = chunk < 8192 ? 8192 : chunk > 131072 ? 131072 : chunk;
     return GPU_PUSH_ALPHA + ((k - 1) * S / GPU_PUSH_BW + chunk / GPU_PUSH_LANE_BW) * us_per_byte;
   }
+  /* Ring and tree over connectors: 2 (k - 1) steps of a one-way NVLink hop
+     each (the LL latency) and the all-pairs stores' bandwidth, a guess until
+     measured between GPUs; they run only when forced (gpu_auto). */
+  case ZCC_GPU_RING:
+    return GPU_PUSH_ALPHA + 2 * (k - 1) * GPU_LL_ALPHA + 2 * (k - 1) / k * S / GPU_PUSH_BW * us_per_byte;
+  case ZCC_GPU_TREE:
+    return GPU_PUSH_ALPHA + 2 * (k - 1) * GPU_LL_ALPHA + 2 * S / GPU_PUSH_BW * us_per_byte;
   default: return 1e30;
   }
 }
@@ -474,7 +481,27 @@ static int gpu_can_run(zcc_gpu_algo_t a, int nranks, size_t bytes) {
  * buffers: registered ones move zero copy.
  */
 static int gpu_auto(zcc_gpu_algo_t a, int staged) {
-  return a != ZCC_GPU_CE && (a != ZCC_GPU_PUSH || staged);
+  return a != ZCC_GPU_CE && a != ZCC_GPU_RING && a != ZCC_GPU_TREE &&
+         (a != ZCC_GPU_PUSH || staged);
+}
+
+/* The GPU algorithm ZCC_ALGO names: its index, -1 unset, -2 unknown. */
+static int gpu_algo_forced(const char *fa) {
+  if (!fa || !*fa) return -1;
+  for (int i = ZCC_GPU_ONESHOT; i < ZCC_GPU_ALGO_COUNT; i++)
+    if (strcasecmp(fa, zcc_gpu_algo_name(i)) == 0) return i;
+  return -2;
+}
+
+zccResult_t zcc_planner_pick_gpu_coll(zcc_coll_t coll, int *ring) {
+  const char *fa = zcc_param_algo();
+  int a = gpu_algo_forced(fa);
+  if (a == -2)
+    return zcc_error(zccInvalidArgument,
+                     "ZCC_ALGO=%s: GPU communicators run oneshot, twoshot, ce, push, ring or tree",
+                     fa);
+  *ring = coll != ZCC_COLL_ALLTOALL && (a == ZCC_GPU_RING || a == ZCC_GPU_TREE);
+  return zccSuccess;
 }
 
 zccResult_t zcc_planner_pick_gpu(int nranks, size_t bytes, int staged, zcc_gpu_algo_t *algo) {
@@ -487,12 +514,11 @@ zccResult_t zcc_planner_pick_gpu(int nranks, size_t bytes, int staged, zcc_gpu_a
     if (strcasecmp(fp, "ll") == 0) forced = ZCC_GPU_LL;
   }
   if (fa && *fa) {
-    int a = -1;
-    for (int i = ZCC_GPU_ONESHOT; i < ZCC_GPU_ALGO_COUNT; i++)
-      if (strcasecmp(fa, zcc_gpu_algo_name(i)) == 0) a = i;
+    int a = gpu_algo_forced(fa);
     if (a < 0)
       return zcc_error(zccInvalidArgument,
-                       "ZCC_ALGO=%s: GPU communicators run oneshot, twoshot, ce or push", fa);
+                       "ZCC_ALGO=%s: GPU communicators run oneshot, twoshot, ce, push, ring or tree",
+                       fa);
     if (forced < 0 || bytes > GPU_LL_MAX) forced = a;
   }
   if (forced >= 0) {

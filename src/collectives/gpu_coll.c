@@ -30,6 +30,11 @@
  *   alltoall                   needs from the peers' staging (gather kernel)
  *   reduce, reducescatter      staged, one-shot reduction of the own slice
  *   send/recv                  the p2p kernel (sender's outbox, receiver pulls)
+ *   ZCC_ALGO=ring|tree         allreduce, broadcast, reduce, all-gather and
+ *                              reduce-scatter over the connectors (device.h):
+ *                              one kernel, no staging copy, any transport
+ * Where ranks share a GPU, grids are capped (zcc_gpu_t.block_cap) so that
+ * every rank's blocks run at once.
  */
 #include <cuda_runtime_api.h>
 #include <stdint.h>
@@ -116,6 +121,15 @@ static zcc_gpu_reg_t *find_reg(zcc_gpu_t *g, const void *p, size_t bytes) {
   return NULL;
 }
 
+/*
+ * Blocks a kernel that waits for peers may use: `want`, or fewer where ranks
+ * share a GPU, so that the blocks of every rank's launch are resident at
+ * once (the kernels' blocks wait for their peers' blocks of the same index).
+ */
+static int grid_cap(const zcc_gpu_t *g, int want) {
+  return want < g->block_cap ? want : g->block_cap;
+}
+
 /* Kernel arguments common to every launch on this communicator. */
 static void ar_base(const zcc_gpu_t *g, zcc_dev_allreduce_t *a) {
   memset(a, 0, sizeof(*a));
@@ -126,6 +140,7 @@ static void ar_base(const zcc_gpu_t *g, zcc_dev_allreduce_t *a) {
   a->abort_flag = g->abort_dev;
   a->nranks = g->nranks;
   a->rank = g->rank;
+  a->max_blocks = grid_cap(g, ZCC_DEV_DEFAULT_BLOCKS);
 }
 
 static void gather_base(const zcc_gpu_t *g, zcc_dev_gather_t *a) {
@@ -134,6 +149,7 @@ static void gather_base(const zcc_gpu_t *g, zcc_dev_gather_t *a) {
   a->abort_flag = g->abort_dev;
   a->nranks = g->nranks;
   a->rank = g->rank;
+  a->max_blocks = grid_cap(g, ZCC_DEV_DEFAULT_BLOCKS);
 }
 
 /* Bytes per piece: a multiple of 16 (every type's size divides it). */
@@ -200,6 +216,47 @@ static zccResult_t allreduce_ce(struct zccComm *comm, const zcc_coll_args_t *x, 
 }
 
 /*
+ * A collective over the connectors (ring or tree kernels): no staging copy,
+ * the kernels read the input and write the output in place. One rank has
+ * nothing to move: its result is its input.
+ */
+static zccResult_t conn_coll(struct zccComm *comm, const zcc_coll_args_t *x, cudaStream_t s,
+                             int tree, const char *fn) {
+  zcc_gpu_t *g = comm->gpu;
+  size_t es = zcc_type_size(x->type), bytes = x->count * es;
+  if (g->nranks == 1) {
+    if (x->sendbuf != x->recvbuf)
+      CU(cudaMemcpyAsync(x->recvbuf, x->sendbuf, bytes, cudaMemcpyDeviceToDevice, s));
+    ZCC_INFO(COLL, "%s %zu bytes: one rank, %s", fn, bytes,
+             x->sendbuf != x->recvbuf ? "one copy" : "nothing to move");
+    return zccSuccess;
+  }
+  zcc_dev_conn_args_t a;
+  memset(&a, 0, sizeof(a));
+  a.conns = g->conns_dev;
+  a.host = g->conns;
+  switch (x->coll) {
+  case ZCC_COLL_ALLREDUCE: a.coll = tree ? ZCC_DEV_CONN_TREE_ALLREDUCE : ZCC_DEV_CONN_ALLREDUCE; break;
+  case ZCC_COLL_REDUCESCATTER: a.coll = ZCC_DEV_CONN_REDUCESCATTER; break;
+  case ZCC_COLL_ALLGATHER: a.coll = ZCC_DEV_CONN_ALLGATHER; break;
+  case ZCC_COLL_BROADCAST: a.coll = ZCC_DEV_CONN_BROADCAST; break;
+  case ZCC_COLL_REDUCE: a.coll = ZCC_DEV_CONN_REDUCE; break;
+  default: return zcc_error(zccInternalError, "%s: no connector kernel for this collective", fn);
+  }
+  a.input = x->sendbuf;
+  a.output = x->recvbuf;
+  a.count = x->count;
+  a.type = x->type;
+  a.op = x->op;
+  a.root = x->root;
+  a.abort_flag = g->abort_dev;
+  ZCC_INFO(COLL, "%s %zu bytes: %s over connectors, %d channel(s), no copy", fn, bytes,
+           a.coll == ZCC_DEV_CONN_TREE_ALLREDUCE ? "tree" : "ring", zcc_dev_conn_channels(&a));
+  DEV(zcc_dev_conn_coll(&a, s));
+  return zccSuccess;
+}
+
+/*
  * The allreduce algorithm for x, and whether its buffers are read in place;
  * *rs / *rr: the registrations holding sendbuff / recvbuff, or NULL.
  */
@@ -228,6 +285,8 @@ static zccResult_t allreduce(struct zccComm *comm, const zcc_coll_args_t *x, cud
   zcc_gpu_reg_t *rs, *rr;
   ZCC_CHECK(ar_plan(g, x, &algo, &zero_copy, &rs, &rr));
   if (algo == ZCC_GPU_CE) return allreduce_ce(comm, x, s, bytes, fn);
+  if (algo == ZCC_GPU_RING || algo == ZCC_GPU_TREE)
+    return conn_coll(comm, x, s, algo == ZCC_GPU_TREE, fn);
   if (algo == ZCC_GPU_PUSH) {
     zcc_dev_push_t p;
     memset(&p, 0, sizeof(p));
@@ -248,7 +307,8 @@ static zccResult_t allreduce(struct zccComm *comm, const zcc_coll_args_t *x, cud
     if (pb < 2 || pb > ZCC_DEV_MAX_BLOCKS)
       return zcc_error(zccInvalidArgument, "%s: ZCC_GPU_PUSH_BLOCKS=%lld: expected 2 to %d", fn,
                        (long long)pb, ZCC_DEV_MAX_BLOCKS);
-    p.max_blocks = (int)pb;
+    p.max_blocks = grid_cap(g, (int)pb) & ~1;
+    if (p.max_blocks < 2) p.max_blocks = 2;
     if (zcc_log_enabled(ZCC_LOG_INFO, ZCC_COLL)) {
       int blocks = 0;
       size_t chunk = 0;
@@ -396,6 +456,11 @@ static zccResult_t gather_like(struct zccComm *comm, const zcc_coll_args_t *x, c
 
 static zccResult_t dispatch(struct zccComm *comm, const zcc_coll_args_t *x, cudaStream_t s,
                             const char *fn) {
+  if (x->coll != ZCC_COLL_ALLREDUCE) {
+    int ring = 0;
+    ZCC_CHECK(zcc_planner_pick_gpu_coll(x->coll, &ring));
+    if (ring) return conn_coll(comm, x, s, 0, fn);
+  }
   switch (x->coll) {
   case ZCC_COLL_ALLREDUCE: return allreduce(comm, x, s, fn);
   case ZCC_COLL_REDUCE:
@@ -446,9 +511,13 @@ static int launches(const zcc_gpu_t *g, const zcc_coll_args_t *x) {
     zcc_gpu_reg_t *rs, *rr;
     if (ar_plan((zcc_gpu_t *)g, x, &algo, &zero_copy, &rs, &rr) != zccSuccess) return 1;
     if (algo == ZCC_GPU_CE) return 3;
-    if (algo == ZCC_GPU_LL || algo == ZCC_GPU_PUSH || zero_copy) return 1;
+    if (algo == ZCC_GPU_LL || algo == ZCC_GPU_PUSH || algo == ZCC_GPU_RING ||
+        algo == ZCC_GPU_TREE || zero_copy)
+      return 1;
     return (bytes > piece_bytes(g->staging_bytes) ? 2 : 1) * (algo == ZCC_GPU_TWOSHOT ? 4 : 2);
   }
+  int ring = 0;
+  if (zcc_planner_pick_gpu_coll(x->coll, &ring) != zccSuccess || ring) return 1;
   int split = x->coll == ZCC_COLL_REDUCESCATTER || x->coll == ZCC_COLL_ALLTOALL;
   size_t piece = piece_bytes(split ? g->staging_bytes / (size_t)k : g->staging_bytes);
   return bytes > piece ? 4 : 2;

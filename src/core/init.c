@@ -209,17 +209,13 @@ zccResult_t zccCommInitAll(zccComm_t *comms, int ndev, const int *devlist) {
   ZCC_CHECK(zcc_config_resolve(NULL, &dt, &to, &nm, "zccCommInitAll"));
   if (dt == zccDeviceCuda) {
     int ndevs = zcc_cuda_device_count();
+    /* A device may be listed more than once: its ranks share the GPU. */
     for (int i = 0; i < ndev; i++) {
       int d = devlist ? devlist[i] : i;
       if (d < 0 || d >= ndevs)
         return zcc_error(zccInvalidArgument,
                          "zccCommInitAll: device %d (entry %d) does not exist: %d CUDA "
                          "device(s) are visible", d, i, ndevs);
-      for (int j = 0; j < i; j++)
-        if ((devlist ? devlist[j] : j) == d)
-          return zcc_error(zccInvalidArgument,
-                           "zccCommInitAll: device %d is listed twice (entries %d and %d)", d,
-                           j, i);
     }
   }
   /* Host communicators: devlist does not apply. */

@@ -13,12 +13,13 @@ extern "C" int zcc_dev_preload_coll(void);
 extern "C" int zcc_dev_preload_p2p(void);
 extern "C" int zcc_dev_preload_ce(void);
 extern "C" int zcc_dev_preload_push(void);
+extern "C" int zcc_dev_preload_conn(void);
 
 extern "C" __attribute__((visibility("hidden"))) int zcc_dev_preload(void) {
   int (*const fns[])(void) = {zcc_dev_preload_allreduce, zcc_dev_preload_ll,
                               zcc_dev_preload_reduce,    zcc_dev_preload_coll,
                               zcc_dev_preload_p2p,       zcc_dev_preload_ce,
-                              zcc_dev_preload_push};
+                              zcc_dev_preload_push,      zcc_dev_preload_conn};
   for (auto f : fns) {
     int e = f();
     if (e != 0) return e;

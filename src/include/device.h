@@ -262,6 +262,115 @@ typedef struct zcc_dev_p2p {
 int zcc_dev_p2p(const zcc_dev_p2p_t *args, struct CUstream_st *stream);
 
 /*
+ * Connectors: one-way FIFOs between two ranks, the only thing the ring and
+ * tree kernels move data through, so they run over any transport that can
+ * give a GPU a FIFO to store into. The FIFO lives in the receiver's memory
+ * (its GPU memory, reached by the sender over NVLink or PCIe; pinned host
+ * memory; a proxy's window): the sender stores a slot into it and advances
+ * the receiver's `ready` word; the receiver reads the slot locally and
+ * advances the sender's `freed` word. Every wait is on a word in the
+ * waiter's own memory, every signal a store into the other side's. Each
+ * side keeps its count of slots (`step`) in its own memory across launches,
+ * so the same connectors serve every launch and CUDA graph replays.
+ *
+ * Per channel (one ring and one tree; a channel is one thread block of the
+ * ring kernels, two of the tree kernel):
+ *   recv[ZCC_DEV_RECV_RING]      from the previous rank of the ring
+ *   recv[ZCC_DEV_RECV_UP + i]    from tree child i
+ *   recv[ZCC_DEV_RECV_DOWN]      from the tree parent
+ *   send[ZCC_DEV_SEND_RING]      to the next rank of the ring
+ *   send[ZCC_DEV_SEND_UP]        to the tree parent
+ *   send[ZCC_DEV_SEND_DOWN + i]  to tree child i
+ * Every rank launches the same sequence of connector kernels with the same
+ * channel count (the kernels derive it from the size alone), so the counts
+ * on both ends of every connector stay in step.
+ */
+#define ZCC_DEV_MAX_CHANNELS 32
+#define ZCC_DEV_TREE_ARITY 3
+#define ZCC_DEV_RECV_RING 0
+#define ZCC_DEV_RECV_UP 1
+#define ZCC_DEV_RECV_DOWN 4
+#define ZCC_DEV_RECV_CONNS 5
+#define ZCC_DEV_SEND_RING 0
+#define ZCC_DEV_SEND_UP 1
+#define ZCC_DEV_SEND_DOWN 2
+#define ZCC_DEV_SEND_CONNS 5
+/* A channel's own flag words: lines of 32 words, each word on its own line. */
+#define ZCC_DEV_CONN_LINE 32
+#define ZCC_DEV_CHAN_LINES 24
+#define ZCC_DEV_CHAN_FLAG_BYTES (ZCC_DEV_CHAN_LINES * ZCC_DEV_CONN_LINE * 4)
+#define ZCC_DEV_CHAN_RECV_READY(i) (i)      /* line of recv[i]'s ready word */
+#define ZCC_DEV_CHAN_RECV_STEP(i) (5 + (i)) /* recv[i]'s step */
+#define ZCC_DEV_CHAN_SEND_FREED(j) (10 + (j))
+#define ZCC_DEV_CHAN_SEND_STEP(j) (15 + (j))
+#define ZCC_DEV_CHAN_TREE_UP 20   /* tree kernel: the up block's chunk count */
+#define ZCC_DEV_CHAN_TREE_DOWN 21 /* the down block's */
+#define ZCC_DEV_CHAN_TREE_DONE 22 /* root: chunks whose result is final */
+
+typedef struct zcc_dev_conn {
+  char *fifo;      /* nslots slots of slot_bytes, in the receiver's memory; NULL: unconnected */
+  uint32_t *ready; /* the receiver's word: slots filled */
+  uint32_t *freed; /* the sender's word: slots consumed */
+  uint32_t *step;  /* this side's own count, kept across launches */
+} zcc_dev_conn_t;
+
+typedef struct zcc_dev_channel {
+  zcc_dev_conn_t recv[ZCC_DEV_RECV_CONNS];
+  zcc_dev_conn_t send[ZCC_DEV_SEND_CONNS];
+  uint32_t *flags;                  /* own flag lines (ZCC_DEV_CHAN_*) */
+  int ring_pos;                     /* this rank's position in the channel's ring */
+  int ring_rank[ZCC_DEV_MAX_RANKS]; /* the rank at each position */
+  int tree_parent;                  /* -1: the root */
+  int tree_nchildren;               /* 0 .. ZCC_DEV_TREE_ARITY */
+} zcc_dev_channel_t;
+
+typedef struct zcc_dev_conns {
+  int nchannels;
+  int nranks, rank;
+  int nslots;        /* per FIFO, 2 .. 64 */
+  size_t slot_bytes; /* a multiple of 16 */
+  zcc_dev_channel_t ch[ZCC_DEV_MAX_CHANNELS];
+} zcc_dev_conns_t;
+
+typedef enum {
+  ZCC_DEV_CONN_ALLREDUCE = 0, /* ring: reduce-scatter then all-gather, chunk by chunk */
+  ZCC_DEV_CONN_REDUCESCATTER, /* ring */
+  ZCC_DEV_CONN_ALLGATHER,     /* ring */
+  ZCC_DEV_CONN_BROADCAST,     /* ring from the root (a chain) */
+  ZCC_DEV_CONN_REDUCE,        /* ring ending at the root (a chain) */
+  ZCC_DEV_CONN_TREE_ALLREDUCE, /* reduce up the tree, broadcast down, pipelined */
+  ZCC_DEV_CONN_COLLS
+} zcc_dev_conn_coll_t;
+
+/*
+ * One collective over the connectors. count: elements of the message
+ * (allreduce, broadcast, reduce) or of one rank's block (allgather:
+ * input; reduce-scatter: output). Any count and alignment; in place and
+ * out of place as in zcc.h. The ring collectives reduce each chunk once,
+ * along the ring, and copy the result around: every rank's output is
+ * bitwise identical; the tree's results come from the root. nchannels:
+ * 0 for the kernels' own choice from the size (the same on every rank).
+ * host: the host's copy of the table whose device copy is `conns`.
+ * nranks must be at least 2 (one rank has nothing to move).
+ */
+typedef struct zcc_dev_conn_args {
+  const zcc_dev_conns_t *conns; /* device memory */
+  const zcc_dev_conns_t *host;
+  zcc_dev_conn_coll_t coll;
+  const void *input;
+  void *output;
+  size_t count;
+  zccDataType_t type;
+  zccRedOp_t op;
+  int root;
+  int nchannels;
+  const volatile uint32_t *abort_flag;
+} zcc_dev_conn_args_t;
+int zcc_dev_conn_coll(const zcc_dev_conn_args_t *args, struct CUstream_st *stream);
+/* Channels a launch would use (the same rule every rank applies); -1: bad arguments. */
+int zcc_dev_conn_channels(const zcc_dev_conn_args_t *args);
+
+/*
  * Stream-ordered flags between two GPUs, for pipelines that move data with
  * the copy engines (cudaMemcpyAsync between peers) and reduce with SMs. A
  * one-thread kernel each; counters live in device memory and advance in the

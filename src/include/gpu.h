@@ -1,6 +1,7 @@
 /*
- * GPU communicators: one rank per CUDA device, every rank on one host, all
- * GPUs able to address each other (NVLink or PCIe peer access).
+ * GPU communicators: every rank on one host, all GPUs able to address each
+ * other (NVLink or PCIe peer access); several ranks may share one GPU, in
+ * one process or across processes.
  *
  * The p2p transport (transport/p2p.c) gives each rank one device "window"
  * (flags, LL area, point-to-point area, staging buffer), zeroed once and
@@ -74,6 +75,15 @@ typedef struct zcc_gpu {
   /* Device allocations already checked (gpu_coll.c, zcc_gpu_check_ptr). */
   struct { uintptr_t lo, hi; } ptr_ok[ZCC_GPU_PTR_CACHE];
   unsigned ptr_next;
+  /* Connectors (device.h): the ring and tree kernels' FIFOs and flags, in
+     every window after the staging buffer; the table in device memory. */
+  zcc_dev_conns_t *conns;              /* host copy */
+  void *conns_dev;                     /* device copy */
+  /* Ranks share GPUs: the most ranks on any one GPU of the communicator, and
+     the thread blocks one launch of a kernel that waits for peers may use, so
+     that every rank's blocks are resident at once. */
+  int gpu_share;
+  int block_cap;
   /* zcc's own CUDA graphs of multi-launch sequences (gpu_coll.c). */
   void *cap_stream;                    /* cudaStream_t the sequences are captured on */
   struct zcc_gpu_graph *graphs;        /* [ZCC_GPU_GRAPHS] */

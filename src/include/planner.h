@@ -159,6 +159,8 @@ typedef enum {
   ZCC_GPU_TWOSHOT, /* reduce-scatter, then all-gather, by stores */
   ZCC_GPU_CE,      /* copy engines push, SMs reduce locally (2 ranks) */
   ZCC_GPU_PUSH,    /* SMs store into peers' staging, reduce locally (one launch) */
+  ZCC_GPU_RING,    /* ring over connectors (device.h): any transport */
+  ZCC_GPU_TREE,    /* tree over connectors: reduce up, broadcast down */
   ZCC_GPU_ALGO_COUNT
 } zcc_gpu_algo_t;
 
@@ -167,8 +169,20 @@ const char *zcc_gpu_algo_name(zcc_gpu_algo_t algo);
 double zcc_planner_gpu_predict(zcc_gpu_algo_t algo, int nranks, size_t bytes, int staged);
 /*
  * The fastest predicted algorithm that can run; ZCC_PROTO=ll, ZCC_ALGO=
- * oneshot|twoshot|ce|push override (one that cannot run is zccInvalidArgument).
+ * oneshot|twoshot|ce|push|ring|tree override (one that cannot run is
+ * zccInvalidArgument). The ring and tree kernels run when forced: the
+ * all-pairs kernels are the faster choice between GPUs that load and store
+ * each other's memory, which is every GPU communicator so far.
  */
 zccResult_t zcc_planner_pick_gpu(int nranks, size_t bytes, int staged, zcc_gpu_algo_t *algo);
+/*
+ * The other GPU collectives (broadcast, reduce, all-gather, reduce-scatter):
+ * 1 in *ring when ZCC_ALGO=ring asks for the ring kernels, else 0 (the
+ * staged all-pairs kernels). ZCC_ALGO=tree runs rooted and gathering
+ * collectives as rings too (their tree is a chain, as in NCCL); names that
+ * apply only to allreduce leave the others on their default; an unknown
+ * name is zccInvalidArgument.
+ */
+zccResult_t zcc_planner_pick_gpu_coll(zcc_coll_t coll, int *ring);
 
 #endif /* ZCC_PLANNER_H_ */

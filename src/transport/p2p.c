@@ -10,6 +10,13 @@
  *   ll       ZCC_DEV_LL_BYTES      LL allreduce lines (zeroed)
  *   p2p      ZCC_DEV_P2P_BYTES     send/recv flags (zeroed) and outboxes
  *   staging  ZCC_GPU_BUFFSIZE      where unregistered inputs are copied
+ *   conns    per channel: its flag lines (zeroed), then its five receive
+ *            FIFOs of ZCC_GPU_CONN_BYTES (device.h: connectors)
+ *
+ * Several ranks may share one GPU: within a process they address each
+ * other's windows directly, across processes through IPC handles as for
+ * other GPUs. Kernels that wait for peers then run at once on one GPU, so
+ * their grids are capped (block_cap) to leave room for every rank's blocks.
  *
  * A watchdog thread per communicator turns a dead peer process (or an abort,
  * or an error) into the abort word that every waiting kernel polls, so a
@@ -37,6 +44,14 @@ ZCC_PARAM_INT(gpu_buffsize, "GPU_BUFFSIZE", 64 << 20,
               "bytes of each GPU rank's staging buffer (unregistered buffers are "
               "copied through it; larger calls run in pieces of it)")
 
+ZCC_PARAM_INT(gpu_channels, "GPU_CHANNELS", 32,
+              "most channels of the GPU ring and tree kernels (1 to 32; fewer where "
+              "ranks share a GPU, so that every rank's blocks fit at once)")
+ZCC_PARAM_INT(gpu_conn_bytes, "GPU_CONN_BYTES", 1 << 20,
+              "bytes of each GPU connector FIFO (ring and tree kernels), split into "
+              "ZCC_GPU_CONN_SLOTS slots")
+ZCC_PARAM_INT(gpu_conn_slots, "GPU_CONN_SLOTS", 4, "slots per GPU connector FIFO (2 to 64)")
+
 #define ALIGN_UP(x, a) (((x) + (a)-1) / (a) * (a))
 
 static size_t off_ce(void) { return ALIGN_UP((size_t)ZCC_DEV_FLAGS_BYTES, 4096); }
@@ -44,6 +59,12 @@ static size_t off_push(void) { return off_ce() + ZCC_GPU_CE_BYTES; }
 static size_t off_ll(void) { return off_push() + ALIGN_UP((size_t)ZCC_DEV_PUSH_FLAGS_BYTES, 4096); }
 static size_t off_p2p(void) { return off_ll() + ALIGN_UP((size_t)ZCC_DEV_LL_BYTES, 4096); }
 static size_t off_staging(void) { return off_p2p() + ALIGN_UP((size_t)ZCC_DEV_P2P_BYTES, 4096); }
+static size_t off_conns(const zcc_gpu_t *g) { return off_staging() + g->staging_bytes; }
+/* Bytes of the connector part: every channel's flag lines, then its FIFOs. */
+static size_t conn_flag_bytes(int nch) { return ALIGN_UP((size_t)nch * ZCC_DEV_CHAN_FLAG_BYTES, 4096); }
+static size_t conn_fifo_bytes(const zcc_gpu_t *g) {
+  return (size_t)g->conns->nslots * g->conns->slot_bytes;
+}
 
 static zccResult_t cuda_fail(cudaError_t e, const char *what, struct zccComm *comm) {
   return zcc_error(zccUnhandledCudaError, "comm %s rank %d: %s failed: %s (%s)", comm->name,
@@ -78,6 +99,8 @@ typedef struct {
   cudaIpcMemHandle_t handle;
   uint64_t addr;
   uint64_t staging_bytes; /* every rank must agree: kernels lay slots out in peers' staging */
+  uint64_t slot_bytes;    /* connectors: every rank must agree on the layout */
+  int32_t nslots, nchannels;
 } win_wire_t;
 
 /* Some peer lives in another process (needs IPC handles). */
@@ -156,11 +179,6 @@ static zccResult_t map_peers(struct zccComm *comm, zcc_gpu_t *g) {
                        "comm %s: GPU communicators need every rank on one host; rank %d is "
                        "on %s and rank %d on %s (use host communicators, ZCC_DEVICE=host)",
                        comm->name, me, self->hostname, r, p->hostname);
-    if (r != me && strcmp(p->gpu_bus_id, self->gpu_bus_id) == 0)
-      return zcc_error(zccInvalidUsage,
-                       "comm %s: ranks %d and %d both use GPU %s; a GPU communicator "
-                       "needs one GPU per rank",
-                       comm->name, me, r, self->gpu_bus_id);
   }
   win_wire_t *wires = calloc((size_t)n, sizeof(*wires));
   if (!wires) return zcc_error(zccSystemError, "init: out of memory");
@@ -173,9 +191,12 @@ static zccResult_t map_peers(struct zccComm *comm, zcc_gpu_t *g) {
   }
   wires[me].addr = (uint64_t)(uintptr_t)g->win;
   wires[me].staging_bytes = g->staging_bytes;
+  wires[me].slot_bytes = g->conns->slot_bytes;
+  wires[me].nslots = g->conns->nslots;
+  wires[me].nchannels = g->conns->nchannels;
   res = zcc_bootstrap_allgather(comm->bootstrap, wires, sizeof(*wires), comm->timeout_ms);
   if (res != zccSuccess) goto out;
-  for (int r = 0; r < n; r++)
+  for (int r = 0; r < n; r++) {
     if (wires[r].staging_bytes != g->staging_bytes) {
       res = zcc_error(zccInvalidUsage,
                       "comm %s: rank %d has a %llu-byte staging buffer and rank %d one of %llu "
@@ -184,13 +205,27 @@ static zccResult_t map_peers(struct zccComm *comm, zcc_gpu_t *g) {
                       (unsigned long long)wires[r].staging_bytes);
       goto out;
     }
+    if (wires[r].slot_bytes != g->conns->slot_bytes || wires[r].nslots != g->conns->nslots ||
+        wires[r].nchannels != g->conns->nchannels) {
+      res = zcc_error(zccInvalidUsage,
+                      "comm %s: rank %d has %d channels of %d x %llu-byte connector slots and "
+                      "rank %d %d of %d x %llu; set ZCC_GPU_CHANNELS, ZCC_GPU_CONN_BYTES and "
+                      "ZCC_GPU_CONN_SLOTS alike on every rank (and use GPUs of one kind)",
+                      comm->name, me, g->conns->nchannels, g->conns->nslots,
+                      (unsigned long long)g->conns->slot_bytes, r, wires[r].nchannels,
+                      wires[r].nslots, (unsigned long long)wires[r].slot_bytes);
+      goto out;
+    }
+  }
   for (int r = 0; r < n && res == zccSuccess; r++) {
     if (r == me) {
       g->peer_win[r] = g->win;
       continue;
     }
     const zcc_peer_info_t *p = &comm->peers[r];
-    if (same_process(self, p)) {
+    if (same_process(self, p) && p->device == g->dev) {
+      g->peer_win[r] = (char *)(uintptr_t)wires[r].addr; /* the same GPU: one address space */
+    } else if (same_process(self, p)) {
       int can = 0;
       cudaDeviceCanAccessPeer(&can, g->dev, p->device);
       if (!can) {
@@ -225,6 +260,122 @@ out:
   return res;
 }
 
+/*
+ * How ranks share GPUs, the grid cap that follows, and the connectors'
+ * layout (before the window is allocated: it holds them). Every rank sees
+ * every rank's GPU (peer info), so all derive the same share.
+ */
+static zccResult_t conns_plan(struct zccComm *comm, zcc_gpu_t *g) {
+  int n = comm->nranks, share = 1;
+  for (int r = 0; r < n; r++) {
+    int same = 0;
+    for (int q = 0; q < n; q++)
+      same += comm->peers[q].host_hash == comm->peers[r].host_hash &&
+              strcmp(comm->peers[q].gpu_bus_id, comm->peers[r].gpu_bus_id) == 0;
+    if (same > share) share = same;
+  }
+  int sms = 0;
+  CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, g->dev), comm);
+  g->gpu_share = share;
+  g->block_cap = sms / share > 0 ? sms / share : 1;
+  int64_t want = zcc_param_gpu_channels(), bytes = zcc_param_gpu_conn_bytes(),
+          slots = zcc_param_gpu_conn_slots();
+  if (want < 1 || want > ZCC_DEV_MAX_CHANNELS)
+    return zcc_error(zccInvalidArgument, "ZCC_GPU_CHANNELS=%lld: expected 1 to %d",
+                     (long long)want, ZCC_DEV_MAX_CHANNELS);
+  if (slots < 2 || slots > 64)
+    return zcc_error(zccInvalidArgument, "ZCC_GPU_CONN_SLOTS=%lld: expected 2 to 64",
+                     (long long)slots);
+  if (bytes < slots * 4096 || bytes > ((int64_t)1 << 30))
+    return zcc_error(zccInvalidArgument,
+                     "ZCC_GPU_CONN_BYTES=%lld: expected 4 KiB per slot (%lld slots) to 1 GiB",
+                     (long long)bytes, (long long)slots);
+  /* The tree kernel runs two blocks per channel. */
+  int nch = (int)want, fit = g->block_cap / 2 > 0 ? g->block_cap / 2 : 1;
+  if (nch > fit) nch = fit;
+  g->conns = calloc(1, sizeof(*g->conns));
+  if (!g->conns) return zcc_error(zccSystemError, "init: out of memory");
+  g->conns->nchannels = nch;
+  g->conns->nranks = n;
+  g->conns->rank = comm->rank;
+  g->conns->nslots = (int)slots;
+  g->conns->slot_bytes = (size_t)bytes / (size_t)slots / 16 * 16;
+  return zccSuccess;
+}
+
+/* Window bytes of the connector part (its flags and FIFOs). */
+static size_t conns_bytes(const zcc_gpu_t *g) {
+  return conn_flag_bytes(g->conns->nchannels) +
+         (size_t)g->conns->nchannels * ZCC_DEV_RECV_CONNS * conn_fifo_bytes(g);
+}
+
+/* Rank r's flag line L of channel c, and its receive FIFO i, as this GPU addresses them. */
+static uint32_t *conn_line(const zcc_gpu_t *g, int r, int c, int line) {
+  return (uint32_t *)(g->peer_win[r] + off_conns(g) + (size_t)c * ZCC_DEV_CHAN_FLAG_BYTES +
+                      (size_t)line * ZCC_DEV_CONN_LINE * 4);
+}
+static char *conn_fifo(const zcc_gpu_t *g, int r, int c, int i) {
+  return g->peer_win[r] + off_conns(g) + conn_flag_bytes(g->conns->nchannels) +
+         ((size_t)c * ZCC_DEV_RECV_CONNS + (size_t)i) * conn_fifo_bytes(g);
+}
+
+/* recv[i] of me, fed by rank `from`'s send[j]; and the matching send side. */
+static void conn_pair(const zcc_gpu_t *g, int c, int me, int i, int from, int j,
+                      zcc_dev_conn_t *recv) {
+  recv->fifo = conn_fifo(g, me, c, i);
+  recv->ready = conn_line(g, me, c, ZCC_DEV_CHAN_RECV_READY(i));
+  recv->step = conn_line(g, me, c, ZCC_DEV_CHAN_RECV_STEP(i));
+  recv->freed = conn_line(g, from, c, ZCC_DEV_CHAN_SEND_FREED(j));
+}
+static void conn_send(const zcc_gpu_t *g, int c, int me, int j, int to, int i,
+                      zcc_dev_conn_t *send) {
+  send->fifo = conn_fifo(g, to, c, i);
+  send->ready = conn_line(g, to, c, ZCC_DEV_CHAN_RECV_READY(i));
+  send->freed = conn_line(g, me, c, ZCC_DEV_CHAN_SEND_FREED(j));
+  send->step = conn_line(g, me, c, ZCC_DEV_CHAN_SEND_STEP(j));
+}
+
+/*
+ * The connectors of every channel, once the windows are mapped: one ring in
+ * rank order, and a chain as the tree (rooted at rank 0 on even channels,
+ * at the last rank on odd ones, so the two halves of the channels put
+ * their roots at opposite ends). Copied to device memory for the kernels.
+ */
+static zccResult_t conns_bind(struct zccComm *comm, zcc_gpu_t *g) {
+  zcc_dev_conns_t *t = g->conns;
+  int n = comm->nranks, me = comm->rank;
+  for (int c = 0; c < t->nchannels; c++) {
+    zcc_dev_channel_t *ch = &t->ch[c];
+    ch->flags = conn_line(g, me, c, 0);
+    for (int q = 0; q < n; q++) ch->ring_rank[q] = q;
+    ch->ring_pos = me;
+    if (n < 2) continue;
+    int prev = (me + n - 1) % n, next = (me + 1) % n;
+    conn_pair(g, c, me, ZCC_DEV_RECV_RING, prev, ZCC_DEV_SEND_RING, &ch->recv[ZCC_DEV_RECV_RING]);
+    conn_send(g, c, me, ZCC_DEV_SEND_RING, next, ZCC_DEV_RECV_RING, &ch->send[ZCC_DEV_SEND_RING]);
+    int up = c % 2 == 0 ? -1 : 1; /* the parent's offset in rank order */
+    int parent = me + up, child = me - up;
+    ch->tree_parent = parent >= 0 && parent < n ? parent : -1;
+    ch->tree_nchildren = child >= 0 && child < n ? 1 : 0;
+    if (ch->tree_parent >= 0) {
+      /* I am the parent's child 0. */
+      conn_send(g, c, me, ZCC_DEV_SEND_UP, parent, ZCC_DEV_RECV_UP + 0, &ch->send[ZCC_DEV_SEND_UP]);
+      conn_pair(g, c, me, ZCC_DEV_RECV_DOWN, parent, ZCC_DEV_SEND_DOWN + 0,
+                &ch->recv[ZCC_DEV_RECV_DOWN]);
+    }
+    if (ch->tree_nchildren) {
+      conn_pair(g, c, me, ZCC_DEV_RECV_UP + 0, child, ZCC_DEV_SEND_UP, &ch->recv[ZCC_DEV_RECV_UP]);
+      conn_send(g, c, me, ZCC_DEV_SEND_DOWN + 0, child, ZCC_DEV_RECV_DOWN,
+                &ch->send[ZCC_DEV_SEND_DOWN]);
+    }
+  }
+  void *d = NULL;
+  CUDA_TRY(cudaMalloc(&d, sizeof(*t)), comm);
+  g->conns_dev = d;
+  CUDA_TRY(cudaMemcpy(d, t, sizeof(*t), cudaMemcpyHostToDevice), comm);
+  return zccSuccess;
+}
+
 zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
   int n = comm->nranks, me = comm->rank;
   if (n > ZCC_DEV_MAX_RANKS)
@@ -251,11 +402,13 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
     return zcc_error(zccInvalidArgument, "ZCC_GPU_BUFFSIZE=%lld: expected 1 MiB to 16 GiB",
                      (long long)sb);
   g->staging_bytes = ALIGN_UP((size_t)sb, 4096);
-  g->win_bytes = off_staging() + g->staging_bytes;
+  ZCC_CHECK(conns_plan(comm, g));
+  g->win_bytes = off_conns(g) + conns_bytes(g);
   void *win = NULL;
   CUDA_TRY(cudaMalloc(&win, g->win_bytes), comm);
   g->win = win;
   CUDA_TRY(cudaMemset(g->win, 0, off_p2p() + ZCC_DEV_P2P_FLAG_BYTES), comm);
+  CUDA_TRY(cudaMemset(g->win + off_conns(g), 0, conn_flag_bytes(g->conns->nchannels)), comm);
   CUDA_TRY(cudaDeviceSynchronize(), comm);
   void *ab = NULL;
   CUDA_TRY(cudaHostAlloc(&ab, 64, cudaHostAllocMapped | cudaHostAllocPortable), comm);
@@ -274,6 +427,7 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
     g->ce[r] = (uint32_t *)(g->peer_win[r] + off_ce());
     g->push[r] = (uint32_t *)(g->peer_win[r] + off_push());
   }
+  ZCC_CHECK(conns_bind(comm, g));
   cudaStream_t side;
   CUDA_TRY(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), comm);
   g->side = side;
@@ -292,8 +446,13 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
   if (pthread_create(&g->watchdog_thread, NULL, watchdog_main, comm) != 0)
     return zcc_error(zccSystemError, "init: cannot start the GPU watchdog thread");
   g->watchdog_started = 1;
-  ZCC_INFO(INIT, "comm %s rank %d: GPU %d (%s), window %zu MiB, staging %zu MiB", comm->name,
-           me, g->dev, comm->peers[me].gpu_bus_id, g->win_bytes >> 20, g->staging_bytes >> 20);
+  ZCC_INFO(INIT,
+           "comm %s rank %d: GPU %d (%s), window %zu MiB, staging %zu MiB, %d channel(s) of "
+           "%d x %zu KiB connector slots, %d rank(s) per GPU at most, grids capped at %d "
+           "block(s)",
+           comm->name, me, g->dev, comm->peers[me].gpu_bus_id, g->win_bytes >> 20,
+           g->staging_bytes >> 20, g->conns->nchannels, g->conns->nslots,
+           g->conns->slot_bytes >> 10, g->gpu_share, g->block_cap);
   return zccSuccess;
 }
 
@@ -335,6 +494,8 @@ void zcc_gpu_comm_free(struct zccComm *comm) {
   for (int i = 0; i < ZCC_GPU_CE_SLOTS; i++)
     if (g->ev_copy[i]) cudaEventDestroy((cudaEvent_t)g->ev_copy[i]);
   if (g->win) cudaFree(g->win);
+  if (g->conns_dev) cudaFree(g->conns_dev);
+  free(g->conns);
   if (g->abort_host) cudaFreeHost((void *)g->abort_host);
   (void)cudaGetLastError();
   if (prev >= 0) cudaSetDevice(prev);

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "gpu_harness.h"
+#include "ztest_types.h"
 #include "reduce.h"
 #include "zcc.h"
 
@@ -205,6 +206,16 @@ static int narrow_special(zccDataType_t t, uint32_t v) {
  * encoding. Sums and products may overflow to infinity and, past two ranks,
  * give NaN: the checks take any NaN as equal to any NaN.
  */
+void gen_input(zccDataType_t t, zccRedOp_t op, int reducing, int n, int r, uint64_t seed,
+               void *buf, size_t count) {
+  if (opt.order_free && reducing)
+    zt_gen(t, op, n, r, seed, buf, count);
+  else
+    gen_data(t, seed, buf, count);
+}
+
+int rank_dev(int r) { return opt.share ? r % opt.ndev : r; }
+
 void gen_data(zccDataType_t t, uint64_t seed, void *buf, size_t count) {
   unsigned char *p = buf;
   uint64_t s = seed;
@@ -866,7 +877,8 @@ void probe(probe_t *out, int want) {
 
 void usage(void) {
   printf(
-      "usage: test_gpu_colls [--layout threads|procs|both] [--ngpus N] [--quick] [--full]\n"
+      "usage: test_gpu_colls [--layout threads|procs|both] [--ngpus N | --ranks N] [--quick]\n"
+      "                      [--full] (--ranks N: N ranks on the GPUs there are, round-robin)\n"
       "                      [--only matrix,graphs,errors,lifetime,abort,deadpeer]\n"
       "                      [--coll NAME] [--type NAME] [--replays N]\n"
       "                      [--capture global|thread|relaxed] [--seed N]\n"
@@ -907,6 +919,14 @@ int parse_args(int argc, char **argv) {
       opt.ngpus = atoi(v);
       if (opt.ngpus < 2 || opt.ngpus > MAX_RANKS) {
         printf("test_gpu_colls: --ngpus %s: expected 2 .. %d\n", v, MAX_RANKS);
+        return -1;
+      }
+      i++;
+    } else if (strcmp(a, "--ranks") == 0) {
+      opt.ngpus = atoi(v);
+      opt.share = 1;
+      if (opt.ngpus < 2 || opt.ngpus > MAX_RANKS) {
+        printf("test_gpu_colls: --ranks %s: expected 2 .. %d\n", v, MAX_RANKS);
         return -1;
       }
       i++;

@@ -33,7 +33,10 @@ enum {
 
 typedef struct {
   int threads, procs;
-  int ngpus;
+  int ngpus;        /* ranks (one per GPU unless --ranks lets ranks share GPUs) */
+  int share;        /* --ranks: rank i runs on GPU i % ndev */
+  int ndev;         /* GPUs used */
+  int order_free;   /* inputs whose reduction is exact in any order (ring, tree) */
   int quick, full;
   int parts;
   int only_coll, only_type;
@@ -95,6 +98,13 @@ uint64_t mix3(uint64_t a, uint64_t b, uint64_t c);
 
 size_t esize(zccDataType_t t);
 void gen_data(zccDataType_t t, uint64_t seed, void *buf, size_t count);
+/* Rank r's input for op: gen_data, or with opt.order_free (the ring and
+   tree kernels reduce in ring or tree order, the reference in rank order)
+   values whose reduction is exact in any order. */
+void gen_input(zccDataType_t t, zccRedOp_t op, int reducing, int n, int r, uint64_t seed,
+               void *buf, size_t count);
+/* The GPU rank r runs on. */
+int rank_dev(int r);
 size_t compare2(zccDataType_t t, const unsigned char *got, const unsigned char *exp, size_t count,
                 size_t *first, size_t *zeros);
 size_t compare(zccDataType_t t, const unsigned char *got, const unsigned char *exp, size_t count,

@@ -224,7 +224,7 @@ static int run_case(const case_t *k, void *ctx) {
     rank_t *x = &w->rk[i];
     int r = x->rank;
     unsigned char *in = slot(w, r), *rdata;
-    gen_data(k->c.type, case_seed(k, r), in, ns);
+    gen_input(k->c.type, k->c.op, is_reducing(k->c.coll), n, r, case_seed(k, r), in, ns);
     setdev(w, i);
     x->rbase = x->drecv[k->reg];
     rdata = x->rbase + pre;
@@ -431,7 +431,8 @@ static void run_graph(world_t *w, int gi) {
     if (!hres[i])
       die("%s: out of host memory", what);
     for (int rep = 0; rep < R; rep++)
-      gen_data(c.type, graph_seed(gi, rep, r), pool[i] + (size_t)rep * inb, ns);
+      gen_input(c.type, c.op, is_reducing(c.coll), w->n, r, graph_seed(gi, rep, r),
+                pool[i] + (size_t)rep * inb, ns);
     sps[i] = din[i];
     rps[i] = dout[i];
     hin[i] = din[i];
@@ -548,7 +549,8 @@ static void run_graph(world_t *w, int gi) {
           if (lj >= 0) {
             ins[j] = pool[lj] + (size_t)rep * inb;
           } else {
-            gen_data(c.type, graph_seed(gi, rep, j), tmp + (size_t)j * inb, ns);
+            gen_input(c.type, c.op, is_reducing(c.coll), w->n, j, graph_seed(gi, rep, j),
+                      tmp + (size_t)j * inb, ns);
             ins[j] = tmp + (size_t)j * inb;
           }
         }
@@ -1270,8 +1272,10 @@ static void threads_main(void) {
   w.slots = malloc((size_t)w.n * w.slot_bytes);
   if (!w.sh || !w.slots)
     die("out of host memory for %d x %zu-byte input slots", w.n, w.slot_bytes);
-  for (int i = 0; i < w.n; i++)
-    w.rk[i].rank = w.rk[i].dev = i;
+  for (int i = 0; i < w.n; i++) {
+    w.rk[i].rank = i;
+    w.rk[i].dev = rank_dev(i);
+  }
   run_world(&w);
   info("threads layout done");
 }
@@ -1290,9 +1294,10 @@ static void rank_main(shared_t *sh, unsigned char *slots, size_t slot_bytes, int
   w.slots = slots;
   w.slot_bytes = slot_bytes;
   w.priv = deadpeer ? MIB : plan.priv;
-  w.rk[0].rank = w.rk[0].dev = rank;
-  watch(opt.step_s, "cudaSetDevice(%d)", rank);
-  CK(cudaSetDevice(rank));
+  w.rk[0].rank = rank;
+  w.rk[0].dev = rank_dev(rank);
+  watch(opt.step_s, "cudaSetDevice(%d)", w.rk[0].dev);
+  CK(cudaSetDevice(w.rk[0].dev));
   if (deadpeer) {
     world_alloc(&w, 0);
     run_deadpeer(&w);
@@ -1405,11 +1410,14 @@ int main(int argc, char **argv) {
     printf("skipped: no usable CUDA driver or device (%s)\n", pr.msg);
     return 77;
   }
-  if (pr.count < 2) {
-    printf("skipped: %d CUDA device(s) visible; GPU communicators need at least 2\n", pr.count);
+  if (opt.share) {
+    opt.ndev = pr.count < opt.ngpus ? pr.count : opt.ngpus;
+  } else if (pr.count < 2) {
+    printf("skipped: %d CUDA device(s) visible; without --ranks the test needs at least 2\n",
+           pr.count);
     return 77;
   }
-  if (opt.ngpus > pr.count) {
+  if (!opt.share && opt.ngpus > pr.count) {
     printf("skipped: --ngpus %d but only %d CUDA devices are visible\n", opt.ngpus, pr.count);
     return 77;
   }
@@ -1419,6 +1427,12 @@ int main(int argc, char **argv) {
   }
   if (opt.ngpus == 0)
     opt.ngpus = pr.count < MAX_RANKS ? pr.count : MAX_RANKS;
+  if (!opt.share)
+    opt.ndev = opt.ngpus;
+  /* The ring and tree kernels reduce in ring or tree order: inputs exact in any order. */
+  const char *algo = getenv("ZCC_ALGO");
+  if (algo && (strcmp(algo, "ring") == 0 || strcmp(algo, "tree") == 0))
+    opt.order_free = 1;
 
   /* A hung peer must become an error well before the test's own limits. */
   setenv("ZCC_TIMEOUT", "60000", 0);
@@ -1438,9 +1452,11 @@ int main(int argc, char **argv) {
   plan.priv = sz.priv < MIB + 2 * GUARD + 64 ? MIB + 2 * GUARD + 64 : sz.priv;
   plan.cases = sz.cases;
 
-  printf("test_gpu_colls: %d GPUs, layouts:%s%s, %s mode, %ld matrix cases per layout, "
+  printf("test_gpu_colls: %d ranks on %d GPU(s), ZCC_ALGO=%s%s, layouts:%s%s, %s mode, "
+         "%ld matrix cases per layout, "
          "ZCC_TEST_SEED=%" PRIu64 ", ZCC_TIMEOUT=%.0f ms\n",
-         opt.ngpus, opt.threads ? " threads" : "", opt.procs ? " procs" : "",
+         opt.ngpus, opt.ndev, algo ? algo : "(default)", opt.order_free ? " (order-free inputs)" : "",
+         opt.threads ? " threads" : "", opt.procs ? " procs" : "",
          opt.quick  ? "quick"
          : opt.full ? "full"
                     : "default",

@@ -10,9 +10,12 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
+#include "debug.h"
+#include "param.h"
 #include "planner.h"
 
 typedef struct {
@@ -81,12 +84,52 @@ static void test_choices(void **state) {
   /* the copy-engine pipeline is never picked on its own */
   assert_int_equal(zcc_planner_pick_gpu(2, (size_t)1 << 30, 1, &algo), zccSuccess);
   assert_int_not_equal(algo, ZCC_GPU_CE);
+  /* nor the ring and tree kernels, at any size */
+  for (size_t b = 8; b <= ((size_t)8 << 30); b *= 4)
+    for (int n = 2; n <= 8; n++) {
+      assert_int_equal(zcc_planner_pick_gpu(n, b, 1, &algo), zccSuccess);
+      assert_true(algo != ZCC_GPU_RING && algo != ZCC_GPU_TREE);
+    }
+}
+
+/* ZCC_ALGO=ring|tree force the connector kernels; other names stay errors. */
+static void test_forced(void **state) {
+  (void)state;
+  zcc_gpu_algo_t algo;
+  int ring = -1;
+  setenv("ZCC_ALGO", "ring", 1);
+  zcc_param_reload();
+  assert_int_equal(zcc_planner_pick_gpu(3, 1 << 20, 1, &algo), zccSuccess);
+  assert_int_equal(algo, ZCC_GPU_RING);
+  assert_int_equal(zcc_planner_pick_gpu_coll(ZCC_COLL_BROADCAST, &ring), zccSuccess);
+  assert_int_equal(ring, 1);
+  /* all-to-all has no ring: it keeps its kernel */
+  assert_int_equal(zcc_planner_pick_gpu_coll(ZCC_COLL_ALLTOALL, &ring), zccSuccess);
+  assert_int_equal(ring, 0);
+  setenv("ZCC_ALGO", "tree", 1);
+  zcc_param_reload();
+  assert_int_equal(zcc_planner_pick_gpu(4, 1 << 20, 1, &algo), zccSuccess);
+  assert_int_equal(algo, ZCC_GPU_TREE);
+  assert_int_equal(zcc_planner_pick_gpu_coll(ZCC_COLL_REDUCE, &ring), zccSuccess);
+  assert_int_equal(ring, 1);
+  setenv("ZCC_ALGO", "push", 1);
+  zcc_param_reload();
+  assert_int_equal(zcc_planner_pick_gpu_coll(ZCC_COLL_ALLGATHER, &ring), zccSuccess);
+  assert_int_equal(ring, 0);
+  setenv("ZCC_ALGO", "rung", 1);
+  zcc_param_reload();
+  assert_int_equal(zcc_planner_pick_gpu(2, 1 << 20, 1, &algo), zccInvalidArgument);
+  assert_non_null(strstr(zcc_last_error(), "ring or tree"));
+  assert_int_equal(zcc_planner_pick_gpu_coll(ZCC_COLL_ALLGATHER, &ring), zccInvalidArgument);
+  unsetenv("ZCC_ALGO");
+  zcc_param_reload();
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_predicted_vs_measured),
       cmocka_unit_test(test_choices),
+      cmocka_unit_test(test_forced),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

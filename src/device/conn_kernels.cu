@@ -1,0 +1,397 @@
+// Ring and tree collectives over connectors (device.h: zcc_dev_conn_coll).
+//
+// One block per channel (two for the tree: one reducing up, one
+// broadcasting down). A channel takes a contiguous slice of the message
+// (16-byte aligned bounds, so every element stays whole and every pointer
+// keeps its alignment from slice to slice) and moves it in slots of the
+// connectors' FIFOs. The one primitive, `step`, waits until every FIFO it
+// receives from holds the next slot and every FIFO it sends into has a free
+// one, then computes v = src op recv[0] op recv[1] ..., optionally divides
+// (avg), and stores v into dst and into every send slot; then it publishes
+// the send slots (ready) and frees the receive slots (freed). Counters only
+// grow and compare modulo 2^32.
+//
+// Ring allreduce over k ranks, ring position p, each round of k chunks
+// (chunk j is the one whose result is made at position j):
+//   reduce-scatter: send chunk p-1; chunks p-2 .. p-k+1 receive, reduce
+//                   with the own input, send on; chunk p: receive, reduce,
+//                   the result into the output and on to the next rank;
+//   all-gather:     chunks p-1 .. p-k+2 receive into the output and send on;
+//                   chunk p-k+1 (= p+1) received into the output.
+// Reduce-scatter, all-gather, broadcast (a chain from the root) and reduce
+// (a chain ending at the root) are the same steps in other orders.
+// Every block of a launch must be resident with the blocks of the other
+// ranks' launches that it waits for: the host caps the channel count.
+#include <cuda_runtime.h>
+
+#include "flags.cuh"
+#include "reduce_ops.cuh"
+
+#define ZD_CONN_THREADS 512
+#define ZD_CONN_U 4                     // 16-byte packs per thread in flight
+#define ZD_CONN_MIN_SLICE (64 * 1024)   // bytes a channel gets at least before another is used
+
+namespace {
+
+struct ConnParams {
+  const zcc_dev_conns_t *conns;
+  const char *in;
+  char *out;
+  const volatile uint32_t *abort_flag;
+  size_t unit;  // bytes of the message, or of one rank's block
+  size_t slot;  // slot bytes
+  int nslots;
+  int k;
+  int rank;
+  int root;
+  int avg;      // 0, or the divisor of the final step
+  int nch;      // channels launched
+  int coll;
+};
+
+// A connector as one block uses it: its slot count in registers.
+struct Side {
+  char *fifo;
+  uint32_t *ready, *freed, *stepw;
+  uint32_t step;
+};
+
+ZD_INLINE Side side_load(const zcc_dev_conn_t &c) {
+  Side s;
+  s.fifo = c.fifo;
+  s.ready = c.ready;
+  s.freed = c.freed;
+  s.stepw = c.step;
+  s.step = s.fifo ? *(volatile uint32_t *)c.step : 0;
+  return s;
+}
+
+ZD_INLINE void side_store(const Side &s) {
+  if (threadIdx.x == 0 && s.fifo) *(volatile uint32_t *)s.stepw = s.step;
+}
+
+ZD_INLINE char *slot_of(const Side &s, const ConnParams &p) {
+  return s.fifo + (size_t)(s.step % (uint32_t)p.nslots) * p.slot;
+}
+
+// The block's slice of [0, unit).
+ZD_INLINE void slice_of(const ConnParams &p, int c, size_t *lo, size_t *hi) {
+  size_t per = (p.unit + (size_t)p.nch - 1) / (size_t)p.nch;
+  per = (per + 15) / 16 * 16;
+  size_t a = (size_t)c * per;
+  *lo = a < p.unit ? a : p.unit;
+  *hi = a + per < p.unit ? a + per : p.unit;
+}
+
+// The primitive: up to 3 receives, up to 3 sends (see the file comment).
+// src / dst: user memory at the chunk, or NULL. len: bytes.
+// Not inlined: one copy per (type, op) rather than one per call site keeps
+// the kernels small (the call costs nothing next to a slot's data).
+template <typename T, typename Op>
+__device__ __noinline__ void step(const ConnParams &p, Side *rv, int nr, Side *sd, int ns,
+                                  const char *src, char *dst, size_t len, int avg) {
+  const int t = threadIdx.x;
+#pragma unroll
+  for (int i = 0; i < ZCC_DEV_TREE_ARITY; i++) {
+    if (i < nr && t == i) zd_wait_reach(rv[i].ready, rv[i].step + 1, p.abort_flag);
+    if (i < ns && t == 32 + i)
+      zd_wait_reach(sd[i].freed, sd[i].step + 1 - (uint32_t)p.nslots, p.abort_flag);
+  }
+  __syncthreads();
+  const char *rs[ZCC_DEV_TREE_ARITY];
+  char *ss[ZCC_DEV_TREE_ARITY];
+#pragma unroll
+  for (int i = 0; i < ZCC_DEV_TREE_ARITY; i++) {
+    rs[i] = i < nr ? slot_of(rv[i], p) : NULL;
+    ss[i] = i < ns ? slot_of(sd[i], p) : NULL;
+  }
+  const int ws = src ? zd_width(src) : 16, wd = dst ? zd_width(dst) : 16;
+  const size_t packs = len / 16;
+  for (size_t q0 = t; q0 < packs; q0 += (size_t)blockDim.x * ZD_CONN_U) {
+    uint4 v[ZD_CONN_U];
+#pragma unroll
+    for (int u = 0; u < ZD_CONN_U; u++) {
+      size_t q = q0 + (size_t)u * blockDim.x;
+      if (q < packs) v[u] = src ? zd_ld16(src + q * 16, ws) : __ldcg((const uint4 *)(rs[0] + q * 16));
+    }
+#pragma unroll
+    for (int i = 0; i < ZCC_DEV_TREE_ARITY; i++) {
+      if (i >= nr || (!src && i == 0)) continue;
+#pragma unroll
+      for (int u = 0; u < ZD_CONN_U; u++) {
+        size_t q = q0 + (size_t)u * blockDim.x;
+        if (q < packs) v[u] = zd_red_pack<T, Op>(v[u], __ldcg((const uint4 *)(rs[i] + q * 16)));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < ZD_CONN_U; u++) {
+      size_t q = q0 + (size_t)u * blockDim.x;
+      if (q >= packs) continue;
+      if (avg) v[u] = zd_avg_pack<T>(v[u], avg);
+      if (dst) zd_st16(dst + q * 16, wd, v[u]);
+#pragma unroll
+      for (int i = 0; i < ZCC_DEV_TREE_ARITY; i++)
+        if (i < ns) *(uint4 *)(ss[i] + q * 16) = v[u];
+    }
+  }
+  // The last bytes (fewer than 16: whole elements), element by element.
+  for (size_t e = packs * 16 + (size_t)t * sizeof(T); e < len; e += (size_t)blockDim.x * sizeof(T)) {
+    T x = src ? zd_ld1<T>(src + e) : zd_ld1<T>(rs[0] + e);
+#pragma unroll
+    for (int i = 0; i < ZCC_DEV_TREE_ARITY; i++)
+      if (i < nr && (src || i > 0)) x = zd_red<T, Op>(x, zd_ld1<T>(rs[i] + e));
+    if (avg) x = zd_avg<T>(x, avg);
+    if (dst) zd_st1<T>(dst + e, x);
+#pragma unroll
+    for (int i = 0; i < ZCC_DEV_TREE_ARITY; i++)
+      if (i < ns) zd_st1<T>(ss[i] + e, x);
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < ZCC_DEV_TREE_ARITY; i++) {
+    if (i < ns && t == i) zd_st_release_sys(sd[i].ready, sd[i].step + 1);
+    if (i < nr && t == 32 + i) zd_st_release_sys(rv[i].freed, rv[i].step + 1);
+  }
+#pragma unroll
+  for (int i = 0; i < ZCC_DEV_TREE_ARITY; i++) {
+    if (i < ns) sd[i].step++;
+    if (i < nr) rv[i].step++;
+  }
+}
+
+ZD_INLINE int modk(int x, int k) { return ((x % k) + k) % k; }
+
+template <typename T, typename Op> __global__ void __launch_bounds__(ZD_CONN_THREADS) ring_kernel(ConnParams p) {
+  const zcc_dev_channel_t *ch = &p.conns->ch[blockIdx.x];
+  Side r = side_load(ch->recv[ZCC_DEV_RECV_RING]);
+  Side s = side_load(ch->send[ZCC_DEV_SEND_RING]);
+  __syncthreads(); // every thread has read the steps before thread 0 may write them
+  const int k = p.k, pos = ch->ring_pos;
+  size_t lo, hi;
+  slice_of(p, blockIdx.x, &lo, &hi);
+  const size_t cs = p.slot;
+  switch (p.coll) {
+  case ZCC_DEV_CONN_ALLREDUCE:
+    for (size_t off = lo; off < hi; off += (size_t)k * cs) {
+      size_t R = hi - off < (size_t)k * cs ? hi - off : (size_t)k * cs;
+      size_t cl = ((R + (size_t)k - 1) / (size_t)k + 15) / 16 * 16;
+#define CHUNK(j, a, n)                                                        \
+  size_t a = off + (size_t)(j) * cl, n = 0;                                   \
+  if (a < off + R) n = off + R - a < cl ? off + R - a : cl;                   \
+  else a = off + R;
+      {
+        CHUNK(modk(pos - 1, k), a, n)
+        step<T, Op>(p, &r, 0, &s, 1, p.in + a, NULL, n, 0);
+      }
+      for (int st = 1; st <= k - 2; st++) {
+        CHUNK(modk(pos - st - 1, k), a, n)
+        step<T, Op>(p, &r, 1, &s, 1, p.in + a, NULL, n, 0);
+      }
+      {
+        CHUNK(pos, a, n)
+        step<T, Op>(p, &r, 1, &s, 1, p.in + a, p.out + a, n, p.avg);
+      }
+      for (int st = 1; st <= k - 2; st++) {
+        CHUNK(modk(pos - st, k), a, n)
+        step<T, Op>(p, &r, 1, &s, 1, NULL, p.out + a, n, 0);
+      }
+      {
+        CHUNK(modk(pos + 1, k), a, n)
+        step<T, Op>(p, &r, 1, &s, 0, NULL, p.out + a, n, 0);
+      }
+#undef CHUNK
+    }
+    break;
+  case ZCC_DEV_CONN_REDUCESCATTER: {
+    const size_t B = p.unit;
+    for (size_t off = lo; off < hi; off += cs) {
+      size_t n = hi - off < cs ? hi - off : cs;
+      int q = ch->ring_rank[modk(pos - 1, k)];
+      step<T, Op>(p, &r, 0, &s, 1, p.in + (size_t)q * B + off, NULL, n, 0);
+      for (int st = 1; st <= k - 2; st++) {
+        q = ch->ring_rank[modk(pos - st - 1, k)];
+        step<T, Op>(p, &r, 1, &s, 1, p.in + (size_t)q * B + off, NULL, n, 0);
+      }
+      step<T, Op>(p, &r, 1, &s, 0, p.in + (size_t)p.rank * B + off, p.out + off, n, p.avg);
+    }
+    break;
+  }
+  case ZCC_DEV_CONN_ALLGATHER: {
+    const size_t B = p.unit;
+    const int inplace = p.in == p.out + (size_t)p.rank * B;
+    for (size_t off = lo; off < hi; off += cs) {
+      size_t n = hi - off < cs ? hi - off : cs;
+      step<T, Op>(p, &r, 0, &s, 1, p.in + off, inplace ? NULL : p.out + (size_t)p.rank * B + off, n, 0);
+      for (int st = 1; st <= k - 2; st++) {
+        int q = ch->ring_rank[modk(pos - st, k)];
+        step<T, Op>(p, &r, 1, &s, 1, NULL, p.out + (size_t)q * B + off, n, 0);
+      }
+      int q = ch->ring_rank[modk(pos - (k - 1), k)];
+      step<T, Op>(p, &r, 1, &s, 0, NULL, p.out + (size_t)q * B + off, n, 0);
+    }
+    break;
+  }
+  case ZCC_DEV_CONN_BROADCAST:
+  case ZCC_DEV_CONN_REDUCE: {
+    int rootpos = 0;
+    for (int i = 0; i < k; i++)
+      if (ch->ring_rank[i] == p.root) rootpos = i;
+    const int bcast = p.coll == ZCC_DEV_CONN_BROADCAST;
+    // Broadcast: distance from the root; reduce: from the rank after it.
+    const int d = modk(pos - rootpos - (bcast ? 0 : 1), k);
+    for (size_t off = lo; off < hi; off += cs) {
+      size_t n = hi - off < cs ? hi - off : cs;
+      if (bcast) {
+        if (d == 0) step<T, Op>(p, &r, 0, &s, 1, p.in + off, p.in == p.out ? NULL : p.out + off, n, 0);
+        else step<T, Op>(p, &r, 1, &s, d < k - 1 ? 1 : 0, NULL, p.out + off, n, 0);
+      } else {
+        if (d == 0) step<T, Op>(p, &r, 0, &s, 1, p.in + off, NULL, n, 0);
+        else if (d < k - 1) step<T, Op>(p, &r, 1, &s, 1, p.in + off, NULL, n, 0);
+        else step<T, Op>(p, &r, 1, &s, 0, p.in + off, p.out + off, n, p.avg);
+      }
+    }
+    break;
+  }
+  default: break;
+  }
+  __syncthreads();
+  side_store(r);
+  side_store(s);
+}
+
+// Tree allreduce: block 2c reduces up channel c's tree, block 2c + 1
+// broadcasts down it. At the root the up block writes each chunk's result
+// into the output and counts it in the channel's TREE_DONE word; the down
+// block sends it on from there once counted.
+template <typename T, typename Op> __global__ void __launch_bounds__(ZD_CONN_THREADS) tree_kernel(ConnParams p) {
+  const int c = blockIdx.x >> 1, down = blockIdx.x & 1;
+  const zcc_dev_channel_t *ch = &p.conns->ch[c];
+  const int nc = ch->tree_nchildren, root = ch->tree_parent < 0;
+  uint32_t *ctr = ch->flags + (down ? ZCC_DEV_CHAN_TREE_DOWN : ZCC_DEV_CHAN_TREE_UP) * ZCC_DEV_CONN_LINE;
+  uint32_t *done = ch->flags + ZCC_DEV_CHAN_TREE_DONE * ZCC_DEV_CONN_LINE;
+  Side rv[ZCC_DEV_TREE_ARITY], sd[ZCC_DEV_TREE_ARITY];
+  int nr, ns;
+  nr = down ? (root ? 0 : 1) : nc;
+  ns = down ? nc : (root ? 0 : 1);
+#pragma unroll
+  for (int i = 0; i < ZCC_DEV_TREE_ARITY; i++) {
+    if (i < nr) rv[i] = side_load(ch->recv[down ? ZCC_DEV_RECV_DOWN : ZCC_DEV_RECV_UP + i]);
+    if (i < ns) sd[i] = side_load(ch->send[down ? ZCC_DEV_SEND_DOWN + i : ZCC_DEV_SEND_UP]);
+  }
+  uint32_t n0 = *(volatile uint32_t *)ctr, cnt = 0;
+  __syncthreads();
+  size_t lo, hi;
+  slice_of(p, c, &lo, &hi);
+  for (size_t off = lo; off < hi; off += p.slot, cnt++) {
+    size_t n = hi - off < p.slot ? hi - off : p.slot;
+    if (!down) {
+      if (!root) {
+        step<T, Op>(p, rv, nr, sd, ns, p.in + off, NULL, n, 0);
+      } else {
+        step<T, Op>(p, rv, nr, sd, 0, p.in + off, p.out + off, n, p.avg);
+        if (threadIdx.x == 0) zd_st_release_sys(done, n0 + cnt + 1);
+      }
+    } else if (!root) {
+      step<T, Op>(p, rv, 1, sd, ns, NULL, p.out + off, n, 0);
+    } else {
+      if (threadIdx.x == 0) zd_wait_reach(done, n0 + cnt + 1, p.abort_flag);
+      __syncthreads();
+      step<T, Op>(p, rv, 0, sd, ns, p.out + off, NULL, n, 0);
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) *(volatile uint32_t *)ctr = n0 + cnt;
+#pragma unroll
+  for (int i = 0; i < ZCC_DEV_TREE_ARITY; i++) {
+    if (i < nr) side_store(rv[i]);
+    if (i < ns) side_store(sd[i]);
+  }
+}
+
+int conn_prepare(const zcc_dev_conn_args_t *a, ConnParams *p) {
+  if (!a || !a->conns || !a->host || (int)a->coll < 0 || a->coll >= ZCC_DEV_CONN_COLLS)
+    return cudaErrorInvalidValue;
+  const zcc_dev_conns_t *h = a->host;
+  size_t es = zd_type_size(a->type);
+  if (es == 0 || h->nranks < 2 || h->nranks > ZCC_DEV_MAX_RANKS || h->nchannels < 1 ||
+      h->nchannels > ZCC_DEV_MAX_CHANNELS || h->nslots < 2 || h->slot_bytes < 16 ||
+      h->slot_bytes % 16 != 0 || a->nchannels < 0 || a->nchannels > h->nchannels)
+    return cudaErrorInvalidValue;
+  if ((a->coll == ZCC_DEV_CONN_BROADCAST || a->coll == ZCC_DEV_CONN_REDUCE) &&
+      (a->root < 0 || a->root >= h->nranks))
+    return cudaErrorInvalidValue;
+  int reduces = a->coll != ZCC_DEV_CONN_ALLGATHER && a->coll != ZCC_DEV_CONN_BROADCAST;
+  if (reduces && ((int)a->op < 0 || a->op >= zccNumOps)) return cudaErrorInvalidValue;
+  p->conns = a->conns;
+  p->in = (const char *)a->input;
+  p->out = (char *)a->output;
+  p->abort_flag = a->abort_flag;
+  p->unit = a->count * es;
+  p->slot = h->slot_bytes;
+  p->nslots = h->nslots;
+  p->k = h->nranks;
+  p->rank = h->rank;
+  p->root = a->root;
+  p->avg = reduces && a->op == zccAvg ? h->nranks : 0;
+  p->coll = a->coll;
+  int nch = a->nchannels;
+  if (nch == 0) {
+    size_t want = (p->unit + ZD_CONN_MIN_SLICE - 1) / ZD_CONN_MIN_SLICE;
+    nch = want < (size_t)h->nchannels ? (int)(want ? want : 1) : h->nchannels;
+  }
+  p->nch = nch;
+  return cudaSuccess;
+}
+
+} // namespace
+
+extern "C" __attribute__((visibility("hidden"))) int zcc_dev_conn_channels(
+    const zcc_dev_conn_args_t *a) {
+  ConnParams p;
+  if (conn_prepare(a, &p) != cudaSuccess) return -1;
+  return p.nch;
+}
+
+extern "C" __attribute__((visibility("hidden"))) int zcc_dev_conn_coll(
+    const zcc_dev_conn_args_t *a, struct CUstream_st *stream) {
+  ConnParams p;
+  int err = conn_prepare(a, &p);
+  if (err != cudaSuccess) return err;
+  if (a->count == 0) return cudaSuccess; // every rank passes the same count: all skip
+  cudaStream_t s = (cudaStream_t)stream;
+  const int tree = a->coll == ZCC_DEV_CONN_TREE_ALLREDUCE;
+  const int grid = tree ? 2 * p.nch : p.nch;
+#define ZD_LAUNCH_CONN(T, Op)                                                 \
+  do {                                                                        \
+    if (tree) tree_kernel<T, Op><<<grid, ZD_CONN_THREADS, 0, s>>>(p);         \
+    else ring_kernel<T, Op><<<grid, ZD_CONN_THREADS, 0, s>>>(p);              \
+  } while (0)
+  if (a->coll == ZCC_DEV_CONN_ALLGATHER || a->coll == ZCC_DEV_CONN_BROADCAST)
+    ring_kernel<uint8_t, ZdSum><<<grid, ZD_CONN_THREADS, 0, s>>>(p);
+  else
+    ZD_DISPATCH(a->type, a->op, ZD_LAUNCH_CONN)
+#undef ZD_LAUNCH_CONN
+  if (err != cudaSuccess) return err;
+  return cudaGetLastError();
+}
+
+// Load every kernel of this file now (see zcc_dev_preload in device.h).
+extern "C" __attribute__((visibility("hidden"))) int zcc_dev_preload_conn(void) {
+  int err = cudaSuccess;
+  cudaFuncAttributes fa;
+  cudaError_t e0 = cudaFuncGetAttributes(&fa, ring_kernel<uint8_t, ZdSum>);
+  if (e0 != cudaSuccess) return e0;
+#define ZD_LOAD_CONN(T, Op)                                                    \
+  do {                                                                        \
+    cudaError_t e_ = cudaFuncGetAttributes(&fa, ring_kernel<T, Op>);          \
+    if (e_ == cudaSuccess) e_ = cudaFuncGetAttributes(&fa, tree_kernel<T, Op>); \
+    if (e_ != cudaSuccess) err = e_;                                          \
+  } while (0)
+  for (int t = 0; t < zccNumTypes; t++)
+    for (int o = 0; o < zccNumOps; o++) {
+      if (o == zccAvg) continue; /* runs as sum */
+      ZD_DISPATCH((zccDataType_t)t, (zccRedOp_t)o, ZD_LOAD_CONN)
+    }
+#undef ZD_LOAD_CONN
+  return err;
+}
