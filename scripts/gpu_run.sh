@@ -29,8 +29,9 @@
 #   share-san  compute-sanitizer memcheck and racecheck, 2 ranks, ring and tree, quick
 #   share-perf gpu_membw (the device-copy ceiling), then allreduce -g 2 --share-gpus 1
 #              8 B..SHARE_MAX (default 1G) in graphs: default (push/LL), ring, tree
-# Logs go to $OUT (default ./gpu_run_out), packed into logs.tgz (GPU_RUN_TAR=0:
-# left as they are); a summary prints last and goes to summary.txt.
+# Logs go to $OUT (default ./gpu_run_out), each into logs.tar as its run ends (a
+# call cut short keeps what ran), gzipped at the end (GPU_RUN_TAR=0: left as
+# they are); each run's line prints as it ends, the summary last (summary.txt).
 # NVLink multicast stays off for every library (NCCL_NVLS_ENABLE=0 and friends).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -58,6 +59,11 @@ run() { # NAME TIMEOUT CMD...
   timeout "$to" "$@" > "$OUT/$name.log" 2>&1
   local rc=$?
   note "$(printf '%-14s rc=%-3s %4ss  %s' "$name" "$rc" "$(( $(date +%s) - t0 ))" "$(tail -1 "$OUT/$name.log" | cut -c1-100)")"
+  echo "${summary[-1]}"
+  # Into the archive at once: a call cut short still brings back what ran.
+  if [ "${GPU_RUN_TAR:-1}" = 1 ]; then
+    tar rf "$OUT/logs.tar" -C "$OUT" "$name.log" && rm -f "$OUT/$name.log"
+  fi
   return $rc
 }
 
@@ -185,6 +191,7 @@ echo
 echo "== summary (logs in $OUT)"
 printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
 # The device tool returns at most 8 files: one archive of the logs.
-if [ "${GPU_RUN_TAR:-1}" = 1 ] && ls "$OUT"/*.log >/dev/null 2>&1; then
-  (cd "$OUT" && tar czf logs.tgz ./*.log && rm -f ./*.log)
+if [ "${GPU_RUN_TAR:-1}" = 1 ]; then
+  (cd "$OUT" && if ls ./*.log >/dev/null 2>&1; then tar rf logs.tar ./*.log && rm -f ./*.log; fi
+   [ -f logs.tar ] && gzip -f logs.tar)
 fi

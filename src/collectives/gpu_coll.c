@@ -585,10 +585,28 @@ static zccResult_t via_graph(struct zccComm *comm, const zcc_coll_args_t *x, cud
   return zccSuccess;
 }
 
+/*
+ * Ranks of one process that share a GPU wait for each other inside their
+ * kernels, so their launches must be able to run at once: the legacy
+ * default stream (NULL) serialises every stream of the device behind it.
+ */
+static zccResult_t check_stream(struct zccComm *comm, cudaStream_t s, const char *fn) {
+  if (comm->gpu->share_local > 1 && (s == NULL || s == cudaStreamLegacy))
+    return zcc_error(zccInvalidUsage,
+                     "%s: %d ranks of this process share GPU %d, and this call is on the "
+                     "legacy default stream, which would run one rank's kernel after the "
+                     "other's while each waits for the other: give each rank its own stream "
+                     "(cudaStreamCreateWithFlags(..., cudaStreamNonBlocking), or "
+                     "cudaStreamPerThread with one thread per rank)",
+                     fn, comm->gpu->share_local, comm->device);
+  return zccSuccess;
+}
+
 zccResult_t zcc_gpu_coll(struct zccComm *comm, const zcc_coll_args_t *x,
                          struct CUstream_st *stream, const char *fn) {
   cudaStream_t s = (cudaStream_t)stream;
   if (x->count == 0) return zccSuccess; /* every rank passes the same count: all skip */
+  ZCC_CHECK(check_stream(comm, s, fn));
   int need_send = x->coll != ZCC_COLL_BROADCAST || comm->rank == x->root;
   int need_recv = x->coll != ZCC_COLL_REDUCE || comm->rank == x->root;
   if (need_send) ZCC_CHECK(zcc_gpu_check_ptr(comm, x->sendbuf, "sendbuff", fn));
@@ -608,6 +626,7 @@ zccResult_t zcc_gpu_p2p(struct zccComm *comm, const zcc_gpu_p2p_op_t *ops, int n
   zcc_gpu_t *g = comm->gpu;
   if (nops == 0) return zccSuccess;
   cudaStream_t s = (cudaStream_t)ops[0].stream;
+  ZCC_CHECK(check_stream(comm, s, fn));
   for (int i = 1; i < nops; i++)
     if (ops[i].stream != ops[0].stream)
       return zcc_error(zccInvalidUsage,

@@ -84,6 +84,7 @@ typedef struct zcc_gpu {
      that every rank's blocks are resident at once. */
   int gpu_share;
   int block_cap;
+  int share_local; /* ranks of this process on this GPU, this one included */
   /* zcc's own CUDA graphs of multi-launch sequences (gpu_coll.c). */
   void *cap_stream;                    /* cudaStream_t the sequences are captured on */
   struct zcc_gpu_graph *graphs;        /* [ZCC_GPU_GRAPHS] */

@@ -277,6 +277,10 @@ static zccResult_t conns_plan(struct zccComm *comm, zcc_gpu_t *g) {
   int sms = 0;
   CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, g->dev), comm);
   g->gpu_share = share;
+  g->share_local = 0;
+  for (int q = 0; q < n; q++)
+    g->share_local += same_process(&comm->peers[q], &comm->peers[comm->rank]) &&
+                      comm->peers[q].device == g->dev;
   g->block_cap = sms / share > 0 ? sms / share : 1;
   int64_t want = zcc_param_gpu_channels(), bytes = zcc_param_gpu_conn_bytes(),
           slots = zcc_param_gpu_conn_slots();

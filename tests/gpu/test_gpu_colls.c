@@ -618,6 +618,14 @@ typedef struct {
 
 #define BAD_BYTES 65536
 
+/* Several local ranks on one GPU: the NULL stream is refused (zcc_gpu_coll). */
+static int null_refused(const world_t *w) {
+  for (int i = 0; i < w->nlocal; i++)
+    for (int j = 0; j < i; j++)
+      if (w->rk[i].dev == w->rk[j].dev) return 1;
+  return 0;
+}
+
 static void run_errors(world_t *w) {
   int n = w->n;
   size_t ovf = SIZE_MAX / (4 * (size_t)n) + 1; /* n * ovf * 4 overflows, ovf * 4 does not */
@@ -751,7 +759,9 @@ static void run_errors(world_t *w) {
     sync_all(w, bd->what);
   }
 
-  /* The communicators still work, on the legacy (NULL) stream. */
+  /* The communicators still work, on the legacy (NULL) stream; where ranks
+     of this process share a GPU, zcc refuses it (each waits for the other,
+     and that stream would run them one after the other). */
   watch(opt.step_s, "%s errors: allreduce on the NULL stream", w->name);
   {
     call_t c = {C_ALLREDUCE, zccFloat32, zccSum, 0, 4097, 0};
@@ -786,6 +796,12 @@ static void run_errors(world_t *w) {
         if (nb)
           zt_elem_str(c.type, x->hout, first, g, sizeof(g));
       }
+      if (null_refused(w))
+        CHECK(x->rc == zccInvalidUsage && strstr(last_err(w->comms[i]), "own stream"),
+              "%s errors: allreduce on the NULL stream with ranks of one process sharing a "
+              "GPU, rank %d: expected zccInvalidUsage naming the stream, got %s (%s)",
+              w->name, x->rank, rc_name(x->rc), last_err(w->comms[i]));
+      else
       CHECK(
           x->rc == zccSuccess && x->werr == cudaSuccess && nb == 0,
           "%s errors: allreduce float32 sum 4097 on the NULL stream, rank %d: %s (%s), stream %s, "
