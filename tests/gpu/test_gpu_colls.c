@@ -773,7 +773,8 @@ static void run_errors(world_t *w) {
       ins[j] = slot(w, j);
     for (int i = 0; i < w->nlocal; i++) {
       rank_t *x = &w->rk[i];
-      gen_data(c.type, mix3(opt.seed, 0x4e554c4cull, (uint64_t)x->rank), slot(w, x->rank), c.count);
+      gen_input(c.type, c.op, 1, n, x->rank, mix3(opt.seed, 0x4e554c4cull, (uint64_t)x->rank),
+                slot(w, x->rank), c.count);
       setdev(w, i);
       CK(cudaMemcpy(x->dsend[0], slot(w, x->rank), bytes, cudaMemcpyHostToDevice));
       CK(cudaMemset(x->drecv[0], dpoison, bytes));
@@ -912,8 +913,9 @@ static void lifetime_cycle(world_t *w, int cyc) {
     watch(opt.step_s, "%s: collectives", what);
     for (int i = 0; i < w->nlocal; i++) {
       rank_t *x = &w->rk[i];
-      gen_data(ar.type, mix3(opt.seed, 0x11fe, (uint64_t)(cyc * MAX_RANKS + x->rank)),
-               slot(w, x->rank), ar.count);
+      gen_input(ar.type, ar.op, 1, n, x->rank,
+                mix3(opt.seed, 0x11fe, (uint64_t)(cyc * MAX_RANKS + x->rank)), slot(w, x->rank),
+                ar.count);
       setdev(w, i);
       CK(cudaMemcpy(buf[i], slot(w, x->rank), arb, cudaMemcpyHostToDevice));
       CK(cudaMemcpy(x->dsend[0], slot(w, x->rank), ag.count, cudaMemcpyHostToDevice));
@@ -1131,7 +1133,8 @@ static void run_deadpeer(world_t *w) {
     return;
   }
   watch(opt.step_s, "%s: one good allreduce", what);
-  gen_data(c.type, mix3(opt.seed, 0xdead, (uint64_t)x->rank), slot(w, x->rank), c.count);
+  gen_input(c.type, c.op, 1, w->n, x->rank, mix3(opt.seed, 0xdead, (uint64_t)x->rank),
+            slot(w, x->rank), c.count);
   CK(cudaMemcpy(x->dsend[0], slot(w, x->rank), bytes, cudaMemcpyHostToDevice));
   sync_all(w, what);
   {
