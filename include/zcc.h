@@ -279,6 +279,22 @@ ZCC_API zccResult_t zccSend(const void *sendbuff, size_t count,
 ZCC_API zccResult_t zccRecv(void *recvbuff, size_t count,
                             zccDataType_t datatype, int peer, zccComm_t comm,
                             zccStream_t stream);
+/**
+ * Receive count elements from whichever other rank's message arrives first,
+ * and set *peer to that rank (MPI_ANY_SOURCE; not in NCCL). The sender calls
+ * zccSend as usual. When messages from several ranks are waiting, the lowest
+ * rank's is taken. Host communicators only (zccInvalidUsage on a GPU
+ * communicator), outside groups (zccInvalidUsage inside one), count > 0 (an
+ * empty message cannot be seen arriving). Waits like zccRecv: ZCC_TIMEOUT,
+ * zccCommAbort and a peer's death end the wait with an error. Messages
+ * carry no tags: whatever a rank sends the caller next on this
+ * communicator is taken for a message, so while the caller waits no rank
+ * may be in a collective with it there. Keep a communicator for
+ * point-to-point traffic (the torch backend does) or order the calls.
+ */
+ZCC_API zccResult_t zccRecvAny(void *recvbuff, size_t count,
+                               zccDataType_t datatype, int *peer,
+                               zccComm_t comm, zccStream_t stream);
 
 /**
  * Group calls: operations issued between zccGroupStart and zccGroupEnd are

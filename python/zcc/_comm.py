@@ -726,6 +726,18 @@ class Communicator:
             raise self._fail(rc, "zccRecv")
         return tensor
 
+    def recv_any(self, tensor):
+        """zccRecvAny: the first message from any other rank into tensor;
+        returns the sender's rank. Host communicators only, outside
+        zcc.group(); see zcc.h for what no rank may send meanwhile."""
+        dt = self._check(tensor, "tensor")
+        src = ctypes.c_int(-1)
+        rc = _lib.zccRecvAny(tensor.data_ptr(), tensor.numel(), dt, ctypes.byref(src),
+                             self._h, None)
+        if rc:
+            raise self._fail(rc, "zccRecvAny")
+        return src.value
+
     def barrier(self, stream=None):
         """Every rank arrives before any leaves: an all-reduce of one element.
         On a GPU communicator it is ordered on the stream like any call."""

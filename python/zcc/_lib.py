@@ -180,6 +180,8 @@ _SIGNATURES = {
     # buff, count, datatype, peer, comm, stream
     "zccSend": [c_void_p, c_size_t, c_int, c_int, _comm_t, _stream_t],
     "zccRecv": [c_void_p, c_size_t, c_int, c_int, _comm_t, _stream_t],
+    # buff, count, datatype, &peer (set to the sender), comm, stream
+    "zccRecvAny": [c_void_p, c_size_t, c_int, POINTER(c_int), _comm_t, _stream_t],
     "zccGroupStart": [],
     "zccGroupEnd": [],
 }

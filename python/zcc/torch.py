@@ -21,7 +21,14 @@ complete. Point-to-point operations (send, recv, isend, irecv,
 batch_isend_irecv) are queued and issued together, as one zcc group, when a
 Work of theirs is waited on or the group's next other operation starts:
 an isend and an irecv that would block each other one by one both complete.
+On CPU tensors they run on a host communicator of their own, as gloo keeps
+point-to-point messages apart from collectives by tag: a rank that sends
+and moves on to a collective never has its collective's data taken for a
+message, and a receive from any source (recv without src, zccRecvAny)
+sees only messages. That receive completes before recv/irecv returns; it
+refuses CUDA tensors (GPU communicators cannot receive from any source).
 """
+import ctypes
 import inspect
 import threading
 
@@ -110,9 +117,44 @@ class _P2PWork(dist.Work):
     def synchronize(self):
         self.wait()
 
+    def _source_rank(self):
+        raise RuntimeError("zcc backend: _source_rank() is only defined for receives "
+                           "from any source (recv or irecv without src)")
+
+    source_rank = _source_rank
+
+
+class _AnySourceWork(dist.Work):
+    """Work of a completed receive from any source: _source_rank() is the
+    sender's rank in the group, as torch's recv and irecv read it."""
+
+    def __init__(self, tensor, src):
+        super().__init__()
+        self._tensor = tensor
+        self._src = src
+
+    def wait(self, timeout=None):
+        return True
+
+    def is_completed(self):
+        return True
+
+    def is_success(self):
+        return True
+
+    def result(self):
+        return [self._tensor]
+
+    def get_future(self):
+        fut = torch.futures.Future()
+        fut.set_result([self._tensor])
+        return fut
+
+    def _source_rank(self):
+        return self._src
+
     def source_rank(self):
-        raise RuntimeError("zcc: source_rank() is only defined for receives from any "
-                           "source, which zcc does not offer")
+        return self._src
 
 
 def _one(tensors, what="tensors"):
@@ -156,7 +198,10 @@ class ProcessGroupZcc(dist.ProcessGroup):
         self._lock = threading.Lock()
         self._pending = []  # queued point-to-point: (is_recv, tensor, peer, work)
         self._cuda = {}  # CUDA device index -> Communicator or the error it met
+        self._group_name = ""
+        self._group_desc = ""
         self._host = self._new_comm("host")
+        self._p2p = self._new_comm("host")  # send and recv of CPU tensors
 
     # ---- communicators --------------------------------------------------
 
@@ -205,13 +250,49 @@ class ProcessGroupZcc(dist.ProcessGroup):
     def getBackendName(self):
         return BACKEND_NAME
 
+    # ---- group identity -------------------------------------------------
+    # torch 2.x names every group it makes (_set_group_name and
+    # _set_group_desc in init_process_group and new_group) and finds groups
+    # by name: destroy_process_group, and the functional collectives
+    # (torch.ops._c10d_functional) that DTensor and FSDP2 run on. Its C++
+    # side reaches a Python group through getGroupName/setGroupName/
+    # getGroupDesc/setGroupDesc; Python code uses the other names. torch
+    # 1.13 names no group: both stay "", like a c10d backend's before it is
+    # named.
+
+    def _set_group_name(self, name):
+        self._group_name = str(name)
+
+    def _set_group_desc(self, desc):
+        self._group_desc = str(desc)
+
+    @property
+    def group_name(self):
+        return self._group_name
+
+    @property
+    def group_desc(self):
+        return self._group_desc
+
+    def setGroupName(self, name):
+        self._set_group_name(name)
+
+    def getGroupName(self):
+        return self._group_name
+
+    def setGroupDesc(self, desc):
+        self._set_group_desc(desc)
+
+    def getGroupDesc(self):
+        return self._group_desc
+
     def name(self):
         return BACKEND_NAME
 
     def shutdown(self):
         """Destroy the zcc communicators (torch calls this on destroy)."""
         self._flush()
-        for c in list(self._cuda.values()) + [self._host]:
+        for c in list(self._cuda.values()) + [self._host, self._p2p]:
             if isinstance(c, Communicator):
                 c.destroy()
 
@@ -289,8 +370,30 @@ class ProcessGroupZcc(dist.ProcessGroup):
         return _completed(outputs)
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
-        raise RuntimeError("zcc backend: all_gather_coalesced is not supported; use "
-                           "all_gather or all_gather_into_tensor per tensor")
+        """output_lists[r][i] gets rank r's input_list[i], for every i: the
+        all-gathers of every input, as one zcc group (every tensor is
+        checked before it opens)."""
+        if self._pending:
+            self._flush()
+        n = self.size()
+        if len(output_lists) != n:
+            raise ValueError("zcc backend: all_gather_coalesced needs one output list per "
+                             "rank (%d), got %d" % (n, len(output_lists)))
+        for r, outs in enumerate(output_lists):
+            if len(outs) != len(input_list):
+                raise ValueError("zcc backend: all_gather_coalesced: output_lists[%d] holds "
+                                 "%d tensors for %d inputs" % (r, len(outs), len(input_list)))
+        if input_list:
+            comm = self._comm(input_list[0])
+            blocks = []
+            for i, inp in enumerate(input_list):
+                comm._check(inp, "input_list[%d]" % i)
+                blocks.append(comm._rank_list([output_lists[r][i] for r in range(n)], inp,
+                                              "output_lists[*][%d]" % i))
+            with _Group():
+                for inp, outs in zip(input_list, blocks):
+                    comm._sendrecv_blocks(outs, [inp] * n)
+        return _completed(output_lists)
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         if self._pending:
@@ -423,11 +526,30 @@ class ProcessGroupZcc(dist.ProcessGroup):
         return self._queue(True, _one(tensors), srcRank)
 
     def recv_anysource(self, tensors, tag=0):
-        raise RuntimeError("zcc backend: receiving from any source is not supported; "
-                           "give recv a src rank")
+        """The first message from any rank of the group into the tensor
+        (zccRecvAny on the point-to-point communicator); the Work's
+        _source_rank() is its sender. Queued sends and receives go first."""
+        t = _one(tensors)
+        if t.is_cuda:
+            raise RuntimeError("zcc backend: receiving from any source is not supported "
+                               "for CUDA tensors (GPU communicators cannot); give recv a "
+                               "src rank")
+        from ._lib import zccRecvAny
+        comm = self._p2p
+        dt = comm._check(t, "tensor")
+        if self._pending:
+            self._flush()
+        src = ctypes.c_int(-1)
+        rc = zccRecvAny(t.data_ptr(), t.numel(), dt, ctypes.byref(src), comm._h, None)
+        if rc:
+            raise comm._fail(rc, "zccRecvAny")
+        return _AnySourceWork(t, src.value)
+
+    def _p2p_comm(self, t):
+        return self._comm(t) if t.is_cuda else self._p2p
 
     def _queue(self, is_recv, t, peer):
-        comm = self._comm(t)
+        comm = self._p2p_comm(t)
         comm._check(t, "tensor")  # refuse a bad tensor now, not at the flush
         if not 0 <= peer < self.size():
             raise ValueError("zcc backend: peer %d is out of range [0, %d)"
@@ -565,6 +687,14 @@ def hook_state(group=None):
 
 
 _default_state = None
+_hook_streams = {}  # CUDA device index -> the side stream the hook reduces on
+
+
+def _hook_stream(device):
+    s = _hook_streams.get(device.index)
+    if s is None:
+        s = _hook_streams[device.index] = torch.cuda.Stream(device)
+    return s
 
 
 def allreduce_hook(state, bucket):
@@ -572,7 +702,16 @@ def allreduce_hook(state, bucket):
     with one zcc all-reduce (zccAvg: the sum divided by the number of ranks,
     as DDP's default). ``state``: a zcc.Communicator, a ProcessGroupZcc, the
     result of hook_state(), or None (hook_state() of the default group,
-    created at the first bucket). Returns a completed future."""
+    created at the first bucket).
+
+    CPU buckets are reduced before the hook returns a completed future.
+    CUDA buckets, as NCCL's hook: the all-reduce is enqueued on a side
+    stream of the device that first waits for the current stream (where
+    backward produced the bucket), and the future is completed on that side
+    stream, so DDP's wait makes its stream wait for the reduction rather
+    than the host. backward goes on while the bucket is reduced, and each
+    bucket's reduction starts as soon as DDP hands it over. (The CUDA path
+    has not run on a GPU yet.)"""
     global _default_state
     buf = bucket.buffer()
     if state is None:
@@ -589,7 +728,19 @@ def allreduce_hook(state, bucket):
         raise TypeError("zcc: allreduce_hook state must be a zcc.Communicator, a zcc "
                         "process group, zcc.torch.hook_state() or None; got %s"
                         % type(state).__name__)
-    comm.all_reduce(buf, RedOp.AVG)
-    fut = torch.futures.Future()
-    fut.set_result(buf)
+    if not buf.is_cuda:
+        comm.all_reduce(buf, RedOp.AVG)
+        fut = torch.futures.Future()
+        fut.set_result(buf)
+        return fut
+    side = _hook_stream(buf.device)
+    side.wait_stream(torch.cuda.current_stream(buf.device))
+    with torch.cuda.stream(side):
+        comm.all_reduce(buf, RedOp.AVG, stream=side)
+        buf.record_stream(side)  # the caching allocator keeps buf until side is past it
+        # A CUDA-aware future: set_result records an event on side (the
+        # current stream here); wait() and then() make the waiter's stream
+        # wait for that event.
+        fut = torch.futures.Future(devices=[buf.device])
+        fut.set_result(buf)
     return fut

@@ -62,6 +62,9 @@ typedef struct zcc_transport_ops {
   zccResult_t (*connect)(zcc_conn_t *conn, zcc_connect_phase_t phase);
   /* Move what can move now; sets *moved when bytes moved. */
   zccResult_t (*progress)(zcc_conn_t *conn, zcc_xfer_t *x, int *moved);
+  /* Are bytes from the peer waiting to be received? Never blocks, moves
+     nothing; for zccRecvAny. NULL: the transport cannot tell. */
+  int (*pending)(zcc_conn_t *conn);
   /* Is the peer still there? Called while waiting; zccRemoteError if not. */
   zccResult_t (*check)(zcc_conn_t *conn);
   /* Tell the peer that this side gave up (so it stops waiting). */

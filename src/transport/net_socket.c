@@ -5,6 +5,7 @@
  * rank. Sends go straight from the user buffer to the kernel; receives land
  * in the destination, or in a small staging buffer when they reduce.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,6 +157,19 @@ static zccResult_t sock_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
   return zccSuccess;
 }
 
+/*
+ * Bytes staged or in the kernel's receive queue. End of stream and errors
+ * count as pending too: the receive that follows reports them.
+ */
+static int sock_pending(zcc_conn_t *conn) {
+  sock_conn_t *s = conn->priv;
+  if (!s || s->fd < 0) return 0;
+  if (s->stage_fill) return 1;
+  char c;
+  ssize_t n = recv(s->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 static void sock_fail(zcc_conn_t *conn) {
   sock_conn_t *s = conn->priv;
   if (s && s->fd >= 0) shutdown(s->fd, SHUT_RDWR);
@@ -186,6 +200,7 @@ const zcc_transport_ops_t zcc_transport_socket = {
     .comm_setup = sock_comm_setup,
     .connect = sock_connect,
     .progress = sock_progress,
+    .pending = sock_pending,
     .fail = sock_fail,
     .free = sock_free,
     .comm_free = sock_comm_free,

@@ -262,6 +262,13 @@ static zccResult_t shm_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
   return zccSuccess;
 }
 
+/* A slot the sender posted that this side has not finished reading. */
+static int shm_pending(zcc_conn_t *conn) {
+  shm_conn_t *s = conn->priv;
+  return s && s->base &&
+         atomic_load_explicit(&s->recv->tail, memory_order_acquire) != s->recv_head;
+}
+
 static zccResult_t shm_check(zcc_conn_t *conn) {
   shm_conn_t *s = conn->priv;
   return s && s->base ? peer_gone(conn, s) : zccSuccess;
@@ -286,6 +293,7 @@ const zcc_transport_ops_t zcc_transport_shm = {
     .can_connect = shm_can_connect,
     .connect = shm_connect,
     .progress = shm_progress,
+    .pending = shm_pending,
     .check = shm_check,
     .fail = shm_fail,
     .free = shm_free,

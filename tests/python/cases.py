@@ -281,6 +281,106 @@ def dist_backend_name(ctx):
     return dist.get_backend()
 
 
+def dist_group_identity(ctx):
+    """Group names and descriptions (set by torch 2.x, "" on 1.13), and
+    destroy_process_group on a subgroup, which looks the group up by name."""
+    n, r = ctx["size"], ctx["rank"]
+    world = dist.distributed_c10d._get_default_group()
+    res = {"world": (world.group_name, world.group_desc)}
+    g = dist.new_group(list(range(n)), backend="zcc")
+    res["sub"] = (g.group_name, g.group_desc)
+    t = torch.tensor([float(r)])
+    dist.all_reduce(t, group=g)
+    res["sub_sum"] = t.item()
+    dist.destroy_process_group(g)
+    c10d = dist.distributed_c10d
+    pg_map = c10d._world.pg_map if hasattr(c10d, "_world") else c10d._pg_map  # 2.x, 1.13
+    res["sub_destroyed"] = g not in pg_map
+    return res
+
+
+def dist_functional(ctx, dtype_name, numel):
+    """torch.distributed._functional_collectives on the world group and on
+    a subgroup of the even ranks (None where torch has none: 1.13)."""
+    try:
+        import torch.distributed._functional_collectives as fc
+    except ImportError:
+        return None
+    n, r = ctx["size"], ctx["rank"]
+    evens = list(range(0, n, 2))
+    sub = dist.new_group(evens, backend="zcc")
+    res = {}
+    for name, group, ranks in (("world", dist.group.WORLD, list(range(n))),
+                               ("evens", sub, evens)):
+        if r not in ranks:
+            continue
+        k = len(ranks)
+        x = make(r, numel, dtype_name)
+        big = make(r, k * numel, dtype_name)
+        out = {}
+        out["all_reduce"] = fc.wait_tensor(fc.all_reduce(x, "sum", group))
+        out["all_gather_tensor"] = fc.wait_tensor(fc.all_gather_tensor(x, 0, group))
+        out["reduce_scatter_tensor"] = fc.wait_tensor(
+            fc.reduce_scatter_tensor(big, "sum", 0, group))
+        out["all_to_all_single"] = fc.wait_tensor(
+            fc.all_to_all_single(big, None, None, group))
+        res[name] = out
+    dist.destroy_process_group(sub)
+    return res
+
+
+def dist_all_gather_coalesced(ctx, dtype_name):
+    """dist.all_gather_coalesced over inputs of 5, 3 and 0 elements and two
+    shapes: outputs[j][i] is rank j's input i."""
+    n, r = ctx["size"], ctx["rank"]
+    ins = [make(r, 5, dtype_name), make(r, 6, dtype_name, salt=1).reshape(2, 3),
+           torch.empty(0, dtype=_t(dtype_name))]
+    outs = [[torch.full_like(x, 7) for x in ins] for _ in range(n)]
+    dist.all_gather_coalesced(outs, ins)
+    return outs
+
+
+def dist_recv_any(ctx, numel):
+    """Every rank in turn receives from any source, with recv and irecv,
+    as torch's own test does; then rank 1 sends to rank 0 while the other
+    ranks go straight into an allreduce with rank 0, whose receive from any
+    source must still take rank 1's message."""
+    n, r = ctx["size"], ctx["rank"]
+    got = []
+    for dst in range(n):
+        if dst == r:
+            for _ in range(n - 1):
+                out = torch.full((numel,), -1.0)
+                src = dist.recv(out)
+                got.append((src, out))
+                out = torch.full((numel,), -1.0)
+                w = dist.irecv(out)
+                w.wait()
+                got.append((w._source_rank(), out))
+        else:
+            t = torch.full((numel,), float(r))
+            dist.send(t, dst)
+            dist.send(t, dst)
+    race = None
+    if r == 0:
+        out = torch.full((numel,), -1.0)
+        race = (dist.recv(out), out)
+    elif r == 1:
+        dist.send(torch.full((numel,), 1.0), 0)
+    t = torch.tensor([float(r)])
+    dist.all_reduce(t)
+    return {"got": got, "race": race, "sum": t.item()}
+
+
+def err_recv_any(ctx):
+    """Receives from any source that are refused: an empty tensor, a dtype
+    zcc lacks."""
+    return [
+        _error(lambda: dist.recv(torch.empty(0))),
+        _error(lambda: dist.recv(torch.ones(4, dtype=torch.bool))),
+    ]
+
+
 # ---- errors --------------------------------------------------------------
 
 def _error(fn):
@@ -398,6 +498,32 @@ def comm_matrix(ctx, dtype_name, numel):
         c.send(mine, peer)
         c.recv(got, (r - 1) % n)
     res["sendrecv"] = got
+    return res
+
+
+_recv_any_round = [0]
+
+
+def comm_recv_any(ctx):
+    """Communicator.recv_any: every other rank sends to rank 0, which
+    learns who sent each message. The others wait for rank 0 through the
+    store before the barrier: no collective may reach a rank that waits
+    for any source on the same communicator (zcc.h)."""
+    n, r = ctx["size"], ctx["rank"]
+    comm, store = ctx["comm"], ctx["store"]
+    key = "tests/recv_any/%d" % _recv_any_round[0]
+    _recv_any_round[0] += 1
+    res = None
+    if r == 0:
+        res = []
+        for _ in range(n - 1):
+            t = torch.zeros(9, dtype=torch.int64)
+            res.append((comm.recv_any(t), t))
+        store.set(key, "done")
+    else:
+        comm.send(torch.full((9,), r, dtype=torch.int64), 0)
+        store.get(key)
+    comm.barrier()
     return res
 
 

@@ -108,3 +108,10 @@ def test_mpi_offered_only_with_mpi4py():
     have = importlib.util.find_spec("mpi4py") is not None
     assert zcc.HAVE_MPI == have
     assert hasattr(zcc.Communicator, "from_mpi") == have
+
+
+def test_recv_any(pool):
+    got = pool.run("comm_recv_any")[0]
+    assert sorted(src for src, _ in got) == list(range(1, pool.size)), got
+    for src, t in got:
+        assert t.tolist() == [src] * 9, (src, t)

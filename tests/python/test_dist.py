@@ -2,6 +2,7 @@
 ranks, against torch's own reductions of the same inputs."""
 import pytest
 import torch
+import torch.distributed as dist
 
 from cases import DTYPES, make, reference
 
@@ -196,3 +197,73 @@ def test_new_group(pool):
 
 def test_backend_name(pool2):
     assert pool2.run("dist_backend_name") == ["zcc", "zcc"]
+
+
+def test_group_identity(pool):
+    has_names = hasattr(dist.ProcessGroup, "_set_group_name")
+    for r, res in enumerate(pool.run("dist_group_identity")):
+        if has_names:  # torch 2.x names its groups
+            assert res["world"][0] and res["world"][1] == "default_pg", res
+            assert res["sub"][0] and res["sub"][0] != res["world"][0], res
+        else:
+            assert res["world"] == ("", "") and res["sub"] == ("", ""), res
+        assert res["sub_sum"] == sum(range(pool.size)), res
+        assert res["sub_destroyed"], res
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float32", "bfloat16"])
+def test_functional_collectives(pool, dtype):
+    n = pool.size
+    res = pool.run("dist_functional", dtype, NUMEL)
+    if res[0] is None:
+        pytest.skip("torch %s has no torch.distributed._functional_collectives"
+                    % torch.__version__)
+    for name, ranks in (("world", list(range(n))), ("evens", list(range(0, n, 2)))):
+        k = len(ranks)
+        xs = [make(q, NUMEL, dtype) for q in ranks]
+        bigs = [make(q, k * NUMEL, dtype) for q in ranks]
+        for i, r in enumerate(ranks):
+            got = res[r][name]
+            what = "%s rank %d" % (name, r)
+            assert_equal(got["all_reduce"], reference(xs, "sum", dtype), what + " all_reduce")
+            assert_equal(got["all_gather_tensor"], torch.cat(xs), what + " all_gather_tensor")
+            blk = [b[i * NUMEL:(i + 1) * NUMEL] for b in bigs]
+            assert_equal(got["reduce_scatter_tensor"], reference(blk, "sum", dtype),
+                         what + " reduce_scatter_tensor")
+            assert_equal(got["all_to_all_single"], torch.cat(blk), what + " all_to_all_single")
+        for r in range(n):
+            if r not in ranks:
+                assert name not in res[r]
+
+
+@pytest.mark.parametrize("dtype", ["int8", "float32", "float64"])
+def test_all_gather_coalesced(pool, dtype):
+    n = pool.size
+    res = pool.run("dist_all_gather_coalesced", dtype)
+    for r in range(n):
+        for j in range(n):
+            want = [make(j, 5, dtype), make(j, 6, dtype, salt=1).reshape(2, 3),
+                    torch.empty(0, dtype=getattr(torch, dtype))]
+            for i, w in enumerate(want):
+                assert_equal(res[r][j][i], w, "rank %d output[%d][%d]" % (r, j, i))
+
+
+def test_recv_any_source(pool):
+    n = pool.size
+    res = pool.run("dist_recv_any", 10)
+    for r in range(n):
+        got = res[r]["got"]
+        assert len(got) == 2 * (n - 1), got
+        senders = sorted(src for src, _ in got)
+        assert senders == sorted(2 * [q for q in range(n) if q != r]), senders
+        for src, t in got:
+            assert torch.equal(t, torch.full((10,), float(src))), (r, src, t)
+        assert res[r]["sum"] == sum(range(n))
+    src, t = res[0]["race"]
+    assert src == 1 and torch.equal(t, torch.full((10,), 1.0)), (src, t)
+
+
+def test_recv_any_source_refused(pool2):
+    for empty, bad_dtype in pool2.run("err_recv_any"):
+        assert empty is not None and "zccRecvAny" in empty[1] and "count is 0" in empty[1], empty
+        assert bad_dtype is not None and bad_dtype[0] == "TypeError", bad_dtype
