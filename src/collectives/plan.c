@@ -135,6 +135,13 @@ static size_t seg_cnt(size_t count, int n, int i) {
 }
 static int mod(int a, int n) { return ((a % n) + n) % n; }
 
+/* The rank at ring position i, and this rank's position: the planner's host
+   ring (comm->ring_order, each host's ranks together), else rank order. */
+static int ring_at(const struct zccComm *c, int i) {
+  return c->ring_order ? c->ring_order[mod(i, c->nranks)] : mod(i, c->nranks);
+}
+static int ring_pos(const struct zccComm *c) { return c->ring_order ? c->ring_pos : c->rank; }
+
 /*
  * Reduce `srcs[0..n-1]` (srcs[me] may be in dst: then it is copied to the
  * scratch slot first) into dst, in rank order.
@@ -161,8 +168,10 @@ static size_t sbytes(size_t count, int n, int i, int blocks, size_t ts) {
 }
 
 /*
- * Ring reduce-scatter, into the open batch. Step s sends segment r-1-s to
- * the next rank and receives segment r-2-s from the previous one, reducing
+ * Ring reduce-scatter, into the open batch. Positions are ring positions
+ * (ring_at: the rank there, whose segment it names). Step s sends the
+ * segment of position r-1-s to the next rank and receives that of position
+ * r-2-s from the previous one, reducing
  * it with this rank's own contribution; rank r ends with segment r fully
  * reduced in final_dst. Partial results of step s land in inter (same
  * layout as sendbuf) or in slot s of scratch. Each send starts as soon as
@@ -172,14 +181,15 @@ static size_t sbytes(size_t count, int n, int i, int blocks, size_t ts) {
 static zccResult_t ring_reduce_scatter(zcc_plan_t *p, const char *sendbuf, size_t count,
                                        int blocks, char *inter, char *scratch,
                                        char *final_dst, int *final_recv) {
-  int n = p->comm->nranks, r = p->comm->rank;
+  const struct zccComm *c = p->comm;
+  int n = c->nranks, r = ring_pos(c);
   size_t ts = zcc_type_size(p->type);
-  int next = mod(r + 1, n), prev = mod(r - 1, n);
+  int next = ring_at(c, r + 1), prev = ring_at(c, r - 1);
   size_t maxseg = sbytes(count, n, 0, blocks, ts);
   const char *filled = NULL; /* what the previous step's receive filled */
   int filled_by = -1;
   for (int s = 0; s <= n - 2; s++) {
-    int sseg = mod(r - 1 - s, n), rseg = mod(r - 2 - s, n);
+    int sseg = ring_at(c, r - 1 - s), rseg = ring_at(c, r - 2 - s);
     const char *src = s == 0 ? sendbuf + soff(count, n, sseg, blocks, ts) : filled;
     char *dst;
     if (s == n - 2) dst = final_dst;
@@ -200,12 +210,13 @@ static zccResult_t ring_reduce_scatter(zcc_plan_t *p, const char *sendbuf, size_
  */
 static zccResult_t ring_allgather(zcc_plan_t *p, char *buf, size_t count, int blocks,
                                   int own_filled_by) {
-  int n = p->comm->nranks, r = p->comm->rank;
+  const struct zccComm *c = p->comm;
+  int n = c->nranks, r = ring_pos(c);
   size_t ts = zcc_type_size(p->type);
-  int next = mod(r + 1, n), prev = mod(r - 1, n);
+  int next = ring_at(c, r + 1), prev = ring_at(c, r - 1);
   int filled_by = own_filled_by;
   for (int s = 0; s <= n - 2; s++) {
-    int sseg = mod(r - s, n), rseg = mod(r - s - 1, n);
+    int sseg = ring_at(c, r - s), rseg = ring_at(c, r - s - 1);
     ZCC_CHECK(send_when(p, next, buf + soff(count, n, sseg, blocks, ts),
                         sbytes(count, n, sseg, blocks, ts), filled_by));
     ZCC_CHECK(recv_into(p, prev, buf + soff(count, n, rseg, blocks, ts), NULL,

@@ -167,6 +167,21 @@ zccResult_t zcc_planner_place(const zcc_topo_t *g, int nranks, int *rank_node) {
   return zccSuccess;
 }
 
+int zcc_planner_host_ring(int nranks, const uint64_t *rank_host, int *order) {
+  if (nranks < 1 || !rank_host || !order) return -1;
+  int n = 0, hosts = 0;
+  for (int r = 0; r < nranks; r++) {
+    int first = 1;
+    for (int q = 0; q < r && first; q++)
+      if (rank_host[q] == rank_host[r]) first = 0;
+    if (!first) continue;
+    hosts++;
+    for (int q = r; q < nranks; q++)
+      if (rank_host[q] == rank_host[r]) order[n++] = q;
+  }
+  return hosts > 1 ? hosts : 0;
+}
+
 static zccResult_t group_hosts(zcc_planner_t *p) {
   const zcc_topo_t *g = p->g;
   int *seen = malloc(sizeof(int) * (size_t)g->nhosts);

@@ -100,6 +100,7 @@ void zcc_comm_free(struct zccComm *comm) {
   }
   pthread_mutex_destroy(&comm->reg_lock);
   free(comm->peers);
+  free(comm->ring_order);
   free(comm->conns);
   comm->magic = 0;
   free(comm);

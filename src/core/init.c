@@ -15,6 +15,7 @@
 #endif
 #include "debug.h"
 #include "param.h"
+#include "planner.h"
 #include "topo.h"
 #include "transport.h"
 
@@ -96,6 +97,38 @@ static zccResult_t comm_topology(struct zccComm *comm) {
   return zccSuccess;
 }
 
+/*
+ * The ring host collectives run on: from the planner, each host's ranks
+ * together (zcc_planner_host_ring), so that a ring over several hosts
+ * crosses every host boundary once. INFO TUNING prints it.
+ */
+static zccResult_t comm_ring(struct zccComm *comm) {
+  int n = comm->nranks;
+  uint64_t *hosts = malloc(sizeof(*hosts) * (size_t)n);
+  comm->ring_order = malloc(sizeof(int) * (size_t)n);
+  if (!hosts || !comm->ring_order) {
+    free(hosts);
+    return zcc_error(zccSystemError, "init: out of memory");
+  }
+  for (int r = 0; r < n; r++) hosts[r] = comm->peers[r].host_hash;
+  int crossings = zcc_planner_host_ring(n, hosts, comm->ring_order);
+  free(hosts);
+  if (crossings < 0) return zcc_error(zccInternalError, "init: cannot plan the host ring");
+  for (int i = 0; i < n; i++)
+    if (comm->ring_order[i] == comm->rank) comm->ring_pos = i;
+  if (zcc_log_enabled(ZCC_LOG_INFO, ZCC_TUNING)) {
+    char buf[512];
+    size_t len = 0;
+    for (int i = 0; i < n && len + 16 < sizeof(buf); i++)
+      len += (size_t)snprintf(buf + len, sizeof(buf) - len, "%s%d", i ? " " : "",
+                              comm->ring_order[i]);
+    if (len + 16 >= sizeof(buf)) snprintf(buf + len, sizeof(buf) - len, " ...");
+    ZCC_INFO(TUNING, "comm %s rank %d: host ring %s (%d host crossing(s), %d host(s))",
+             comm->name, comm->rank, buf, crossings, comm->nnodes);
+  }
+  return zccSuccess;
+}
+
 zccResult_t zcc_comm_init(struct zccComm **out, int nranks, const zccUniqueId *id,
                           int rank, const zccConfig_t *config, const char *fn) {
   zccResult_t res = zccSuccess;
@@ -144,6 +177,7 @@ zccResult_t zcc_comm_init(struct zccComm **out, int nranks, const zccUniqueId *i
 #endif
   ZCC_CHECK_GOTO(zcc_transport_connect_all(comm), res, fail);
   ZCC_CHECK_GOTO(comm_topology(comm), res, fail);
+  if (comm->device < 0) ZCC_CHECK_GOTO(comm_ring(comm), res, fail);
 #ifdef ZCC_HAVE_CUDA
   if (comm->device >= 0) ZCC_CHECK_GOTO(zcc_gpu_comm_setup(comm), res, fail);
 #endif

@@ -61,6 +61,8 @@ struct zccComm {
   char gpu_bus_id[32];
 
   struct zcc_plan *spare_plan; /* kept by zcc_plan_free for reuse */
+  int *ring_order;             /* host rings: [nranks] rank at each ring position */
+  int ring_pos;                /* this rank's position in ring_order */
 
   pthread_mutex_t reg_lock;
   struct zcc_reg *regs;

@@ -13,6 +13,7 @@
 #define ZCC_PLANNER_H_
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "coll.h"
 #include "topo.h"
@@ -141,6 +142,16 @@ void zcc_planner_log_table(const zcc_planner_t *p);
  * hosts (shared memory within a host, TCP between), from constants
  * measured with allreduce_perf on a 2-core VM (see cost.c).
  */
+/*
+ * The ring of a host communicator: rank_host[r] is the host (any id; equal
+ * for ranks of one host) of rank r. Fills order[nranks] with the ranks in
+ * ring order: the hosts in the order of their lowest rank, each host's
+ * ranks together in rank order, so the ring enters and leaves every host
+ * once, as the planner's rings do on a graph. Returns the ring's host
+ * crossings (0 on one host, else the number of hosts); -1 on bad input.
+ */
+int zcc_planner_host_ring(int nranks, const uint64_t *rank_host, int *order);
+
 /* ZCC_ALGO as set (NULL: unset). */
 const char *zcc_planner_algo_override(void);
 

@@ -44,6 +44,8 @@ ZCC_PARAM_INT(gpu_buffsize, "GPU_BUFFSIZE", 64 << 20,
               "bytes of each GPU rank's staging buffer (unregistered buffers are "
               "copied through it; larger calls run in pieces of it)")
 
+ZCC_PARAM_INT(p2p_disable, "P2P_DISABLE", 0,
+              "1: never connect GPUs through peer access or CUDA IPC (as NCCL_P2P_DISABLE)")
 ZCC_PARAM_INT(gpu_channels, "GPU_CHANNELS", 32,
               "most channels of the GPU ring and tree kernels (1 to 32; fewer where "
               "ranks share a GPU, so that every rank's blocks fit at once)")
@@ -386,6 +388,13 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
     return zcc_error(zccInvalidUsage,
                      "comm %s: a GPU communicator spans at most %d GPUs in this version "
                      "(asked for %d ranks)", comm->name, ZCC_DEV_MAX_RANKS, n);
+  if (n > 1 && zcc_param_p2p_disable())
+    return zcc_error(zccInvalidUsage,
+                     "comm %s: no transport can connect GPU rank %d to rank %d: p2p is "
+                     "disabled (ZCC_P2P_DISABLE=1) and this zcc has no other transport for "
+                     "GPU communicators yet; unset it, or use host communicators "
+                     "(ZCC_DEVICE=host)",
+                     comm->name, me, me == 0 ? 1 : 0);
   zcc_gpu_t *g = calloc(1, sizeof(*g));
   if (!g) return zcc_error(zccSystemError, "init: out of memory");
   comm->gpu = g;

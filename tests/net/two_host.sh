@@ -10,6 +10,10 @@
 #                    rank returns an error within ZCC_TIMEOUT + 2 s
 #   phase kill       as linkdown, but the ranks of namespace B are SIGKILLed:
 #                    the ranks of A return an error within ZCC_TIMEOUT + 2 s
+#   phase interleave ranks 0 and 2 in A, 1 and 3 in B, every collective with the
+#                    ring forced (ZCC_ALGO=ring), exact results; every rank
+#                    logs the host ring 0 2 1 3, which crosses between the
+#                    namespaces twice, not at every step
 #
 # Usage: two_host.sh /path/to/net_driver
 # Skips (exit 0, "0 passed, 0 failed, 1 skipped") without the privileges to
@@ -91,7 +95,7 @@ if ! unshare --uts true 2>/dev/null; then
 fi
 
 SEED=${ZCC_TEST_SEED:-$(( (RANDOM << 15) ^ RANDOM ^ TAG ))}
-PHASES=${ZCC_TEST_NET_PHASES:-check env linkdown kill}
+PHASES=${ZCC_TEST_NET_PHASES:-check interleave env linkdown kill}
 log "namespaces $NSA ($VA $IPA) and $NSB ($VB $IPB); seed $SEED (rerun with ZCC_TEST_SEED=$SEED)"
 
 # start_rank NS HOST IFNAME LOG COMMAND...: start one rank in the background
@@ -201,6 +205,30 @@ phase_env() {
   done
 }
 
+phase_interleave() {
+  local dir=$WORK/interleave pids=() r st ns
+  mkdir -p "$dir"
+  for r in 0 1 2 3; do
+    if [ $((r % 2)) -eq 0 ]; then ns="$NSA zcc-host-a $VA"; else ns="$NSB zcc-host-b $VB"; fi
+    # shellcheck disable=SC2086
+    start_rank $ns "$dir/rank$r.log" \
+      ZCC_TIMEOUT=60000 ZCC_ALGO=ring ZCC_DEBUG=INFO ZCC_DEBUG_SUBSYS=TUNING \
+      "$DRIVER" --rank $r --nranks 4 --id-file "$dir/id" --seed "$SEED" --mode check --sizes small
+    pids+=("$LAST_PID")
+  done
+  for r in 0 1 2 3; do
+    wait_pid "${pids[$r]}" 300
+    st=$?
+    collect "$dir/rank$r.log" $st "interleave rank $r"
+    if grep -q "host ring 0 2 1 3 (2 host crossing(s), 2 host(s))" "$dir/rank$r.log"; then
+      pass
+    else
+      fail "interleave rank $r: no 'host ring 0 2 1 3 (2 host crossing(s), 2 host(s))' in its log:"
+      grep -i "host ring" "$dir/rank$r.log" | sed "s/^/  /"
+    fi
+  done
+}
+
 # phase_fault NAME: start 4 looping ranks, make the fault, check them
 phase_fault() {
   local name=$1 dir=$WORK/$1 pids=() r st
@@ -253,6 +281,7 @@ for phase in $PHASES; do
   log "--- phase $phase"
   case $phase in
     check) phase_check ;;
+    interleave) phase_interleave ;;
     env) phase_env ;;
     linkdown) phase_fault linkdown ;;
     kill) phase_fault kill ;;

@@ -378,6 +378,29 @@ static void test_scale(void **s) {
   free(text);
 }
 
+/* Host rings keep each host's ranks together, whatever the rank order. */
+static void test_host_ring(void **state) {
+  (void)state;
+  int order[8];
+  const uint64_t interleaved[4] = {7, 9, 7, 9};
+  assert_int_equal(zcc_planner_host_ring(4, interleaved, order), 2);
+  const int want[4] = {0, 2, 1, 3};
+  for (int i = 0; i < 4; i++) assert_int_equal(order[i], want[i]);
+  const uint64_t one[3] = {5, 5, 5};
+  assert_int_equal(zcc_planner_host_ring(3, one, order), 0);
+  for (int i = 0; i < 3; i++) assert_int_equal(order[i], i);
+  /* three hosts, ranks scattered: each host entered and left once */
+  const uint64_t three[8] = {1, 2, 3, 1, 2, 3, 3, 1};
+  assert_int_equal(zcc_planner_host_ring(8, three, order), 3);
+  const int want3[8] = {0, 3, 7, 1, 4, 2, 5, 6};
+  for (int i = 0; i < 8; i++) assert_int_equal(order[i], want3[i]);
+  int crossings = 0;
+  for (int i = 0; i < 8; i++) crossings += three[order[i]] != three[order[(i + 1) % 8]];
+  assert_int_equal(crossings, 3);
+  assert_int_equal(zcc_planner_host_ring(0, three, order), -1);
+  assert_int_equal(zcc_planner_host_ring(2, NULL, order), -1);
+}
+
 int main(void) {
   static char log[] = "/tmp/zcc_test_tuning_XXXXXX";
   int fd = mkstemp(log);
@@ -390,7 +413,7 @@ int main(void) {
       cmocka_unit_test(test_rings_multinode), cmocka_unit_test(test_trees),
       cmocka_unit_test(test_model_latency_vs_bandwidth), cmocka_unit_test(test_overrides),
       cmocka_unit_test(test_host_pick),       cmocka_unit_test(test_tuning_table_logged),
-      cmocka_unit_test(test_scale),
+      cmocka_unit_test(test_scale),           cmocka_unit_test(test_host_ring),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   unlink(log);
