@@ -37,6 +37,10 @@ ZCC_PARAM_INT(gpu_buffsize, "GPU_BUFFSIZE", 64 << 20,
               "bytes of each GPU rank's staging buffer (unregistered buffers are "
               "copied through it; larger calls run in pieces of it)")
 
+ZCC_PARAM_INT(p2p_disable, "P2P_DISABLE", 0,
+              "1: no peer access between GPUs; GPU communicators of more than one "
+              "rank are then refused (zcc's GPU path has no other transport yet)")
+
 #define ALIGN_UP(x, a) (((x) + (a)-1) / (a) * (a))
 
 static size_t off_ce(void) { return ALIGN_UP((size_t)ZCC_DEV_FLAGS_BYTES, 4096); }
@@ -149,6 +153,12 @@ static cudaError_t enable_peer_access(int dev, int peer) {
 static zccResult_t map_peers(struct zccComm *comm, zcc_gpu_t *g) {
   int n = comm->nranks, me = comm->rank;
   const zcc_peer_info_t *self = &comm->peers[me];
+  if (n > 1 && zcc_param_p2p_disable())
+    return zcc_error(zccInvalidUsage,
+                     "comm %s: ZCC_P2P_DISABLE=1 (NCCL_P2P_DISABLE=1 through the NCCL "
+                     "shim): zcc's GPU communicators move data between GPUs by peer "
+                     "access only; use host communicators (ZCC_DEVICE=host)",
+                     comm->name);
   for (int r = 0; r < n; r++) {
     const zcc_peer_info_t *p = &comm->peers[r];
     if (p->host_hash != self->host_hash)
