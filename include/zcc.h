@@ -267,8 +267,11 @@ ZCC_API zccResult_t zccMemFree(void *ptr);
  * ncclRedOpCreatePreMulSum. Each product is rounded to datatype (fp16, bf16
  * and fp8: computed in fp32); integers wrap. The op is a value from
  * zccNumOps upwards, valid for collectives of datatype on comm only, until
- * zccRedOpDestroy. Host communicators only for now: on a GPU communicator it
- * is zccInvalidUsage (the GPU kernels have no scaling step yet).
+ * zccRedOpDestroy. zccScalarDevice: host communicators read the scalar at
+ * each call; GPU communicators read it from device memory in the kernel.
+ * GPU communicators run it in zccAllReduce only for now (the input is scaled
+ * into recvbuff, then summed in place); their other reductions refuse it
+ * with zccInvalidUsage.
  */
 ZCC_API zccResult_t zccRedOpCreatePreMulSum(zccRedOp_t *op, void *scalar,
                                             zccDataType_t datatype,

@@ -87,7 +87,8 @@ static zccResult_t run_coll(zcc_coll_args_t *a, zccComm_t comm, zccStream_t stre
   ZCC_CHECK(zcc_comm_enter(comm, fn, 1));
   zccResult_t res = zccSuccess;
   if (reduces)
-    ZCC_CHECK_GOTO(zcc_redop_resolve(comm, a->op, a->type, fn, &a->op, &a->scale, &a->scalar),
+    ZCC_CHECK_GOTO(zcc_redop_resolve(comm, a->op, a->type, fn, &a->op, &a->scale, &a->scalar,
+                                     &a->scalar_ptr),
                    res, fail);
   int rooted = a->coll == ZCC_COLL_BROADCAST || a->coll == ZCC_COLL_REDUCE;
   if (rooted && (a->root < 0 || a->root >= comm->nranks)) {
@@ -100,12 +101,6 @@ static zccResult_t run_coll(zcc_coll_args_t *a, zccComm_t comm, zccStream_t stre
             a->sendbuf, a->recvbuf, a->count, zcc_type_name(a->type), zcc_op_name(a->op),
             a->root);
 #ifdef ZCC_HAVE_CUDA
-  if (comm->gpu && a->scale) {
-    /* zccRedOpCreatePreMulSum refuses GPU communicators; kept as a guard. */
-    res = zcc_error(zccInvalidUsage, "%s: pre-multiplied sums are not supported on GPU "
-                    "communicators yet", fn);
-    goto fail;
-  }
   if (comm->gpu) {
     /* Enqueued on the stream now, also inside a group: nothing waits on the host. */
     res = zcc_gpu_coll(comm, a, stream, fn);
@@ -132,40 +127,40 @@ fail:
 zccResult_t zccAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                          zccDataType_t datatype, zccRedOp_t op, zccComm_t comm,
                          zccStream_t stream) {
-  zcc_coll_args_t a = {ZCC_COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0, 0, 0};
+  zcc_coll_args_t a = {ZCC_COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0, 0, 0, NULL};
   return run_coll(&a, comm, stream, "zccAllReduce");
 }
 
 zccResult_t zccBroadcast(const void *sendbuff, void *recvbuff, size_t count,
                          zccDataType_t datatype, int root, zccComm_t comm,
                          zccStream_t stream) {
-  zcc_coll_args_t a = {ZCC_COLL_BROADCAST, sendbuff, recvbuff, count, datatype, zccSum, root, 0, 0};
+  zcc_coll_args_t a = {ZCC_COLL_BROADCAST, sendbuff, recvbuff, count, datatype, zccSum, root, 0, 0, NULL};
   return run_coll(&a, comm, stream, "zccBroadcast");
 }
 
 zccResult_t zccReduce(const void *sendbuff, void *recvbuff, size_t count,
                       zccDataType_t datatype, zccRedOp_t op, int root, zccComm_t comm,
                       zccStream_t stream) {
-  zcc_coll_args_t a = {ZCC_COLL_REDUCE, sendbuff, recvbuff, count, datatype, op, root, 0, 0};
+  zcc_coll_args_t a = {ZCC_COLL_REDUCE, sendbuff, recvbuff, count, datatype, op, root, 0, 0, NULL};
   return run_coll(&a, comm, stream, "zccReduce");
 }
 
 zccResult_t zccAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
                          zccDataType_t datatype, zccComm_t comm, zccStream_t stream) {
-  zcc_coll_args_t a = {ZCC_COLL_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, zccSum, 0, 0, 0};
+  zcc_coll_args_t a = {ZCC_COLL_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, zccSum, 0, 0, 0, NULL};
   return run_coll(&a, comm, stream, "zccAllGather");
 }
 
 zccResult_t zccReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
                              zccDataType_t datatype, zccRedOp_t op, zccComm_t comm,
                              zccStream_t stream) {
-  zcc_coll_args_t a = {ZCC_COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, 0, 0, 0};
+  zcc_coll_args_t a = {ZCC_COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, 0, 0, 0, NULL};
   return run_coll(&a, comm, stream, "zccReduceScatter");
 }
 
 zccResult_t zccAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
                         zccDataType_t datatype, zccComm_t comm, zccStream_t stream) {
-  zcc_coll_args_t a = {ZCC_COLL_ALLTOALL, sendbuff, recvbuff, count, datatype, zccSum, 0, 0, 0};
+  zcc_coll_args_t a = {ZCC_COLL_ALLTOALL, sendbuff, recvbuff, count, datatype, zccSum, 0, 0, 0, NULL};
   return run_coll(&a, comm, stream, "zccAlltoAll");
 }
 

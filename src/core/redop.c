@@ -1,7 +1,8 @@
 /*
  * Pre-multiplied sums: reduction ops made per communicator by
  * zccRedOpCreatePreMulSum (op zccNumOps + slot), resolved by each
- * collective into a sum of scaled inputs.
+ * collective into a sum of scaled inputs: host plans scale into their own
+ * buffer; GPU allreduce scales into recvbuff, then sums in place.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -28,13 +29,6 @@ zccResult_t zccRedOpCreatePreMulSum(zccRedOp_t *op, void *scalar, zccDataType_t 
                      fn, (int)residence);
   ZCC_CHECK(zcc_comm_enter(comm, fn, 0));
   zccResult_t res = zccSuccess;
-  if (comm->device >= 0) {
-    res = zcc_error(zccInvalidUsage,
-                    "%s: pre-multiplied sums are not supported on GPU communicators yet "
-                    "(the GPU kernels have no scaling step); comm %s is on GPU %d",
-                    fn, comm->name, comm->device);
-    goto out;
-  }
   pthread_mutex_lock(&comm->redop_lock);
   int slot = -1;
   for (int i = 0; i < comm->nredops && slot < 0; i++)
@@ -94,7 +88,8 @@ zccResult_t zccRedOpDestroy(zccRedOp_t op, zccComm_t comm) {
 
 zccResult_t zcc_redop_resolve(struct zccComm *comm, zccRedOp_t op, zccDataType_t type,
                               const char *fn, zccRedOp_t *base, int *scale,
-                              uint64_t *scalar) {
+                              uint64_t *scalar, const void **scalar_ptr) {
+  *scalar_ptr = NULL;
   if ((int)op >= 0 && (int)op < zccNumOps) {
     *base = op;
     *scale = 0;
@@ -114,7 +109,9 @@ zccResult_t zcc_redop_resolve(struct zccComm *comm, zccRedOp_t op, zccDataType_t
   } else {
     const zcc_redop_t *r = &comm->redops[slot];
     uint64_t v = r->value;
-    if (r->residence == zccScalarDevice) {
+    if (r->residence == zccScalarDevice && comm->device >= 0) {
+      *scalar_ptr = r->scalar; /* device memory: the scaling kernel reads it */
+    } else if (r->residence == zccScalarDevice) {
       v = 0;
       memcpy(&v, r->scalar, zcc_type_size(type));
     }

@@ -91,6 +91,7 @@ typedef struct zcc_coll_args {
   int root;
   int scale;       /* pre-multiplied sum: inputs are multiplied by scalar first */
   uint64_t scalar; /* the scalar's bytes, one element of type */
+  const void *scalar_ptr; /* GPU communicators, zccScalarDevice: the kernel reads it */
 } zcc_coll_args_t;
 
 /* Build the plan for a collective (arguments already validated). */

@@ -83,11 +83,13 @@ struct zccComm {
 /*
  * Resolve `op` for a collective of `type` on comm: a built-in op is returned
  * as it is; a pre-multiplied sum becomes zccSum with *scale set and the
- * scalar's bytes in *scalar. Errors name `fn`.
+ * scalar's bytes in *scalar, or, for a zccScalarDevice op of a GPU
+ * communicator, its device pointer in *scalar_ptr (read by the kernel).
+ * Errors name `fn`.
  */
 zccResult_t zcc_redop_resolve(struct zccComm *comm, zccRedOp_t op, zccDataType_t type,
                               const char *fn, zccRedOp_t *base, int *scale,
-                              uint64_t *scalar);
+                              uint64_t *scalar, const void **scalar_ptr);
 /* Free the table (at communicator destruction). */
 void zcc_redop_free_all(struct zccComm *comm);
 

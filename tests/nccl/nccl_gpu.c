@@ -3,7 +3,8 @@
  * (zcc's or NCCL's: scripts/gpu_run.sh nccl runs both, LD_PRELOAD choosing).
  *
  *   nccl_gpu --dump FILE   a one-rank communicator: every collective, send
- *                          and receive to self, and the same captured in a
+ *                          and receive to self, pre-multiplied sums (host
+ *                          and device scalar), and the same captured in a
  *                          CUDA graph, checked against expected values; the
  *                          outputs are written to FILE for a bitwise
  *                          comparison of the two libraries (cmp)
@@ -69,10 +70,20 @@ static int run_all(ncclComm_t comm, cudaStream_t s, float *d_in, float *d_out, f
                    float *h_in, FILE *dump, int graph) {
   float *h = malloc(sizeof(float) * N * 2);
   const char *names[] = {"allreduce", "broadcast", "reduce", "allgather", "reducescatter",
-                         "alltoall", "sendrecv-self", "allreduce-avg", "allreduce-max"};
+                         "alltoall", "sendrecv-self", "allreduce-avg", "allreduce-max",
+                         "allreduce-premulsum-host", "allreduce-premulsum-device"};
+  const float factor[] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 0.5f, 2.0f};
+  /* Pre-multiplied sums: a host-immediate scalar, and one in device memory. */
+  float half = 0.5f, two = 2.0f, *d_two = NULL;
+  ncclRedOp_t op_host, op_dev;
+  CUDA_OK(cudaMalloc((void **)&d_two, sizeof(float)));
+  CUDA_OK(cudaMemcpy(d_two, &two, sizeof(float), cudaMemcpyHostToDevice));
+  NCCL_OK(ncclRedOpCreatePreMulSum(&op_host, &half, ncclFloat, ncclScalarHostImmediate, comm));
+  NCCL_OK(ncclRedOpCreatePreMulSum(&op_dev, d_two, ncclFloat, ncclScalarDevice, comm));
+  float *want = malloc(sizeof(float) * N);
   cudaGraph_t g = NULL;
   cudaGraphExec_t ge = NULL;
-  for (int k = 0; k < 9; k++) {
+  for (int k = 0; k < 11; k++) {
     CUDA_OK(cudaMemsetAsync(d_out, 0xff, sizeof(float) * N, s));
     if (graph) CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     switch (k) {
@@ -90,6 +101,8 @@ static int run_all(ncclComm_t comm, cudaStream_t s, float *d_in, float *d_out, f
       break;
     case 7: NCCL_OK(ncclAllReduce(d_in, d_out, N, ncclFloat, ncclAvg, comm, s)); break;
     case 8: NCCL_OK(ncclAllReduce(d_in, d_out, N, ncclFloat, ncclMax, comm, s)); break;
+    case 9: NCCL_OK(ncclAllReduce(d_in, d_out, N, ncclFloat, op_host, comm, s)); break;
+    case 10: NCCL_OK(ncclAllReduce(d_in, d_out, N, ncclFloat, op_dev, comm, s)); break;
     }
     if (graph) {
       CUDA_OK(cudaStreamEndCapture(s, &g));
@@ -102,18 +115,23 @@ static int run_all(ncclComm_t comm, cudaStream_t s, float *d_in, float *d_out, f
       cudaGraphExecDestroy(ge);
       cudaGraphDestroy(g);
     }
-    /* One rank: every output equals the input. */
-    if (memcmp(h, h_in, sizeof(float) * N) != 0) {
+    /* One rank: every output is the input (times the pre-multiplied sum's scalar). */
+    for (int i = 0; i < N; i++) want[i] = h_in[i] * factor[k];
+    if (memcmp(h, want, sizeof(float) * N) != 0) {
       for (int i = 0; i < N; i++)
-        if (memcmp(&h[i], &h_in[i], 4) != 0) {
+        if (memcmp(&h[i], &want[i], 4) != 0) {
           FAIL("%s%s: element %d is %g, expected %g", names[k], graph ? " (graph)" : "", i,
-               h[i], h_in[i]);
+               h[i], want[i]);
           break;
         }
     }
     if (dump) fwrite(h, sizeof(float), N, dump);
   }
   (void)d_big;
+  NCCL_OK(ncclRedOpDestroy(op_host, comm));
+  NCCL_OK(ncclRedOpDestroy(op_dev, comm));
+  cudaFree(d_two);
+  free(want);
   free(h);
   return 0;
 }

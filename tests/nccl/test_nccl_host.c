@@ -17,6 +17,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <nccl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -467,6 +468,19 @@ static int rank_main(int rank, int nranks, const ncclUniqueId *id) {
   NCCL_OK(ncclCommSplit(comm, NCCL_SPLIT_NOCOLOR, 0, &none, NULL));
   EXPECT(none == NULL, "a split with NCCL_SPLIT_NOCOLOR gave a communicator");
 
+  /* Scalable init: several ids, zcc's rendezvous at the first one's root. */
+  ncclUniqueId ids[2] = {id[1], id[0]}; /* a fresh id first; the second is not used */
+  ncclComm_t sc = NULL;
+  NCCL_OK(ncclCommInitRankScalable(&sc, nranks, rank, 2, ids, NULL));
+  NCCL_ERR(ncclCommInitRankScalable(&sc, nranks, rank, 0, ids, NULL), ncclInvalidArgument,
+           "nId 0");
+  if (sc) {
+    float v = 1, s = 0;
+    NCCL_OK(ncclAllReduce(&v, &s, 1, ncclFloat, ncclSum, sc, NULL));
+    EXPECT(s == (float)nranks, "scalable-init allreduce %g, expected %d", s, nranks);
+    NCCL_OK(ncclCommDestroy(sc));
+  }
+
   NCCL_OK(ncclCommFinalize(comm));
   NCCL_OK(ncclCommDestroy(comm));
   float x = 1, y;
@@ -479,25 +493,27 @@ static int rank_main(int rank, int nranks, const ncclUniqueId *id) {
 
 /* Fork the ranks first (ncclGetUniqueId starts a thread), rank 0 makes the id. */
 static int run_ranks(int nranks) {
-  int (*pipes)[2] = calloc((size_t)nranks, sizeof(*pipes));
+  static int pipes[16][2]; /* static: the ranks' LeakSanitizer sees no harness memory */
   for (int r = 1; r < nranks; r++)
     if (pipe(pipes[r]) != 0) return perror("pipe"), 1;
-  pid_t *pids = calloc((size_t)nranks, sizeof(*pids));
+  static pid_t pids[16];
+  fflush(NULL); /* the ranks exit(): nothing buffered may print twice */
   for (int r = 0; r < nranks; r++) {
     pids[r] = fork();
     if (pids[r] < 0) return perror("fork"), 1;
     if (pids[r] == 0) {
-      ncclUniqueId id;
+      ncclUniqueId id[2]; /* one id per communicator made from scratch */
       if (r == 0) {
         g_rank = 0;
-        NCCL_OK(ncclGetUniqueId(&id));
+        NCCL_OK(ncclGetUniqueId(&id[0]));
+        NCCL_OK(ncclGetUniqueId(&id[1]));
         for (int p = 1; p < nranks; p++)
-          if (write(pipes[p][1], &id, sizeof(id)) != (ssize_t)sizeof(id)) _exit(2);
+          if (write(pipes[p][1], id, sizeof(id)) != (ssize_t)sizeof(id)) _exit(2);
         if (g_failures) _exit(1);
-      } else if (read(pipes[r][0], &id, sizeof(id)) != (ssize_t)sizeof(id)) {
+      } else if (read(pipes[r][0], id, sizeof(id)) != (ssize_t)sizeof(id)) {
         _exit(2);
       }
-      _exit(rank_main(r, nranks, &id));
+      exit(rank_main(r, nranks, id)); /* exit, not _exit: LeakSanitizer checks each rank */
     }
   }
   int bad = 0;
@@ -511,10 +527,64 @@ static int run_ranks(int nranks) {
       bad++;
     }
   }
-  free(pids);
-  free(pipes);
   if (!bad) printf("test_nccl_host: %d ranks: ok\n", nranks);
   return bad ? 1 : 0;
+}
+
+/* ---- ncclCommInitAll: every rank in one process, a thread each ---- */
+
+typedef struct {
+  ncclComm_t comm;
+  int rank, nranks;
+  float out[N];
+  ncclResult_t res;
+} initall_rank_t;
+
+static void *initall_thread(void *p) {
+  initall_rank_t *a = p;
+  float in[N];
+  fill_f(in, a->rank, N);
+  a->res = ncclAllReduce(in, a->out, N, ncclFloat, ncclSum, a->comm, NULL);
+  return NULL;
+}
+
+static int initall_child(int nranks) {
+  g_rank = 0;
+  ncclComm_t comms[8];
+  NCCL_OK(ncclCommInitAll(comms, nranks, NULL));
+  if (g_failures) return 1;
+  initall_rank_t *a = calloc((size_t)nranks, sizeof(*a));
+  pthread_t th[8];
+  for (int r = 0; r < nranks; r++) {
+    a[r].comm = comms[r];
+    a[r].rank = r;
+    a[r].nranks = nranks;
+    pthread_create(&th[r], NULL, initall_thread, &a[r]);
+  }
+  ctx_t c = {nranks, 0, 0, 1};
+  for (int r = 0; r < nranks; r++) {
+    pthread_join(th[r], NULL);
+    if (a[r].res != ncclSuccess) FAIL("ncclCommInitAll rank %d: allreduce -> %d", r, a[r].res);
+    else check_f("ncclCommInitAll allreduce", a[r].out, N, want_sum, &c);
+    NCCL_OK(ncclCommDestroy(comms[r]));
+  }
+  free(a);
+  NCCL_ERR(ncclCommInitAll(comms, 0, NULL), ncclInvalidArgument, "ndev 0");
+  return g_failures ? 1 : 0;
+}
+
+static int run_initall(int nranks) {
+  if (nranks > 8) nranks = 8;
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0) return perror("fork"), 1;
+  if (pid == 0) exit(initall_child(nranks));
+  int st = 0;
+  waitpid(pid, &st, 0);
+  int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  if (ok) printf("test_nccl_host: ncclCommInitAll, %d ranks in one process: ok\n", nranks);
+  else fprintf(stderr, "test_nccl_host: the ncclCommInitAll process failed (status 0x%x)\n", st);
+  return ok ? 0 : 1;
 }
 
 /* ---- version and strings (one process, before any communicator) ---- */
@@ -691,5 +761,6 @@ int main(int argc, char **argv) {
   g_rank = -1;
   test_version();
   if (g_failures) return 1;
-  return run_ranks(nranks);
+  int res = run_ranks(nranks);
+  return run_initall(nranks) || res;
 }

@@ -20,9 +20,9 @@ device_id=...), all_reduce (every op, several dtypes, exact values),
 broadcast, reduce, all_gather(_into_tensor), reduce_scatter_tensor,
 all_to_all_single (even and uneven splits), gather, scatter, send/recv
 (two ranks or more), batch_isend_irecv, barrier, a CUDA graph with
-collectives captured and replayed, a few DDP steps, and that a
-pre-multiplied sum fails with zcc's message (zcc's GPU kernels have no
-scaling step yet). Exit 0 when every rank passed.
+collectives captured and replayed, a few DDP steps, and pre-multiplied sums
+(all_reduce with a host and a device scalar; reduce_scatter, which zcc's
+GPU path refuses with its message). Exit 0 when every rank passed.
 """
 import argparse
 import ctypes
@@ -250,16 +250,28 @@ def worker(rank, args, port, results):
             c.eq(f"DDP weights equal on rank {r}", gl[r], w)
 
     def premul():
-        if args.expect != "zcc":
-            return
+        xs = [inp(r, n, torch.float32, "cpu") for r in range(ws)]
         t = inp(rank, n, torch.float32, dev)
+        dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.5))  # host-immediate scalar
+        c.eq("all_reduce premul_sum 0.5", t, sum(xs) * 0.5)
+        t = inp(rank, n, torch.float32, dev)
+        f = torch.tensor([2.0], device=dev)  # a tensor: ncclScalarDevice, read by the kernel
+        dist.all_reduce(t, op=dist._make_nccl_premul_sum(f))
+        c.eq("all_reduce premul_sum device scalar 2", t, sum(xs) * 2)
+        dumps["all_reduce premul_sum"] = t.cpu()
+        src = torch.cat([inp(rank, n, torch.float32, dev, salt=b) for b in range(ws)])
+        rs = torch.empty(n, device=dev)
         try:
-            dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.5))
+            dist.reduce_scatter_tensor(rs, src, op=dist._make_nccl_premul_sum(0.5))
             torch.cuda.synchronize()
-            c.eq("premul_sum on a GPU communicator is refused", "ran", "refused")
+            if args.expect == "zcc":
+                c.eq("reduce_scatter premul_sum is refused on zcc's GPU path", "ran", "refused")
+            else:
+                c.eq("reduce_scatter premul_sum", rs, sum(inp(r, n, torch.float32, "cpu", salt=rank)
+                                                          for r in range(ws)) * 0.5)
         except Exception as e:  # noqa: BLE001
-            c.eq("premul_sum refused with zcc's message",
-                 "not supported on GPU communicators" in str(e), True)
+            c.eq("reduce_scatter premul_sum refused with zcc's message",
+                 args.expect == "zcc" and "allreduce only so far" in str(e), True)
 
     for name, fn in [("all_reduce", all_reduce), ("rooted", rooted), ("gathers", gathers),
                      ("alltoall", alltoall), ("p2p", p2p), ("graph", graph), ("ddp", ddp)]:
