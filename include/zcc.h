@@ -92,7 +92,8 @@ typedef enum {
 /**
  * Reduction operations; values match ncclRedOp_t. fp16, bf16 and fp8 are
  * reduced with fp32 arithmetic per element. zccAvg divides the sum by the
- * number of ranks (integer types: truncating division).
+ * number of ranks (integer types: truncating division). Values from
+ * zccNumOps up are pre-multiplied sums made by zccRedOpCreatePreMulSum.
  */
 typedef enum {
   zccSum = 0,
@@ -102,6 +103,20 @@ typedef enum {
   zccAvg = 4,
   zccNumOps = 5
 } zccRedOp_t;
+
+/**
+ * Where the scalar of a pre-multiplied sum lives; values match
+ * ncclScalarResidence_t.
+ */
+typedef enum {
+  /**
+   * Memory the collective reads when it runs, so the caller may change the
+   * value between calls (host communicators: host memory, read at each call).
+   */
+  zccScalarDevice = 0,
+  /** Host memory, read once by zccRedOpCreatePreMulSum. */
+  zccScalarHostImmediate = 1
+} zccScalarResidence_t;
 
 /** Where a communicator lives. */
 typedef enum {
@@ -247,6 +262,25 @@ ZCC_API zccResult_t zccCommDeregister(const zccComm_t comm, void *handle);
 ZCC_API zccResult_t zccMemAlloc(void **ptr, size_t size);
 /** Free memory from zccMemAlloc. */
 ZCC_API zccResult_t zccMemFree(void *ptr);
+
+/**
+ * Create a pre-multiplied sum on comm: every rank's input is multiplied by
+ * the scalar (one element of datatype), then the products are summed, as
+ * ncclRedOpCreatePreMulSum. Each product is rounded to datatype (fp16, bf16
+ * and fp8: computed in fp32); integers wrap. The op is a value from
+ * zccNumOps upwards, valid for collectives of datatype on comm only, until
+ * zccRedOpDestroy. zccScalarDevice: host communicators read the scalar at
+ * each call; GPU communicators read it from device memory in the kernel.
+ * GPU communicators run it in zccAllReduce only for now (the input is scaled
+ * into recvbuff, then summed in place); their other reductions refuse it
+ * with zccInvalidUsage.
+ */
+ZCC_API zccResult_t zccRedOpCreatePreMulSum(zccRedOp_t *op, void *scalar,
+                                            zccDataType_t datatype,
+                                            zccScalarResidence_t residence,
+                                            zccComm_t comm);
+/** Free an op made by zccRedOpCreatePreMulSum on comm. */
+ZCC_API zccResult_t zccRedOpDestroy(zccRedOp_t op, zccComm_t comm);
 
 /* Collectives: count is in elements of datatype, as in NCCL. */
 ZCC_API zccResult_t zccAllReduce(const void *sendbuff, void *recvbuff,

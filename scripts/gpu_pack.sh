@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Build zcc here (Release, CUDA on) and pack what scripts/gpu_run.sh needs on
 # a GPU host into .devcarry/ (git-ignored; the device tool carries it):
-# libzcc.so, the benchmarks, the GPU test programs, and the shared libraries
+# libzcc.so, zcc's libnccl.so.2 (lib/nccl/), the benchmarks, the GPU test
+# programs (nccl_gpu among them), and the shared libraries
 # the GPU host may lack (hwloc, json-c, udev), so nothing compiles there.
 #
 #   scripts/gpu_pack.sh            # build into build-gpu/ and pack
 #   ZCC_PACK_BUILD=build scripts/gpu_pack.sh   # pack an existing CUDA build
+#   ZCC_PACK_ONLY=nccl scripts/gpu_pack.sh   # only what gpu_run.sh nccl needs
+#                                  # (libzcc.so, lib/nccl/libnccl.so.2, nccl_gpu)
 #
 # The binaries need a glibc no newer than the GPU host's (built on Debian 12,
 # glibc 2.36; the H200 hosts run Ubuntu 24.04, glibc 2.39).
@@ -19,25 +22,31 @@ if [ -z "${ZCC_PACK_BUILD:-}" ]; then
 fi
 cmake --build $b -j"$(nproc)" --target zcc allreduce_perf broadcast_perf reduce_perf \
   allgather_perf reducescatter_perf alltoall_perf sendrecv_perf test_gpu_colls test_gpu_kernels \
-  gpu_membw
+  gpu_membw zcc_nccl nccl_gpu
 d=.devcarry
 rm -rf $d
 mkdir -p $d/bin $d/lib
 cp -L $b/src/libzcc.so.0 $d/lib/
 ln -s libzcc.so.0 $d/lib/libzcc.so
+only=${ZCC_PACK_ONLY:-}
 for t in allreduce_perf broadcast_perf reduce_perf allgather_perf reducescatter_perf \
          alltoall_perf sendrecv_perf gpu_membw; do
+  [ "$only" = nccl ] && break
   cp $b/tools/$t $d/bin/ 2>/dev/null || cp $b/tools/*/$t $d/bin/ 2>/dev/null || true
 done
-cp $b/tests/gpu/test_gpu_colls $d/bin/
+[ "$only" = nccl ] || cp $b/tests/gpu/test_gpu_colls $d/bin/
+# The NCCL shim in its own folder, as installed (lib/nccl/), and its GPU program.
+mkdir -p $d/lib/nccl
+cp -L $b/src/nccl/libnccl.so.2 $d/lib/nccl/
+cp $b/tests/nccl/nccl_gpu $d/bin/
 # test_gpu_kernels (11 MB) only with ZCC_PACK_KERNELS=1: the carry holds 64 MiB.
 if [ "${ZCC_PACK_KERNELS:-0}" = 1 ]; then cp $b/tests/gpu/test_gpu_kernels $d/bin/; fi
 for l in libhwloc.so.15 libjson-c.so.5 libudev.so.1; do
   p=$(ldconfig -p | awk -v l=$l '$1 == l && !f {print $NF; f = 1}')
   if [ -n "$p" ]; then cp -L "$p" $d/lib/; fi
 done
-strip --strip-debug $d/bin/* $d/lib/libzcc.so.0 2>/dev/null || true
+strip --strip-debug $d/bin/* $d/lib/libzcc.so.0 $d/lib/nccl/libnccl.so.2 2>/dev/null || true
 git rev-parse --short HEAD > $d/commit
 git diff --quiet && git diff --cached --quiet || echo "+dirty" >> $d/commit
 du -sh $d
-ls -l $d/bin $d/lib
+ls -l $d/bin $d/lib $d/lib/nccl

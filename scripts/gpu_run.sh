@@ -29,6 +29,14 @@
 #   share-san  compute-sanitizer memcheck and racecheck, 2 ranks, ring and tree, quick
 #   share-perf gpu_membw (the device-copy ceiling), then allreduce -g 2 --share-gpus 1
 #              8 B..SHARE_MAX (default 1G) in graphs: default (push/LL), ring, tree
+#   nccl       zcc's libnccl.so.2 (lib/nccl/ of the carry) on one GPU: its exports
+#              against the host's libtorch_cuda.so imports (and the committed list),
+#              nccl_gpu on both libraries compared bitwise, the shim's cost per call
+#              (nccl_gpu --overhead, target 0.2 us), PyTorch's "nccl" backend on zcc
+#              (tests/nccl/torch_nccl.py, LD_PRELOAD) and on NCCL compared bitwise,
+#              and the DDP example with its reference on the "nccl" backend on zcc.
+#              ZCC_NCCL_TORCH_NPROCS=2 ZCC_NCCL_TORCH_SHARE=1: two torch ranks on GPU 0
+#              (once zcc allows several ranks per GPU; no NCCL reference then)
 # Logs go to $OUT (default ./gpu_run_out), each into logs.tar as its run ends (a
 # call cut short keeps what ran), gzipped at the end (GPU_RUN_TAR=0: left as
 # they are); each run's line prints as it ends, the summary last (summary.txt).
@@ -183,6 +191,46 @@ for phase in "$@"; do
       run "share-perf-$a" 300 env $v "$bin/allreduce_perf" -b 8 -e $e -f 4 -g 2 --share-gpus 1 \
         -w 5 -n 20 -c 1 -G 10
     done
+    ;;
+  nccl)
+    # PyTorch's wheels find libnccl.so.2 through libtorch_cuda.so's DT_RPATH, which
+    # LD_LIBRARY_PATH cannot override: LD_PRELOAD puts zcc's library in first.
+    shim=$carry/lib/nccl/libnccl.so.2
+    real=$nccl_dir/libnccl.so.2
+    tmp=$(mktemp -d)
+    if [ ! -f "$shim" ]; then note "nccl: no $shim in the carry (scripts/gpu_pack.sh)"; else
+      tl=$(python3 -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cuda.so"))' 2>/dev/null)
+      if [ -f "$tl" ]; then
+        nm -D --undefined-only "$tl" | awk '{print $2}' | grep -E '^nccl' | sort -u > "$tmp/torch-syms"
+        cp "$tmp/torch-syms" "$OUT/nccl-torch-symbols.log"
+        run nccl-exports 60 "$root/tests/nccl/check_exports.sh" "$shim" "$tmp/torch-syms"
+        grep -v '^#' "$root/tests/nccl/torch-2.11-nccl-symbols.txt" > "$tmp/committed-syms"
+        run nccl-symbols-list 10 diff "$tmp/committed-syms" "$tmp/torch-syms"
+      else
+        note "nccl: no libtorch_cuda.so found: export check skipped"
+      fi
+      run nccl-gpu-zcc 180 env LD_PRELOAD="$shim" NCCL_DEBUG=INFO "$bin/nccl_gpu" --dump "$tmp/zcc.bin"
+      if [ -f "$real" ]; then
+        run nccl-gpu-nccl 180 env LD_PRELOAD="$real" "$bin/nccl_gpu" --dump "$tmp/nccl.bin"
+        run nccl-gpu-cmp 10 cmp "$tmp/zcc.bin" "$tmp/nccl.bin"
+      else
+        note "nccl: no real libnccl.so.2 found: bitwise comparison skipped"
+      fi
+      run nccl-overhead 180 env LD_PRELOAD="$shim" "$bin/nccl_gpu" --overhead
+      run torch-nccl-zcc 600 env LD_PRELOAD="$shim" NCCL_DEBUG=INFO python3 "$root/tests/nccl/torch_nccl.py" \
+        --expect zcc --dump "$tmp/torch-zcc.pt"
+      # (the log is in logs.tar already, unless GPU_RUN_TAR=0)
+      run torch-nccl-answered 5 sh -c 'if [ -f "$1/torch-nccl-zcc.log" ]; then cat "$1/torch-nccl-zcc.log";
+        else tar xOf "$1/logs.tar" torch-nccl-zcc.log; fi | grep -m1 "answers as libnccl.so.2"' sh "$OUT"
+      if [ "${ZCC_NCCL_TORCH_SHARE:-0}" != 1 ]; then
+        run torch-nccl-ref 600 python3 "$root/tests/nccl/torch_nccl.py" --expect nccl --dump "$tmp/torch-nccl.pt"
+        run torch-nccl-cmp 60 python3 "$root/tests/nccl/torch_nccl.py" --compare "$tmp/torch-zcc.pt" "$tmp/torch-nccl.pt"
+      fi
+      # The example's reference run uses torch's "nccl" backend: here that is zcc too.
+      run ddp-nccl-zcc 300 env LD_PRELOAD="$shim" python3 "$root/examples/ddp_train.py" --device cuda \
+        --nprocs 1 --steps 100
+    fi
+    rm -rf "$tmp"
     ;;
   *) echo "gpu_run: unknown phase $phase" >&2; exit 2 ;;
   esac

@@ -37,6 +37,7 @@ static zccResult_t run_local(zcc_plan_t *p, const zcc_item_t *it) {
   case ZCC_ITEM_COPY: memmove(it->dst, it->a, it->n); break;
   case ZCC_ITEM_REDUCE: zcc_reduce(it->dst, it->a, it->b, it->n, p->type, p->op); break;
   case ZCC_ITEM_AVG: zcc_reduce_finish_avg(it->dst, it->dst, it->n, p->type, p->comm->nranks); break;
+  case ZCC_ITEM_SCALE: zcc_reduce_scale(it->dst, it->a, it->n, p->type, &p->scalar); break;
   default: return zcc_error(zccInternalError, "executor: unknown item kind %d", it->kind);
   }
   return zccSuccess;

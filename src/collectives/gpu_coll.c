@@ -611,12 +611,37 @@ zccResult_t zcc_gpu_coll(struct zccComm *comm, const zcc_coll_args_t *x,
   int need_recv = x->coll != ZCC_COLL_REDUCE || comm->rank == x->root;
   if (need_send) ZCC_CHECK(zcc_gpu_check_ptr(comm, x->sendbuf, "sendbuff", fn));
   if (need_recv) ZCC_CHECK(zcc_gpu_check_ptr(comm, x->recvbuf, "recvbuff", fn));
+  if (x->scale && x->scalar_ptr)
+    ZCC_CHECK(zcc_gpu_check_ptr(comm, x->scalar_ptr, "the pre-multiplied sum's scalar", fn));
   int prev = -1;
   CU(cudaGetDevice(&prev));
   if (prev != comm->device) CU(cudaSetDevice(comm->device));
   int done = 0;
-  zccResult_t res = via_graph(comm, x, s, fn, &done);
+  zccResult_t res = zccSuccess;
+  zcc_coll_args_t scaled;
+  if (x->scale) {
+    /* Pre-multiplied sum: scale into recvbuff, then sum there in place. */
+    if (x->coll != ZCC_COLL_ALLREDUCE) {
+      res = zcc_error(zccInvalidUsage,
+                      "%s: pre-multiplied sums run on GPU communicators in allreduce only so "
+                      "far (the input is scaled into recvbuff first)", fn);
+      goto out;
+    }
+    int e = zcc_dev_scale(x->recvbuf, x->sendbuf, x->count, x->type, x->scalar_ptr, x->scalar,
+                          stream);
+    if (e != 0) {
+      res = zcc_error(zccUnhandledCudaError, "%s: the pre-multiplied sum's scaling kernel "
+                      "failed: %s", fn, zcc_dev_error_string(e));
+      goto out;
+    }
+    scaled = *x;
+    scaled.sendbuf = x->recvbuf;
+    scaled.scale = 0;
+    x = &scaled;
+  }
+  res = via_graph(comm, x, s, fn, &done);
   if (res == zccSuccess && !done) res = dispatch(comm, x, s, fn);
+out:
   if (prev != comm->device) cudaSetDevice(prev);
   return res;
 }

@@ -123,6 +123,18 @@ static zccResult_t alloc_tmp(zcc_plan_t *p, size_t bytes) {
   return zccSuccess;
 }
 
+static zccResult_t alloc_pre(zcc_plan_t *p, size_t bytes) {
+  if (bytes <= p->pre_cap) return zccSuccess;
+  free(p->pre);
+  p->pre_cap = 0;
+  p->pre = malloc(bytes);
+  if (!p->pre)
+    return zcc_error(zccSystemError, "%s: cannot allocate %zu bytes for the scaled input",
+                     zcc_coll_name(p->coll), bytes);
+  p->pre_cap = bytes;
+  return zccSuccess;
+}
+
 /* Scratch kept in a spare plan beyond this is freed rather than kept. */
 #define SPARE_TMP_MAX ((size_t)4 << 20)
 
@@ -397,16 +409,18 @@ zccResult_t zcc_plan_new(struct zccComm *comm, zcc_coll_t coll, zcc_plan_t **out
     comm->spare_plan = NULL;
     zcc_item_t *items = p->items;
     zcc_xfer_t *xfers = p->xfers;
-    void *tmp = p->tmp;
+    void *tmp = p->tmp, *pre = p->pre;
     int ci = p->cap_items, cx = p->cap_xfers;
-    size_t ct = p->tmp_cap;
+    size_t ct = p->tmp_cap, cp = p->pre_cap;
     memset(p, 0, sizeof(*p));
     p->items = items;
     p->xfers = xfers;
     p->tmp = tmp;
+    p->pre = pre;
     p->cap_items = ci;
     p->cap_xfers = cx;
     p->tmp_cap = ct;
+    p->pre_cap = cp;
   } else {
     p = calloc(1, sizeof(*p));
     if (!p) return zcc_error(zccSystemError, "plan: out of memory");
@@ -424,6 +438,7 @@ static void plan_destroy(zcc_plan_t *p) {
   free(p->items);
   free(p->xfers);
   free(p->tmp);
+  free(p->pre);
   free(p);
 }
 
@@ -435,6 +450,11 @@ void zcc_plan_free(zcc_plan_t *p) {
       free(p->tmp);
       p->tmp = NULL;
       p->tmp_cap = 0;
+    }
+    if (p->pre_cap > SPARE_TMP_MAX) {
+      free(p->pre);
+      p->pre = NULL;
+      p->pre_cap = 0;
     }
     comm->spare_plan = p;
     return;
@@ -463,6 +483,20 @@ zccResult_t zcc_plan_coll(struct zccComm *comm, const zcc_coll_args_t *a, zcc_pl
   if (res != zccSuccess) goto fail;
   const char *sb = a->sendbuf;
   char *rb = a->recvbuf;
+  if (a->scale) {
+    /* Pre-multiplied sum: scale the input once into the plan's own buffer,
+       then run the sum from there (sendbuff stays untouched, in place too). */
+    size_t n = a->count * (a->coll == ZCC_COLL_REDUCESCATTER ? (size_t)comm->nranks : 1);
+    p->scalar = a->scalar;
+    if (n) {
+      res = alloc_pre(p, n * ts);
+      if (res != zccSuccess) goto fail;
+      zcc_item_t it = {.kind = ZCC_ITEM_SCALE, .dst = p->pre, .a = sb, .n = n};
+      res = add_item(p, it);
+      if (res != zccSuccess) goto fail;
+      sb = p->pre;
+    }
+  }
   switch (a->coll) {
   case ZCC_COLL_ALLREDUCE: res = plan_allreduce(p, sb, rb, a->count); break;
   case ZCC_COLL_BROADCAST: res = plan_broadcast(p, sb, rb, a->count, a->root); break;
@@ -474,7 +508,8 @@ zccResult_t zcc_plan_coll(struct zccComm *comm, const zcc_coll_args_t *a, zcc_pl
   }
   if (res != zccSuccess) goto fail;
   ZCC_INFO(COLL, "%s: %zu elements of %s (%s) on %d ranks via %s, %d steps, staged through shm/socket buffers",
-           zcc_coll_name(a->coll), a->count, zcc_type_name(a->type), zcc_op_name(a->op),
+           zcc_coll_name(a->coll), a->count, zcc_type_name(a->type),
+           a->scale ? "premulsum" : zcc_op_name(a->op),
            comm->nranks, zcc_algo_name(p->algo), p->nitems);
   *out = p;
   return zccSuccess;

@@ -588,3 +588,49 @@ void zcc_reduce_finish_avg(void *dst, const void *src, size_t count,
 #endif
   avg_gen[type](dst, src, count, nranks);
 }
+
+/* Scaling for pre-multiplied sums: plain loops, one conversion per element. */
+#define ZR_SCALE_LOOP(T, MUL)                                                 \
+  do {                                                                        \
+    T s_;                                                                     \
+    memcpy(&s_, scalar, sizeof(T));                                           \
+    for (size_t i = 0; i < count; i++) {                                      \
+      T x_;                                                                   \
+      memcpy(&x_, (const char *)src + i * sizeof(T), sizeof(T));              \
+      x_ = (T)(MUL);                                                          \
+      memcpy((char *)dst + i * sizeof(T), &x_, sizeof(T));                    \
+    }                                                                         \
+  } while (0)
+
+#define ZR_SCALE_NARROW(T, TO_F, FROM_F)                                      \
+  do {                                                                        \
+    T s_;                                                                     \
+    memcpy(&s_, scalar, sizeof(T));                                           \
+    float fs_ = TO_F(s_);                                                     \
+    for (size_t i = 0; i < count; i++) {                                      \
+      T x_;                                                                   \
+      memcpy(&x_, (const char *)src + i * sizeof(T), sizeof(T));              \
+      x_ = FROM_F(TO_F(x_) * fs_);                                            \
+      memcpy((char *)dst + i * sizeof(T), &x_, sizeof(T));                    \
+    }                                                                         \
+  } while (0)
+
+void zcc_reduce_scale(void *dst, const void *src, size_t count,
+                      zccDataType_t type, const void *scalar) {
+  if (count == 0) return;
+  switch (type) {
+  case zccInt8:
+  case zccUint8: ZR_SCALE_LOOP(uint8_t, (unsigned)x_ * (unsigned)s_); break;
+  case zccInt32:
+  case zccUint32: ZR_SCALE_LOOP(uint32_t, x_ * s_); break;
+  case zccInt64:
+  case zccUint64: ZR_SCALE_LOOP(uint64_t, x_ * s_); break;
+  case zccFloat32: ZR_SCALE_LOOP(float, x_ * s_); break;
+  case zccFloat64: ZR_SCALE_LOOP(double, x_ * s_); break;
+  case zccFloat16: ZR_SCALE_NARROW(uint16_t, zcc_half_to_float, zcc_float_to_half); break;
+  case zccBfloat16: ZR_SCALE_NARROW(uint16_t, zcc_bf16_to_float, zcc_float_to_bf16); break;
+  case zccFloat8e4m3: ZR_SCALE_NARROW(uint8_t, zcc_e4m3_to_float, zcc_float_to_e4m3); break;
+  case zccFloat8e5m2: ZR_SCALE_NARROW(uint8_t, zcc_e5m2_to_float, zcc_float_to_e5m2); break;
+  default: break; /* callers validate */
+  }
+}

@@ -44,6 +44,13 @@ int zcc_comm_unregister(struct zccComm *comm) {
   return i >= 0;
 }
 
+int zcc_comm_is_live(const struct zccComm *comm) {
+  pthread_mutex_lock(&registry_lock);
+  int found = registry_find(comm) >= 0;
+  pthread_mutex_unlock(&registry_lock);
+  return found;
+}
+
 zccResult_t zcc_comm_enter(struct zccComm *comm, const char *fn, int check_error) {
   if (!comm) return zcc_error(zccInvalidArgument, "%s: comm is NULL", fn);
   pthread_mutex_lock(&registry_lock);
@@ -99,6 +106,7 @@ void zcc_comm_free(struct zccComm *comm) {
     r = next;
   }
   pthread_mutex_destroy(&comm->reg_lock);
+  zcc_redop_free_all(comm);
   free(comm->peers);
   free(comm->ring_order);
   free(comm->conns);

@@ -20,8 +20,9 @@ static zccResult_t check_type(zccDataType_t t, const char *fn) {
   return zccSuccess;
 }
 
+/* Built-in ops here; pre-multiplied sums are the communicator's (zcc_redop_resolve). */
 static zccResult_t check_op(zccRedOp_t op, const char *fn) {
-  if ((int)op < 0 || (int)op >= zccNumOps)
+  if ((int)op < 0)
     return zcc_error(zccInvalidArgument, "%s: op %d is not a zccRedOp_t", fn, (int)op);
   return zccSuccess;
 }
@@ -85,6 +86,10 @@ static zccResult_t run_coll(zcc_coll_args_t *a, zccComm_t comm, zccStream_t stre
   else a->op = zccSum;
   ZCC_CHECK(zcc_comm_enter(comm, fn, 1));
   zccResult_t res = zccSuccess;
+  if (reduces)
+    ZCC_CHECK_GOTO(zcc_redop_resolve(comm, a->op, a->type, fn, &a->op, &a->scale, &a->scalar,
+                                     &a->scalar_ptr),
+                   res, fail);
   int rooted = a->coll == ZCC_COLL_BROADCAST || a->coll == ZCC_COLL_REDUCE;
   if (rooted && (a->root < 0 || a->root >= comm->nranks)) {
     res = zcc_error(zccInvalidArgument, "%s: root %d is out of range [0, %d)", fn, a->root,
@@ -122,40 +127,40 @@ fail:
 zccResult_t zccAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                          zccDataType_t datatype, zccRedOp_t op, zccComm_t comm,
                          zccStream_t stream) {
-  zcc_coll_args_t a = {ZCC_COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0};
+  zcc_coll_args_t a = {ZCC_COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0, 0, 0, NULL};
   return run_coll(&a, comm, stream, "zccAllReduce");
 }
 
 zccResult_t zccBroadcast(const void *sendbuff, void *recvbuff, size_t count,
                          zccDataType_t datatype, int root, zccComm_t comm,
                          zccStream_t stream) {
-  zcc_coll_args_t a = {ZCC_COLL_BROADCAST, sendbuff, recvbuff, count, datatype, zccSum, root};
+  zcc_coll_args_t a = {ZCC_COLL_BROADCAST, sendbuff, recvbuff, count, datatype, zccSum, root, 0, 0, NULL};
   return run_coll(&a, comm, stream, "zccBroadcast");
 }
 
 zccResult_t zccReduce(const void *sendbuff, void *recvbuff, size_t count,
                       zccDataType_t datatype, zccRedOp_t op, int root, zccComm_t comm,
                       zccStream_t stream) {
-  zcc_coll_args_t a = {ZCC_COLL_REDUCE, sendbuff, recvbuff, count, datatype, op, root};
+  zcc_coll_args_t a = {ZCC_COLL_REDUCE, sendbuff, recvbuff, count, datatype, op, root, 0, 0, NULL};
   return run_coll(&a, comm, stream, "zccReduce");
 }
 
 zccResult_t zccAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
                          zccDataType_t datatype, zccComm_t comm, zccStream_t stream) {
-  zcc_coll_args_t a = {ZCC_COLL_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, zccSum, 0};
+  zcc_coll_args_t a = {ZCC_COLL_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, zccSum, 0, 0, 0, NULL};
   return run_coll(&a, comm, stream, "zccAllGather");
 }
 
 zccResult_t zccReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
                              zccDataType_t datatype, zccRedOp_t op, zccComm_t comm,
                              zccStream_t stream) {
-  zcc_coll_args_t a = {ZCC_COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, 0};
+  zcc_coll_args_t a = {ZCC_COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, 0, 0, 0, NULL};
   return run_coll(&a, comm, stream, "zccReduceScatter");
 }
 
 zccResult_t zccAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
                         zccDataType_t datatype, zccComm_t comm, zccStream_t stream) {
-  zcc_coll_args_t a = {ZCC_COLL_ALLTOALL, sendbuff, recvbuff, count, datatype, zccSum, 0};
+  zcc_coll_args_t a = {ZCC_COLL_ALLTOALL, sendbuff, recvbuff, count, datatype, zccSum, 0, 0, 0, NULL};
   return run_coll(&a, comm, stream, "zccAlltoAll");
 }
 

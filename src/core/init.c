@@ -154,6 +154,7 @@ zccResult_t zcc_comm_init(struct zccComm **out, int nranks, const zccUniqueId *i
   comm->device_type = device_type;
   comm->timeout_ms = timeout_ms;
   pthread_mutex_init(&comm->reg_lock, NULL);
+  pthread_mutex_init(&comm->redop_lock, NULL);
   zcc_log_rank = rank;
 
   ZCC_CHECK_GOTO(zcc_bootstrap_init(id, rank, nranks, zcc_bootstrap_init_timeout_ms(),

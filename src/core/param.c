@@ -19,9 +19,20 @@ extern zcc_param_t __stop_zcc_params[] __attribute__((weak));
    Recursive: a load may log, and logging reads its own parameters. */
 static pthread_mutex_t load_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 
-static const char *env_of(const zcc_param_t *p, char *buf, size_t cap) {
+static zcc_param_alias_fn alias_fn;
+
+void zcc_param_set_alias(zcc_param_alias_fn fn) {
+  __atomic_store_n(&alias_fn, fn, __ATOMIC_RELEASE);
+}
+
+/* ZCC_<name>, else the alias source's value (into val), else NULL. */
+static const char *env_of(const zcc_param_t *p, char *buf, size_t cap, char *val,
+                          size_t vcap) {
   snprintf(buf, cap, "ZCC_%s", p->name);
-  return getenv(buf);
+  const char *s = getenv(buf);
+  zcc_param_alias_fn fn = __atomic_load_n(&alias_fn, __ATOMIC_ACQUIRE);
+  if (!s && fn) s = fn(p->name, val, vcap);
+  return s;
 }
 
 /* Integer with optional k/m/g (binary) suffix; 0 on success. */
@@ -47,8 +58,8 @@ int64_t zcc_param_get_int(zcc_param_t *p) {
   if (__atomic_load_n(&p->loaded, __ATOMIC_ACQUIRE)) return p->int_value;
   pthread_mutex_lock(&load_lock);
   if (!__atomic_load_n(&p->loaded, __ATOMIC_ACQUIRE)) {
-    char name[128];
-    const char *s = env_of(p, name, sizeof(name));
+    char name[128], alias[256];
+    const char *s = env_of(p, name, sizeof(name), alias, sizeof(alias));
     int64_t v = p->int_default;
     if (s && *s) {
       if (parse_int(s, &v) != 0) {
@@ -70,8 +81,8 @@ const char *zcc_param_get_str(zcc_param_t *p) {
   if (__atomic_load_n(&p->loaded, __ATOMIC_ACQUIRE)) return p->str_value;
   pthread_mutex_lock(&load_lock);
   if (!__atomic_load_n(&p->loaded, __ATOMIC_ACQUIRE)) {
-    char name[128];
-    const char *s = env_of(p, name, sizeof(name));
+    char name[128], alias[1024];
+    const char *s = env_of(p, name, sizeof(name), alias, sizeof(alias));
     /* getenv's string stays valid unless the variable is changed; keep a copy. */
     const char *v = p->str_default;
     if (s) {

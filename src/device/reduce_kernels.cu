@@ -1,4 +1,5 @@
-// Elementwise reduction (dst = a op b) and the avg finish step on the GPU.
+// Elementwise reduction (dst = a op b), the avg finish step and the
+// pre-multiplied sums' scaling (dst = src * scalar) on the GPU.
 //
 // Layout: a few scalar head elements (only when all pointers share one
 // offset modulo 16, to reach a 16-byte boundary), then 16-byte chunks in a
@@ -24,6 +25,8 @@ struct ReduceParams {
   size_t chunks; // 16-byte chunks after the head
   size_t tail;   // scalar elements after the chunks
   int nranks;    // avg finish: divisor
+  const char *scalar_ptr; // scale: the scalar in device-readable memory, or NULL:
+  uint64_t scalar_bits;   // the scalar's bytes
 };
 
 template <typename T, typename Op>
@@ -83,6 +86,33 @@ __global__ void __launch_bounds__(ZD_THREADS) avg_kernel(ReduceParams p) {
       zd_st16(d + (c + u * nth) * 16, wd, zd_avg_pack<T>(x[u], p.nranks));
   }
   for (; c < p.chunks; c += nth) zd_st16(d + c * 16, wd, zd_avg_pack<T>(zd_ld16(a + c * 16, wa), p.nranks));
+}
+
+// Pre-multiplied sums: dst = src * scalar, the product as zcc_reduce_scale
+// computes it (narrow types in fp32, one rounding; integers wrap).
+template <typename T>
+__global__ void __launch_bounds__(ZD_THREADS) scale_kernel(ReduceParams p) {
+  const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const size_t nth = (size_t)gridDim.x * blockDim.x;
+  const size_t hb = p.head * sizeof(T);
+  T sc;
+  if (p.scalar_ptr) sc = zd_ld1<T>(p.scalar_ptr);
+  else memcpy(&sc, &p.scalar_bits, sizeof(T));
+  if (tid < p.head) {
+    size_t o = tid * sizeof(T);
+    zd_st1<T>(p.dst + o, zd_red<T, ZdProd>(zd_ld1<T>(p.a + o), sc));
+  } else if (tid < p.head + p.tail) {
+    size_t o = hb + p.chunks * 16 + (tid - p.head) * sizeof(T);
+    zd_st1<T>(p.dst + o, zd_red<T, ZdProd>(zd_ld1<T>(p.a + o), sc));
+  }
+  ZdPack<T> sp;
+#pragma unroll
+  for (int i = 0; i < ZdPack<T>::N; i++) sp.e[i] = sc;
+  const char *a = p.a + hb;
+  char *d = p.dst + hb;
+  const int wa = zd_width(a), wd = zd_width(d);
+  for (size_t c = tid; c < p.chunks; c += nth)
+    zd_st16(d + c * 16, wd, zd_red_pack<T, ZdProd>(zd_ld16(a + c * 16, wa), sp.u));
 }
 
 // Split count elements of size elem at the given pointers into head, chunks, tail.
@@ -171,6 +201,31 @@ extern "C" __attribute__((visibility("hidden"))) int zcc_dev_finish_avg(
   return cudaGetLastError();
 }
 
+extern "C" __attribute__((visibility("hidden"))) int zcc_dev_scale(
+    void *dst, const void *src, size_t count, zccDataType_t type, const void *scalar_ptr,
+    uint64_t scalar_bits, struct CUstream_st *stream) {
+  size_t elem = zd_type_size(type);
+  if (elem == 0) return cudaErrorInvalidValue;
+  if (count == 0) return cudaSuccess;
+  if (!dst || !src) return cudaErrorInvalidValue;
+  ReduceParams p = {};
+  p.dst = (char *)dst;
+  p.a = (const char *)src;
+  p.scalar_ptr = (const char *)scalar_ptr;
+  p.scalar_bits = scalar_bits;
+  const void *ptrs[2] = {dst, src};
+  split(&p, ptrs, 2, count, elem);
+  int blocks;
+  int err = grid_for(p.chunks > p.head + p.tail ? p.chunks : p.head + p.tail, stream, &blocks);
+  if (err != cudaSuccess) return err;
+  cudaStream_t s = (cudaStream_t)stream;
+#define ZD_LAUNCH_SCALE(T) scale_kernel<T><<<blocks, ZD_THREADS, 0, s>>>(p)
+  ZD_DISPATCH_TYPE(type, ZD_LAUNCH_SCALE)
+#undef ZD_LAUNCH_SCALE
+  if (err != cudaSuccess) return err;
+  return cudaGetLastError();
+}
+
 // Load every kernel of this file now (see zcc_dev_preload in device.h).
 extern "C" __attribute__((visibility("hidden"))) int zcc_dev_preload_reduce(void) {
   int err = cudaSuccess;
@@ -185,14 +240,21 @@ extern "C" __attribute__((visibility("hidden"))) int zcc_dev_preload_reduce(void
     cudaError_t e_ = cudaFuncGetAttributes(&fa, avg_kernel<T>);               \
     if (e_ != cudaSuccess) err = e_;                                          \
   } while (0)
+#define ZD_LOAD_SCALE(T)                                                       \
+  do {                                                                        \
+    cudaError_t e_ = cudaFuncGetAttributes(&fa, scale_kernel<T>);             \
+    if (e_ != cudaSuccess) err = e_;                                          \
+  } while (0)
   for (int t = 0; t < zccNumTypes; t++) {
     for (int o = 0; o < zccNumOps; o++) {
       if (o == zccAvg) continue;
       ZD_DISPATCH((zccDataType_t)t, (zccRedOp_t)o, ZD_LOAD_RED)
     }
     ZD_DISPATCH_TYPE((zccDataType_t)t, ZD_LOAD_AVG)
+    ZD_DISPATCH_TYPE((zccDataType_t)t, ZD_LOAD_SCALE)
   }
 #undef ZD_LOAD_RED
 #undef ZD_LOAD_AVG
+#undef ZD_LOAD_SCALE
   return err;
 }

@@ -8,6 +8,7 @@
 #define ZCC_COLL_H_
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "comm.h"
 #include "transport.h"
@@ -45,7 +46,8 @@ typedef enum {
   ZCC_ITEM_XFERS = 0,
   ZCC_ITEM_COPY,   /* memmove(dst, a, bytes) */
   ZCC_ITEM_REDUCE, /* dst = a op b, count elements */
-  ZCC_ITEM_AVG     /* dst = dst / nranks, count elements */
+  ZCC_ITEM_AVG,    /* dst = dst / nranks, count elements */
+  ZCC_ITEM_SCALE   /* dst = a * plan->scalar, count elements */
 } zcc_item_kind_t;
 
 typedef struct zcc_item {
@@ -70,6 +72,9 @@ typedef struct zcc_plan {
   zcc_xfer_t *xfers;
   void *tmp; /* scratch owned by the plan */
   size_t tmp_cap;
+  void *pre; /* pre-multiplied sums: the scaled input */
+  size_t pre_cap;
+  uint64_t scalar; /* pre-multiplied sums: the scalar's bytes */
   int cur;   /* executor's position */
   int open_batch; /* builder: an XFERS item is open */
   struct zcc_plan *next;
@@ -82,8 +87,11 @@ typedef struct zcc_coll_args {
   void *recvbuf;
   size_t count; /* as in the API call */
   zccDataType_t type;
-  zccRedOp_t op;
+  zccRedOp_t op; /* built-in; a pre-multiplied sum is zccSum with scale set */
   int root;
+  int scale;       /* pre-multiplied sum: inputs are multiplied by scalar first */
+  uint64_t scalar; /* the scalar's bytes, one element of type */
+  const void *scalar_ptr; /* GPU communicators, zccScalarDevice: the kernel reads it */
 } zcc_coll_args_t;
 
 /* Build the plan for a collective (arguments already validated). */

@@ -36,6 +36,15 @@ typedef struct zcc_reg {
 
 #define ZCC_MAX_TRANSPORTS 4
 
+/* A pre-multiplied sum made by zccRedOpCreatePreMulSum (op zccNumOps + index). */
+typedef struct zcc_redop {
+  int in_use;
+  zccDataType_t type;
+  zccScalarResidence_t residence;
+  uint64_t value;      /* HostImmediate: the scalar's bytes */
+  const void *scalar;  /* Device: read at each call */
+} zcc_redop_t;
+
 struct zccComm {
   uint64_t magic;
   int rank;
@@ -67,7 +76,24 @@ struct zccComm {
   pthread_mutex_t reg_lock;
   struct zcc_reg *regs;
   int split_seq; /* splits made from this communicator */
+
+  pthread_mutex_t redop_lock;
+  zcc_redop_t *redops; /* [nredops]: pre-multiplied sums */
+  int nredops;
 };
+
+/*
+ * Resolve `op` for a collective of `type` on comm: a built-in op is returned
+ * as it is; a pre-multiplied sum becomes zccSum with *scale set and the
+ * scalar's bytes in *scalar, or, for a zccScalarDevice op of a GPU
+ * communicator, its device pointer in *scalar_ptr (read by the kernel).
+ * Errors name `fn`.
+ */
+zccResult_t zcc_redop_resolve(struct zccComm *comm, zccRedOp_t op, zccDataType_t type,
+                              const char *fn, zccRedOp_t *base, int *scale,
+                              uint64_t *scalar, const void **scalar_ptr);
+/* Free the table (at communicator destruction). */
+void zcc_redop_free_all(struct zccComm *comm);
 
 /*
  * Take a reference on a live communicator for the duration of a call:
@@ -81,6 +107,9 @@ void zcc_comm_leave(struct zccComm *comm);
 void zcc_comm_register(struct zccComm *comm);
 /* Remove; returns 0 if it was not registered (already destroyed). */
 int zcc_comm_unregister(struct zccComm *comm);
+
+/* Non-zero if comm is a live communicator of this library (no reference taken). */
+int zcc_comm_is_live(const struct zccComm *comm);
 
 /* Record an error on the communicator (first one wins) and poison its connections. */
 void zcc_comm_set_error(struct zccComm *comm, zccResult_t res);

@@ -61,6 +61,14 @@ const char *zcc_dev_error_string(int code);
 int zcc_dev_reduce(void *dst, const void *a, const void *b, size_t count,
                    zccDataType_t type, zccRedOp_t op, struct CUstream_st *stream);
 
+/*
+ * dst[i] = src[i] * scalar (pre-multiplied sums), as zcc_reduce_scale on the
+ * host; the scalar is *scalar_ptr (device-readable, read by the kernel) or,
+ * when scalar_ptr is NULL, the element in scalar_bits. dst may alias src.
+ */
+int zcc_dev_scale(void *dst, const void *src, size_t count, zccDataType_t type,
+                  const void *scalar_ptr, uint64_t scalar_bits, struct CUstream_st *stream);
+
 /* dst[i] = src[i] / nranks (see above); dst may alias src exactly. */
 int zcc_dev_finish_avg(void *dst, const void *src, size_t count,
                        zccDataType_t type, int nranks,

@@ -12,6 +12,7 @@
 #ifndef ZCC_PARAM_H_
 #define ZCC_PARAM_H_
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef enum { ZCC_PARAM_KIND_INT = 0, ZCC_PARAM_KIND_STR = 1 } zcc_param_kind_t;
@@ -36,6 +37,14 @@ const char *zcc_param_get_str(zcc_param_t *p);
 const zcc_param_t *zcc_param_at(int index);
 /* Forget every cached value so that the next read sees the environment. */
 void zcc_param_reload(void);
+
+/*
+ * A second source of values, asked when ZCC_<name> is unset: writes the
+ * value for `name` (without ZCC_) into buf and returns buf, or returns NULL.
+ * The NCCL shim installs one that reads NCCL_* variables. It must not log.
+ */
+typedef const char *(*zcc_param_alias_fn)(const char *name, char *buf, size_t cap);
+void zcc_param_set_alias(zcc_param_alias_fn fn);
 
 #define ZCC_PARAM_SECTION_ __attribute__((used, section("zcc_params"), aligned(8)))
 

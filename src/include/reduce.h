@@ -53,4 +53,12 @@ void zcc_reduce2(void *dst, void *dst2, const void *a, const void *b,
 void zcc_reduce_finish_avg(void *dst, const void *src, size_t count,
                            zccDataType_t type, int nranks);
 
+/*
+ * dst[i] = src[i] * scalar, scalar one element of type (pre-multiplied
+ * sums): integers wrap, fp16/bf16/fp8 multiply in fp32 and round once.
+ * dst may alias src.
+ */
+void zcc_reduce_scale(void *dst, const void *src, size_t count,
+                      zccDataType_t type, const void *scalar);
+
 #endif /* ZCC_REDUCE_H_ */

@@ -391,9 +391,9 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
   if (n > 1 && zcc_param_p2p_disable())
     return zcc_error(zccInvalidUsage,
                      "comm %s: no transport can connect GPU rank %d to rank %d: p2p is "
-                     "disabled (ZCC_P2P_DISABLE=1) and this zcc has no other transport for "
-                     "GPU communicators yet; unset it, or use host communicators "
-                     "(ZCC_DEVICE=host)",
+                     "disabled (ZCC_P2P_DISABLE=1, or NCCL_P2P_DISABLE=1 through the NCCL "
+                     "shim) and this zcc has no other transport for GPU communicators yet; "
+                     "unset it, or use host communicators (ZCC_DEVICE=host)",
                      comm->name, me, me == 0 ? 1 : 0);
   zcc_gpu_t *g = calloc(1, sizeof(*g));
   if (!g) return zcc_error(zccSystemError, "init: out of memory");

@@ -6,7 +6,8 @@
 // --check (default with --time when neither is given):
 //   1. zcc_dev_reduce for every datatype x op at counts 0, 1, 7, 4097,
 //      1M+3, aligned, at odd byte offsets, at a common offset and in place,
-//      and zcc_dev_finish_avg for nranks 2, 3, 8: exactly equal to the host
+//      and zcc_dev_finish_avg for nranks 2, 3, 8, and zcc_dev_scale (immediate
+//      and device scalar): exactly equal to the host
 //      loops of collectives/reduce.c (bitwise; NaN matches any NaN, since
 //      the GPU's default NaN differs from the CPU's), guard bytes around
 //      every output untouched. Fresh random inputs, poisoned outputs.
@@ -252,12 +253,42 @@ static void check_reduce(bool quick) {
                  off, i >= 0 ? ("element " + std::to_string(i)).c_str() : "guard bytes written");
         }
       }
+    }    // Pre-multiplied sums' scaling: the scalar by value and from device memory.
+    for (int dev_scalar : {0, 1}) {
+      for (size_t n : counts) {
+        if (quick && n > 5000) continue;
+        for (int off : {0, 1}) {
+          size_t bytes = n * es;
+          fill_random(ha.data(), n, type, false);
+          unsigned char sc[8] = {0};
+          fill_random(sc, 1, type, false);
+          uint64_t bits = 0;
+          memcpy(&bits, sc, es);
+          char *src = da + kGuard + off * 3, *d = dd + kGuard + off;
+          char *dsc = db; // the scalar in device memory
+          CK(cudaMemcpyAsync(src, ha.data(), bytes, cudaMemcpyHostToDevice, s));
+          CK(cudaMemcpyAsync(dsc, sc, es, cudaMemcpyHostToDevice, s));
+          CK(cudaMemsetAsync(dd, kPoison, maxb, s));
+          ZK(zcc_dev_scale(d, src, n, type, dev_scalar ? dsc : nullptr, dev_scalar ? 0 : bits, s));
+          CK(cudaStreamSynchronize(s));
+          CK(cudaMemcpy(hd.data(), dd, kGuard + off + bytes + kGuard, cudaMemcpyDeviceToHost));
+          if (bytes) zcc_reduce_scale(ref.data(), ha.data(), n, type, sc);
+          long long i = first_diff(hd.data() + kGuard + off, ref.data(), n, type);
+          bool guard_ok = true;
+          for (size_t j = 0; j < kGuard + off; j++) guard_ok &= hd[j] == kPoison;
+          for (size_t j = 0; j < kGuard; j++) guard_ok &= hd[kGuard + off + bytes + j] == kPoison;
+          result(i < 0 && guard_ok, "scale %s %s scalar n=%zu off=%d: %s", zcc_type_name(type),
+                 dev_scalar ? "device" : "immediate", n, off,
+                 i >= 0 ? ("element " + std::to_string(i)).c_str() : "guard bytes written");
+        }
+      }
     }
   }
   // Bad arguments are refused without launching.
   result(zcc_dev_reduce(dd, da, db, 1, (zccDataType_t)99, zccSum, s) != 0, "reduce accepts a bad type");
   result(zcc_dev_reduce(dd, da, db, 1, zccFloat32, (zccRedOp_t)9, s) != 0, "reduce accepts a bad op");
   result(zcc_dev_finish_avg(dd, da, 1, zccFloat32, 0, s) != 0, "finish_avg accepts nranks 0");
+  result(zcc_dev_scale(dd, da, 1, (zccDataType_t)99, nullptr, 0, s) != 0, "scale accepts a bad type");
   CK(cudaFree(da));
   CK(cudaFree(db));
   CK(cudaFree(dd));

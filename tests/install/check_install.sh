@@ -33,4 +33,15 @@ if nm -D --defined-only "$libdir/libzcc.so" | awk '{print $3}' | grep -v '^ZCC_0
   nm -D --defined-only "$libdir/libzcc.so" | awk '{print $3}' | grep -v '^zcc[A-Z]' >&2
   exit 1
 fi
-echo "check_install: find_package, pkg-config and the export list are right"
+# zcc's libnccl.so.2, when built, sits in its own folder only (lib/nccl/).
+if [ -e "$build/src/nccl/libnccl.so.2" ]; then
+  if [ ! -e "$libdir/nccl/libnccl.so.2" ]; then
+    echo "check_install: libnccl.so.2 was built but is not installed in $libdir/nccl" >&2
+    exit 1
+  fi
+  if ls "$libdir"/libnccl.so* >/dev/null 2>&1; then
+    echo "check_install: libnccl.so* installed beside libzcc.so, where any program would load it" >&2
+    exit 1
+  fi
+fi
+echo "check_install: find_package, pkg-config, the export list and lib/nccl/ are right"

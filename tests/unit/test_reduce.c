@@ -765,6 +765,66 @@ static void test_reduce_count_zero(void **state) {
   }
 }
 
+/* ---- pre-multiplied sums: zcc_reduce_scale ---- */
+
+/* dst = src * scalar for every type, against plain arithmetic here; in place too. */
+static void test_reduce_scale(void **state) {
+  (void)state;
+  enum { M = 37 };
+  /* Integers wrap: int8 100 * 3 = 300 -> 44; uint32 and int64 likewise. */
+  int8_t i8[M], i8o[M], i8s = 3;
+  uint32_t u32[M], u32s = 0x80000001u;
+  int64_t i64[M], i64s = -7;
+  double f64[M], f64s = 0.1;
+  float f32[M], f32o[M], f32s = -1.5f;
+  uint16_t h[M], ho[M], hs = zcc_float_to_half(0.5f);
+  uint16_t b[M], bo[M], bs = zcc_float_to_bf16(3.0f);
+  uint8_t e4[M], e4o[M], e4s = zcc_float_to_e4m3(2.0f);
+  for (int i = 0; i < M; i++) {
+    i8[i] = (int8_t)(i * 10 - 100);
+    u32[i] = (uint32_t)i * 0x10001u;
+    i64[i] = (int64_t)i * 1000000007LL;
+    f64[i] = i * 1.25;
+    f32[i] = (float)i / 3.0f;
+    h[i] = zcc_float_to_half((float)i * 0.75f);
+    b[i] = zcc_float_to_bf16((float)i - 10.0f);
+    e4[i] = zcc_float_to_e4m3((float)i * 8.0f); /* 2x saturates at 448 */
+  }
+  zcc_reduce_scale(i8o, i8, M, zccInt8, &i8s);
+  zcc_reduce_scale(f32o, f32, M, zccFloat32, &f32s);
+  zcc_reduce_scale(ho, h, M, zccFloat16, &hs);
+  zcc_reduce_scale(bo, b, M, zccBfloat16, &bs);
+  zcc_reduce_scale(e4o, e4, M, zccFloat8e4m3, &e4s);
+  uint32_t u32o[M];
+  int64_t i64o[M];
+  double f64o[M];
+  zcc_reduce_scale(u32o, u32, M, zccUint32, &u32s);
+  zcc_reduce_scale(i64o, i64, M, zccInt64, &i64s);
+  memcpy(f64o, f64, sizeof(f64));
+  zcc_reduce_scale(f64o, f64o, M, zccFloat64, &f64s); /* in place */
+  for (int i = 0; i < M; i++) {
+    if (i8o[i] != (int8_t)(uint8_t)((unsigned)(uint8_t)i8[i] * 3u))
+      FAILF("int8 %d * 3: got %d\n", i8[i], i8o[i]);
+    if (u32o[i] != u32[i] * u32s) FAILF("uint32 element %d: got %u\n", i, u32o[i]);
+    if (i64o[i] != (int64_t)((uint64_t)i64[i] * (uint64_t)i64s))
+      FAILF("int64 element %d: got %lld\n", i, (long long)i64o[i]);
+    double wd = f64[i] * f64s;
+    if (memcmp(&f64o[i], &wd, 8) != 0) FAILF("float64 element %d: got %g, expected %g\n", i, f64o[i], wd);
+    float wf = f32[i] * f32s;
+    if (fbits(f32o[i]) != fbits(wf)) FAILF("float32 element %d: got %g, expected %g\n", i, f32o[i], wf);
+    if (ho[i] != zcc_float_to_half(zcc_half_to_float(h[i]) * 0.5f))
+      FAILF("float16 element %d: got 0x%04x\n", i, ho[i]);
+    if (bo[i] != zcc_float_to_bf16(zcc_bf16_to_float(b[i]) * 3.0f))
+      FAILF("bfloat16 element %d: got 0x%04x\n", i, bo[i]);
+    if (e4o[i] != zcc_float_to_e4m3(zcc_e4m3_to_float(e4[i]) * 2.0f))
+      FAILF("e4m3 element %d: got 0x%02x\n", i, e4o[i]);
+  }
+  /* Spot values that do not depend on the conversions above. */
+  assert_int_equal(i8o[0], (int8_t)-300 /* -100 * 3 wraps to -44 */);
+  assert_int_equal(e4o[M - 1], zcc_float_to_e4m3(448.0f));
+  assert_true(zcc_half_to_float(ho[4]) == 1.5f); /* 3.0 * 0.5 */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_names),
@@ -776,6 +836,7 @@ int main(void) {
       cmocka_unit_test(test_reduce_matrix),
       cmocka_unit_test(test_reduce_narrow_pairs),
       cmocka_unit_test(test_reduce_avg),
+      cmocka_unit_test(test_reduce_scale),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
