@@ -50,3 +50,10 @@ git rev-parse --short HEAD > $d/commit
 git diff --quiet && git diff --cached --quiet || echo "+dirty" >> $d/commit
 du -sh $d
 ls -l $d/bin $d/lib $d/lib/nccl
+# One compressed archive as well (device code compresses about 3x): carry
+# .devcarry.tgz when .devcarry/ is over what a device call takes (64 MiB);
+# scripts/gpu_run.sh unpacks it where .devcarry/ is missing.
+if [ "${ZCC_PACK_TAR:-1}" = 1 ]; then
+  tar czf .devcarry.tgz .devcarry
+  ls -l .devcarry.tgz
+fi

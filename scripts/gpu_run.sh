@@ -45,6 +45,10 @@ set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 root=$(cd "$(dirname "$0")/.." && pwd)
 carry=${ZCC_CARRY:-$root/.devcarry}
+# Carried as one archive (scripts/gpu_pack.sh makes .devcarry.tgz): unpack it.
+if [ ! -d "$carry" ] && [ -f "$root/.devcarry.tgz" ]; then
+  tar xzf "$root/.devcarry.tgz" -C "$root"
+fi
 OUT=${OUT:-$PWD/gpu_run_out}
 mkdir -p "$OUT"
 bin=$carry/bin
