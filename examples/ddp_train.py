@@ -91,7 +91,8 @@ def train(args, rank, world, device, group, hook_state=None):
 def worker(rank, world, args):
     import zcc.torch
     if args.device == "cuda":
-        local = int(os.environ.get("LOCAL_RANK", rank))
+        # Ranks share GPUs when there are more ranks than GPUs (zcc allows it).
+        local = int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count()
         torch.cuda.set_device(local)
         device = torch.device("cuda", local)
     else:
@@ -129,7 +130,8 @@ def worker(rank, world, args):
             print("the loss did not go down (%.4f -> %.4f)" % (first, last))
             ok = False
         print("losses agree" if ok else "LOSSES DIFFER")
-    flag = torch.tensor([int(ok)])
+    # On the reference group's device: a "nccl" group takes CUDA tensors only.
+    flag = torch.tensor([int(ok)], device=device if args.reference == "nccl" else "cpu")
     dist.broadcast(flag, 0, group=args.ref_group)
     dist.destroy_process_group()
     # Free the reference group now, while the interpreter is whole: with
