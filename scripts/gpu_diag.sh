@@ -7,7 +7,7 @@ export LD_LIBRARY_PATH=$PWD/.devcarry/lib
 B=.devcarry/bin/allreduce_perf
 t() { local n=$1 to=$2; shift 2; timeout $to "$@" > $OUT/$n.log 2>&1; echo "$n rc=$? $(grep -E '^ +[0-9]+ ' $OUT/$n.log | tail -1 | cut -c1-150)"; }
 t d1 25 env ZCC_DEBUG=INFO ZCC_DEBUG_SUBSYS=COLL $B -b 64M -e 64M -g 2 -w 1 -n 2 -c 1
-t d2 25 env ZCC_GPU_GRAPHS=0 $B -b 64M -e 64M -g 2 -w 1 -n 2 -c 0
+t d2 25 $B -b 64M -e 64M -g 2 -w 1 -n 2 -c 0
 t d3 30 env ZCC_ALGO=ce $B -b 1M -e 64M -f 2 -g 2 -w 2 -n 5 -c 1
 t big1s 60 env ZCC_ALGO=oneshot $B -b 64M -e 1G -f 2 -g 2 -w 3 -c 0 -G 10 --compare nccl
 t cal-ll 30 env ZCC_PROTO=ll $B -b 8 -e 64K -f 4 -g 2 -w 5 -c 0 -G 20

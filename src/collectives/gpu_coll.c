@@ -473,119 +473,6 @@ static zccResult_t dispatch(struct zccComm *comm, const zcc_coll_args_t *x, cuda
 }
 
 /*
- * zcc's own graphs. A call that enqueues three or more operations (staged
- * two-shot, several pieces, the copy-engine pipeline) and recurs with the
- * same arguments is captured once into a CUDA graph on a private stream and
- * from then on launched as one graph: one launch instead of many. The
- * kernels keep their sequence counters in device memory, so replays are
- * exact. Not while the caller's stream is itself being captured (the
- * caller's graph takes the operations). Off unless ZCC_GPU_GRAPHS=1: no GPU
- * run has exercised it yet (docs/perf/h200x2.md).
- */
-ZCC_PARAM_INT(gpu_graphs, "GPU_GRAPHS", 0,
-              "1: capture calls of several GPU launches that recur with the same "
-              "arguments into a CUDA graph and launch that; 0 (default): launch directly")
-
-typedef struct zcc_gpu_graph {
-  zcc_coll_args_t key;
-  cudaGraphExec_t exec; /* NULL: seen once, not captured yet */
-  uint64_t used;
-  int valid;
-} zcc_gpu_graph_t;
-
-void zcc_gpu_graphs_free(zcc_gpu_t *g) {
-  if (!g->graphs) return;
-  for (int i = 0; i < ZCC_GPU_GRAPHS; i++)
-    if (g->graphs[i].exec) cudaGraphExecDestroy(g->graphs[i].exec);
-  free(g->graphs);
-  g->graphs = NULL;
-}
-
-/* Operations the call enqueues: 1 or 2 (not worth a graph), or more. */
-static int launches(const zcc_gpu_t *g, const zcc_coll_args_t *x) {
-  size_t es = zcc_type_size(x->type), bytes = x->count * es;
-  int k = g->nranks;
-  if (x->coll == ZCC_COLL_ALLREDUCE) {
-    zcc_gpu_algo_t algo;
-    int zero_copy;
-    zcc_gpu_reg_t *rs, *rr;
-    if (ar_plan((zcc_gpu_t *)g, x, &algo, &zero_copy, &rs, &rr) != zccSuccess) return 1;
-    if (algo == ZCC_GPU_CE) return 3;
-    if (algo == ZCC_GPU_LL || algo == ZCC_GPU_PUSH || algo == ZCC_GPU_RING ||
-        algo == ZCC_GPU_TREE || zero_copy)
-      return 1;
-    return (bytes > piece_bytes(g->staging_bytes) ? 2 : 1) * (algo == ZCC_GPU_TWOSHOT ? 4 : 2);
-  }
-  int ring = 0;
-  if (zcc_planner_pick_gpu_coll(x->coll, &ring) != zccSuccess || ring) return 1;
-  int split = x->coll == ZCC_COLL_REDUCESCATTER || x->coll == ZCC_COLL_ALLTOALL;
-  size_t piece = piece_bytes(split ? g->staging_bytes / (size_t)k : g->staging_bytes);
-  return bytes > piece ? 4 : 2;
-}
-
-static int same_args(const zcc_coll_args_t *a, const zcc_coll_args_t *b) {
-  return a->coll == b->coll && a->sendbuf == b->sendbuf && a->recvbuf == b->recvbuf &&
-         a->count == b->count && a->type == b->type && a->op == b->op && a->root == b->root;
-}
-
-/* Launch the call from the graph cache; *done = 0 when it should run directly. */
-static zccResult_t via_graph(struct zccComm *comm, const zcc_coll_args_t *x, cudaStream_t s,
-                             const char *fn, int *done) {
-  zcc_gpu_t *g = comm->gpu;
-  *done = 0;
-  if (!zcc_param_gpu_graphs() || launches(g, x) < 3) return zccSuccess;
-  enum cudaStreamCaptureStatus st;
-  CU(cudaStreamIsCapturing(s, &st));
-  if (st != cudaStreamCaptureStatusNone) return zccSuccess;
-  if (!g->graphs) {
-    g->graphs = calloc(ZCC_GPU_GRAPHS, sizeof(*g->graphs));
-    if (!g->graphs) return zccSuccess;
-  }
-  zcc_gpu_graph_t *e = NULL, *lru = &g->graphs[0];
-  for (int i = 0; i < ZCC_GPU_GRAPHS; i++) {
-    zcc_gpu_graph_t *c = &g->graphs[i];
-    if (c->valid && same_args(&c->key, x)) e = c;
-    if (!c->valid || (lru->valid && c->used < lru->used)) lru = c;
-  }
-  if (!e) { /* first sight: remember it, run directly */
-    if (lru->exec) cudaGraphExecDestroy(lru->exec);
-    memset(lru, 0, sizeof(*lru));
-    lru->key = *x;
-    lru->valid = 1;
-    lru->used = ++g->graph_clock;
-    return zccSuccess;
-  }
-  e->used = ++g->graph_clock;
-  if (!e->exec) {
-    if (!g->cap_stream) {
-      cudaStream_t cs;
-      CU(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
-      g->cap_stream = cs;
-    }
-    cudaStream_t cs = (cudaStream_t)g->cap_stream;
-    CU(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal));
-    zccResult_t res = dispatch(comm, x, cs, fn);
-    cudaGraph_t graph = NULL;
-    cudaError_t ce = cudaStreamEndCapture(cs, &graph);
-    if (res != zccSuccess) {
-      if (graph) cudaGraphDestroy(graph);
-      return res;
-    }
-    if (ce != cudaSuccess) return cuda_err(ce, "cudaStreamEndCapture", fn);
-    cudaError_t ie = cudaGraphInstantiate(&e->exec, graph, 0);
-    cudaGraphDestroy(graph);
-    if (ie != cudaSuccess) {
-      e->exec = NULL;
-      return cuda_err(ie, "cudaGraphInstantiate", fn);
-    }
-    ZCC_INFO(COLL, "%s: captured %zu elements' sequence into a CUDA graph", fn, x->count);
-  }
-  CU(cudaGraphLaunch(e->exec, s));
-  *done = 1;
-  return zccSuccess;
-}
-
-/*
  * Ranks of one process that share a GPU wait for each other inside their
  * kernels, so their launches must be able to run at once: the legacy
  * default stream (NULL) serialises every stream of the device behind it.
@@ -616,7 +503,6 @@ zccResult_t zcc_gpu_coll(struct zccComm *comm, const zcc_coll_args_t *x,
   int prev = -1;
   CU(cudaGetDevice(&prev));
   if (prev != comm->device) CU(cudaSetDevice(comm->device));
-  int done = 0;
   zccResult_t res = zccSuccess;
   zcc_coll_args_t scaled;
   if (x->scale) {
@@ -639,8 +525,7 @@ zccResult_t zcc_gpu_coll(struct zccComm *comm, const zcc_coll_args_t *x,
     scaled.scale = 0;
     x = &scaled;
   }
-  res = via_graph(comm, x, s, fn, &done);
-  if (res == zccSuccess && !done) res = dispatch(comm, x, s, fn);
+  res = dispatch(comm, x, s, fn);
 out:
   if (prev != comm->device) cudaSetDevice(prev);
   return res;

@@ -85,15 +85,7 @@ typedef struct zcc_gpu {
   int gpu_share;
   int block_cap;
   int share_local; /* ranks of this process on this GPU, this one included */
-  /* zcc's own CUDA graphs of multi-launch sequences (gpu_coll.c). */
-  void *cap_stream;                    /* cudaStream_t the sequences are captured on */
-  struct zcc_gpu_graph *graphs;        /* [ZCC_GPU_GRAPHS] */
-  uint64_t graph_clock;
 } zcc_gpu_t;
-
-#define ZCC_GPU_GRAPHS 16
-/* Free the graph cache (at communicator destruction, registration changes). */
-void zcc_gpu_graphs_free(zcc_gpu_t *g);
 
 /*
  * Build the GPU side of a communicator whose peers are known (comm->peers

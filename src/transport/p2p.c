@@ -499,8 +499,6 @@ void zcc_gpu_comm_free(struct zccComm *comm) {
   }
   for (int r = 0; r < g->nranks; r++)
     if (g->ipc_opened[r]) cudaIpcCloseMemHandle(g->peer_win[r]);
-  zcc_gpu_graphs_free(g);
-  if (g->cap_stream) cudaStreamDestroy((cudaStream_t)g->cap_stream);
   if (g->side) cudaStreamDestroy((cudaStream_t)g->side);
   if (g->ev_fork) cudaEventDestroy((cudaEvent_t)g->ev_fork);
   if (g->ev_join) cudaEventDestroy((cudaEvent_t)g->ev_join);
@@ -605,7 +603,6 @@ zccResult_t zcc_gpu_register(struct zccComm *comm, void *buf, size_t size, void 
     reg_unmap(reg, n);
     goto out;
   }
-  zcc_gpu_graphs_free(g);
   reg->index = g->nregs++;
   reg->next = g->regs;
   g->regs = reg;
@@ -635,7 +632,6 @@ zccResult_t zcc_gpu_deregister(struct zccComm *comm, void *handle) {
   /* Work that reads peers' registered buffers finishes before they go. */
   cudaDeviceSynchronize();
   *pp = r->next;
-  zcc_gpu_graphs_free(g);
   reg_unmap(r, g->nranks);
   (void)cudaGetLastError();
   if (prev >= 0) cudaSetDevice(prev);
