@@ -149,6 +149,24 @@ static void print_paths(const zcc_topo_t *g, int h) {
   }
 }
 
+static void print_line(void *ctx, const char *line) {
+  (void)ctx;
+  printf("  %s\n", line);
+}
+
+/* What a communicator of these ranks runs: the lines it logs at creation
+   (INFO TUNING), from the same function. */
+static void print_decisions(const zcc_planner_t *p) {
+  printf("\nwhat a communicator of these ranks runs (as it logs at ZCC_DEBUG_SUBSYS=TUNING):\n");
+  if (!p->cpu_ranks && p->nnodes > 1) {
+    printf("  GPU communicators span one host in this version: a communicator of these\n"
+           "  ranks fails at creation (host communicators, ZCC_DEVICE=host, run there)\n");
+    return;
+  }
+  if (zcc_planner_decisions(!p->cpu_ranks, p->nranks, p->nnodes, print_line, NULL) != zccSuccess)
+    printf("  %s\n", zcc_last_error());
+}
+
 static void print_plan(const zcc_planner_t *p) {
   const zcc_topo_t *g = p->g;
   printf("plan for %d ranks on %d host%s (%s ranks)\n", p->nranks, p->nnodes,
@@ -336,6 +354,7 @@ int main(int argc, char **argv) {
       print_plan(p);
       printf("\n(planned in %.1f ms)\n",
              (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6);
+      print_decisions(p);
       zcc_planner_free(p);
     }
     free(all);

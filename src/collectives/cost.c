@@ -18,6 +18,7 @@
  * 2-core VM (see the host section below).
  */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -349,8 +350,9 @@ void zcc_planner_log_table(const zcc_planner_t *p) {
 
 /* ---- host communicators: direct or ring ---- */
 
-zccResult_t zcc_planner_pick_host(int nranks, int nnodes, zcc_coll_t coll, size_t bytes,
-                                  zcc_algo_t *algo) {
+zccResult_t zcc_planner_host_model(int nranks, int nnodes, zcc_coll_t coll, size_t bytes,
+                                   zcc_algo_t *algo, double *times) {
+  if (times) times[ZCC_ALGO_DIRECT] = times[ZCC_ALGO_RING] = 0;
   if (nranks < 1 || nnodes < 1 || nnodes > nranks)
     return zcc_error(zccInvalidArgument, "planner: %d ranks on %d hosts", nranks, nnodes);
   if (coll < 0 || coll >= ZCC_COLL_COUNT)
@@ -384,8 +386,82 @@ zccResult_t zcc_planner_pick_host(int nranks, int nnodes, zcc_coll_t coll, size_
   }
   double td = ad + direct_bytes / (bd * 1e3), tr = ring_steps * ar + ring_bytes / (br * 1e3);
   *algo = tr < td ? ZCC_ALGO_RING : ZCC_ALGO_DIRECT;
+  if (times) {
+    times[ZCC_ALGO_DIRECT] = td;
+    times[ZCC_ALGO_RING] = tr;
+  }
   ZCC_TRACE(TUNING, "host %s of %zu bytes, %d ranks on %d hosts: direct %.1f us, ring %.1f us",
             zcc_coll_name(coll), bytes, nranks, nnodes, td, tr);
+  return zccSuccess;
+}
+
+zccResult_t zcc_planner_pick_host(int nranks, int nnodes, zcc_coll_t coll, size_t bytes,
+                                  zcc_algo_t *algo) {
+  return zcc_planner_host_model(nranks, nnodes, coll, bytes, algo, NULL);
+}
+
+/* ---- what a communicator runs, as one table ---- */
+
+static int gpu_can_run(zcc_gpu_algo_t a, int nranks, size_t bytes);
+static int gpu_auto(zcc_gpu_algo_t a, int staged);
+
+static void emitf(void (*emit)(void *, const char *), void *ctx, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void emitf(void (*emit)(void *, const char *), void *ctx, const char *fmt, ...) {
+  char line[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof(line), fmt, ap);
+  va_end(ap);
+  emit(ctx, line);
+}
+
+zccResult_t zcc_planner_decisions(int gpu, int nranks, int nnodes,
+                                  void (*emit)(void *ctx, const char *line), void *ctx) {
+  static const zcc_coll_t colls[] = {ZCC_COLL_ALLREDUCE, ZCC_COLL_BROADCAST, ZCC_COLL_REDUCE,
+                                     ZCC_COLL_ALLGATHER, ZCC_COLL_REDUCESCATTER,
+                                     ZCC_COLL_ALLTOALL};
+  if (gpu) {
+    emitf(emit, ctx, "GPU communicator, %d ranks: allreduce on unregistered buffers by the "
+          "model (us per candidate; *: only when ZCC_ALGO asks), the others by their rule",
+          nranks);
+  } else {
+    emitf(emit, ctx, "host communicator, %d ranks on %d host(s) (us per candidate)", nranks,
+          nnodes);
+  }
+  for (size_t c = 0; c < sizeof(colls) / sizeof(colls[0]); c++)
+    for (size_t b = 8; b <= ((size_t)8 << 30); b *= 8) {
+      char row[400];
+      size_t o = 0;
+      const char *pick;
+      if (gpu && colls[c] == ZCC_COLL_ALLREDUCE) {
+        zcc_gpu_algo_t a;
+        ZCC_CHECK(zcc_planner_pick_gpu(nranks, b, 1, &a));
+        pick = zcc_gpu_algo_name(a);
+        for (int i = 0; i < ZCC_GPU_ALGO_COUNT; i++) {
+          if (!gpu_can_run(i, nranks, b)) continue;
+          o += (size_t)snprintf(row + o, o < sizeof(row) ? sizeof(row) - o : 0, " %s%s %.1f",
+                                zcc_gpu_algo_name(i), gpu_auto(i, 1) ? "" : "*",
+                                zcc_planner_gpu_predict(i, nranks, b, 1));
+        }
+      } else if (gpu) {
+        int ring = 0;
+        ZCC_CHECK(zcc_planner_pick_gpu_coll(colls[c], &ring));
+        pick = ring ? "ring" : colls[c] == ZCC_COLL_REDUCE || colls[c] == ZCC_COLL_REDUCESCATTER
+                                   ? "staged-oneshot"
+                                   : "staged-gather";
+        snprintf(row, sizeof(row), "%s", colls[c] == ZCC_COLL_ALLTOALL
+                                             ? " (all-pairs by nature)"
+                                             : " (no model yet: ZCC_ALGO=ring runs the ring)");
+      } else {
+        zcc_algo_t a;
+        double t[ZCC_ALGO_COUNT] = {0, 0};
+        ZCC_CHECK(zcc_tuning_choice(nranks, nnodes, colls[c], b, &a, t));
+        pick = zcc_algo_name(a);
+        snprintf(row, sizeof(row), " direct %.1f ring %.1f", t[ZCC_ALGO_DIRECT], t[ZCC_ALGO_RING]);
+      }
+      emitf(emit, ctx, "%-13s %11zu  %-14s%s", zcc_coll_name(colls[c]), b, pick, row);
+    }
   return zccSuccess;
 }
 

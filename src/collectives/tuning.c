@@ -21,13 +21,17 @@ const char *zcc_algo_name(zcc_algo_t algo) {
   return algo == ZCC_ALGO_DIRECT ? "direct" : algo == ZCC_ALGO_RING ? "ring" : "invalid";
 }
 
-zccResult_t zcc_tuning_pick(const struct zccComm *comm, zcc_coll_t coll, size_t bytes,
-                            zcc_algo_t *algo) {
+zccResult_t zcc_tuning_choice(int nranks, int nnodes, zcc_coll_t coll, size_t bytes,
+                              zcc_algo_t *algo, double *times) {
+  if (times) times[ZCC_ALGO_DIRECT] = times[ZCC_ALGO_RING] = 0;
   /* Alltoall and point-to-point are all-pairs by nature. */
   if (coll == ZCC_COLL_ALLTOALL || coll == ZCC_COLL_SENDRECV) {
     *algo = ZCC_ALGO_DIRECT;
     return zccSuccess;
   }
+  /* The cost model, with constants measured for shared memory and TCP. */
+  zcc_algo_t model;
+  ZCC_CHECK(zcc_planner_host_model(nranks, nnodes > 0 ? nnodes : 1, coll, bytes, &model, times));
   const char *forced = zcc_planner_algo_override();
   if (forced && *forced) {
     if (strcasecmp(forced, "direct") == 0 || strcasecmp(forced, "oneshot") == 0)
@@ -40,9 +44,13 @@ zccResult_t zcc_tuning_pick(const struct zccComm *comm, zcc_coll_t coll, size_t 
                        "'ring'", forced);
     return zccSuccess;
   }
-  /* The cost model, with constants measured for shared memory and TCP. */
-  ZCC_CHECK(zcc_planner_pick_host(comm->nranks, comm->nnodes > 0 ? comm->nnodes : 1, coll,
-                                  bytes, algo));
+  *algo = model;
+  return zccSuccess;
+}
+
+zccResult_t zcc_tuning_pick(const struct zccComm *comm, zcc_coll_t coll, size_t bytes,
+                            zcc_algo_t *algo) {
+  ZCC_CHECK(zcc_tuning_choice(comm->nranks, comm->nnodes, coll, bytes, algo, NULL));
   ZCC_TRACE(TUNING, "%s of %zu bytes on %d ranks: %s", zcc_coll_name(coll), bytes,
             comm->nranks, zcc_algo_name(*algo));
   return zccSuccess;

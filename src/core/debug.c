@@ -174,3 +174,7 @@ zccResult_t zcc_error(zccResult_t res, const char *fmt, ...) {
 const char *zcc_last_error(void) { return last_error; }
 
 void zcc_clear_last_error(void) { last_error[0] = '\0'; }
+
+void zcc_log_tuning_line(void *prefix, const char *line) {
+  ZCC_INFO(TUNING, "%s%s%s", prefix ? (const char *)prefix : "", prefix ? ": " : "", line);
+}

@@ -125,6 +125,9 @@ static zccResult_t comm_ring(struct zccComm *comm) {
     if (len + 16 >= sizeof(buf)) snprintf(buf + len, sizeof(buf) - len, " ...");
     ZCC_INFO(TUNING, "comm %s rank %d: host ring %s (%d host crossing(s), %d host(s))",
              comm->name, comm->rank, buf, crossings, comm->nnodes);
+    char who[96];
+    snprintf(who, sizeof(who), "comm %s rank %d", comm->name, comm->rank);
+    ZCC_CHECK(zcc_planner_decisions(0, n, comm->nnodes, zcc_log_tuning_line, who));
   }
   return zccSuccess;
 }

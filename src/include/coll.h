@@ -41,6 +41,13 @@ const char *zcc_algo_name(zcc_algo_t algo);
  */
 zccResult_t zcc_tuning_pick(const struct zccComm *comm, zcc_coll_t coll,
                             size_t bytes, zcc_algo_t *algo);
+/*
+ * What zcc_tuning_pick decides for `nranks` ranks on `nnodes` hosts, and
+ * each algorithm's predicted us in times[ZCC_ALGO_COUNT] (or NULL; 0 where
+ * there is no model): the one choice of host communicators.
+ */
+zccResult_t zcc_tuning_choice(int nranks, int nnodes, zcc_coll_t coll, size_t bytes,
+                              zcc_algo_t *algo, double *times);
 
 typedef enum {
   ZCC_ITEM_XFERS = 0,

@@ -68,6 +68,8 @@ static inline int zcc_log_enabled(zcc_log_level_t level, uint32_t subsys) {
 zccResult_t zcc_error(zccResult_t res, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 const char *zcc_last_error(void);
+/* One line of a decision table at INFO TUNING; prefix: a const char * or NULL. */
+void zcc_log_tuning_line(void *prefix, const char *line);
 void zcc_clear_last_error(void);
 
 #endif /* ZCC_DEBUG_H_ */

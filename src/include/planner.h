@@ -152,11 +152,27 @@ void zcc_planner_log_table(const zcc_planner_t *p);
  */
 int zcc_planner_host_ring(int nranks, const uint64_t *rank_host, int *order);
 
+/*
+ * What a communicator runs: one line per collective and size (8 B to 8 GiB,
+ * x8), the algorithm the communicator's own choice functions pick
+ * (zcc_planner_pick_host; zcc_planner_pick_gpu for unregistered buffers and
+ * zcc_planner_pick_gpu_coll) and every candidate's predicted time, within
+ * ZCC_ALGO / ZCC_PROTO. Communicators log it at creation (INFO TUNING) and
+ * zcc_topo prints it: the same lines from the same functions. emit gets
+ * each line without a newline; zccInvalidArgument (as the pick functions
+ * say) for an override that cannot run.
+ */
+zccResult_t zcc_planner_decisions(int gpu, int nranks, int nnodes,
+                                  void (*emit)(void *ctx, const char *line), void *ctx);
+
 /* ZCC_ALGO as set (NULL: unset). */
 const char *zcc_planner_algo_override(void);
 
 zccResult_t zcc_planner_pick_host(int nranks, int nnodes, zcc_coll_t coll,
                                   size_t bytes, zcc_algo_t *algo);
+/* The same, with each algorithm's predicted us in times[ZCC_ALGO_COUNT] (or NULL). */
+zccResult_t zcc_planner_host_model(int nranks, int nnodes, zcc_coll_t coll, size_t bytes,
+                                   zcc_algo_t *algo, double *times);
 
 /*
  * GPU communicators (every rank on one host, all-pairs NVLink or P2P):

@@ -39,6 +39,7 @@
 #include "cudawrap.h"
 #include "gpu.h"
 #include "param.h"
+#include "planner.h"
 
 ZCC_PARAM_INT(gpu_buffsize, "GPU_BUFFSIZE", 64 << 20,
               "bytes of each GPU rank's staging buffer (unregistered buffers are "
@@ -459,6 +460,14 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
   if (pthread_create(&g->watchdog_thread, NULL, watchdog_main, comm) != 0)
     return zcc_error(zccSystemError, "init: cannot start the GPU watchdog thread");
   g->watchdog_started = 1;
+  if (zcc_log_enabled(ZCC_LOG_INFO, ZCC_TUNING)) {
+    char who[96];
+    snprintf(who, sizeof(who), "comm %s rank %d", comm->name, me);
+    ZCC_INFO(TUNING, "%s: connectors: %d channel(s), each a ring in rank order and a chain as "
+             "its tree (rooted at rank 0 on even channels, at rank %d on odd ones)",
+             who, g->conns->nchannels, n - 1);
+    ZCC_CHECK(zcc_planner_decisions(1, n, 1, zcc_log_tuning_line, who));
+  }
   ZCC_INFO(INIT,
            "comm %s rank %d: GPU %d (%s), window %zu MiB, staging %zu MiB, %d channel(s) of "
            "%d x %zu KiB connector slots, %d rank(s) per GPU at most, grids capped at %d "

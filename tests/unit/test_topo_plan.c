@@ -378,6 +378,79 @@ static void test_scale(void **s) {
   free(text);
 }
 
+/* The decision table's lines, kept for the checks. */
+typedef struct {
+  char lines[128][256];
+  int n;
+} table_t;
+static void keep_line(void *ctx, const char *line) {
+  table_t *t = ctx;
+  if (t->n < 128) snprintf(t->lines[t->n++], sizeof(t->lines[0]), "%s", line);
+}
+
+/*
+ * Today's GPU choices on the 2x H200 machine they were measured on, pinned at
+ * every size from 8 B to 8 GiB: LL to 64 KiB, then push for unregistered
+ * buffers and one-shot for registered ones (docs/perf/h200x2.md). A change
+ * of the model that moves any of them fails here, on purpose.
+ */
+static void test_h200_pinned(void **state) {
+  (void)state;
+  zcc_topo_t *g = load_fixture("h200-nv18-vm.json");
+  int nodes[8], n = 0;
+  for (int i = 0; i < g->nnodes && n < 8; i++)
+    if (g->nodes[i].kind == ZCC_TOPO_GPU) nodes[n++] = i;
+  assert_int_equal(n, 2);
+  zcc_planner_t *p;
+  assert_int_equal(zcc_planner_build(g, n, nodes, &p), zccSuccess);
+  for (size_t b = 8; b <= ((size_t)8 << 30); b *= 2)
+    for (int staged = 0; staged <= 1; staged++) {
+      zcc_gpu_algo_t a;
+      assert_int_equal(zcc_planner_pick_gpu(p->nranks, b, staged, &a), zccSuccess);
+      zcc_gpu_algo_t want = b <= 65536 ? ZCC_GPU_LL : staged ? ZCC_GPU_PUSH : ZCC_GPU_ONESHOT;
+      if (a != want)
+        fail_msg("h200 %zu bytes %s: %s, pinned %s", b, staged ? "staged" : "registered",
+                 zcc_gpu_algo_name(a), zcc_gpu_algo_name(want));
+    }
+  /* The table a communicator logs (and zcc_topo prints) says the same. */
+  table_t t = {.n = 0};
+  assert_int_equal(zcc_planner_decisions(1, p->nranks, p->nnodes, keep_line, &t), zccSuccess);
+  int rows = 0;
+  for (int i = 1; i < t.n; i++) {
+    char coll[32], pick[32];
+    size_t bytes;
+    assert_int_equal(sscanf(t.lines[i], "%31s %zu %31s", coll, &bytes, pick), 3);
+    if (strcmp(coll, "allreduce") != 0) continue;
+    rows++;
+    assert_string_equal(pick, bytes <= 65536 ? "ll" : "push");
+  }
+  assert_int_equal(rows, 11); /* 8 B .. 8 GiB, x8 */
+  zcc_planner_free(p);
+  zcc_topo_free(g);
+}
+
+/* The host table: the choice zcc_tuning_pick makes, with both predictions. */
+static void test_host_decisions(void **state) {
+  (void)state;
+  table_t t = {.n = 0};
+  assert_int_equal(zcc_planner_decisions(0, 4, 2, keep_line, &t), zccSuccess);
+  assert_int_equal(t.n, 1 + 6 * 11);
+  for (int i = 1; i < t.n; i++) {
+    char coll[32], pick[32];
+    size_t bytes;
+    double td = -1, tr = -1;
+    assert_int_equal(sscanf(t.lines[i], "%31s %zu %31s direct %lf ring %lf", coll, &bytes, pick,
+                            &td, &tr) >= 3, 1);
+    zcc_coll_t c = ZCC_COLL_COUNT;
+    for (int k = 0; k < ZCC_COLL_COUNT; k++)
+      if (strcmp(coll, zcc_coll_name(k)) == 0) c = k;
+    assert_true(c < ZCC_COLL_COUNT);
+    zcc_algo_t a;
+    assert_int_equal(zcc_tuning_choice(4, 2, c, bytes, &a, NULL), zccSuccess);
+    assert_string_equal(pick, zcc_algo_name(a));
+  }
+}
+
 /* Host rings keep each host's ranks together, whatever the rank order. */
 static void test_host_ring(void **state) {
   (void)state;
@@ -414,6 +487,7 @@ int main(void) {
       cmocka_unit_test(test_model_latency_vs_bandwidth), cmocka_unit_test(test_overrides),
       cmocka_unit_test(test_host_pick),       cmocka_unit_test(test_tuning_table_logged),
       cmocka_unit_test(test_scale),           cmocka_unit_test(test_host_ring),
+      cmocka_unit_test(test_h200_pinned),     cmocka_unit_test(test_host_decisions),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   unlink(log);
