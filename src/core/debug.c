@@ -174,3 +174,7 @@ zccResult_t zcc_error(zccResult_t res, const char *fmt, ...) {
 const char *zcc_last_error(void) { return last_error; }
 
 void zcc_clear_last_error(void) { last_error[0] = '\0'; }
+
+void zcc_restore_last_error(const char *msg) {
+  snprintf(last_error, sizeof(last_error), "%s", msg);
+}

@@ -16,6 +16,7 @@
 #include "debug.h"
 #include "param.h"
 #include "topo.h"
+#include "trace.h"
 #include "transport.h"
 
 ZCC_PARAM_STR(device, "DEVICE", "auto",
@@ -144,6 +145,7 @@ zccResult_t zcc_comm_init(struct zccComm **out, int nranks, const zccUniqueId *i
 #endif
   ZCC_CHECK_GOTO(zcc_transport_connect_all(comm), res, fail);
   ZCC_CHECK_GOTO(comm_topology(comm), res, fail);
+  zcc_trace_comm_init(comm);
 #ifdef ZCC_HAVE_CUDA
   if (comm->device >= 0) ZCC_CHECK_GOTO(zcc_gpu_comm_setup(comm), res, fail);
 #endif

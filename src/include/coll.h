@@ -8,6 +8,7 @@
 #define ZCC_COLL_H_
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "comm.h"
 #include "transport.h"
@@ -72,6 +73,8 @@ typedef struct zcc_plan {
   size_t tmp_cap;
   int cur;   /* executor's position */
   int open_batch; /* builder: an XFERS item is open */
+  uint64_t trace_id; /* its flight recorder record (trace.h); 0: none */
+  int trace_started;
   struct zcc_plan *next;
 } zcc_plan_t;
 

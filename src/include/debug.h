@@ -69,5 +69,7 @@ zccResult_t zcc_error(zccResult_t res, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 const char *zcc_last_error(void);
 void zcc_clear_last_error(void);
+/* Put back a message saved from zcc_last_error() (after calls that may replace it). */
+void zcc_restore_last_error(const char *msg);
 
 #endif /* ZCC_DEBUG_H_ */
