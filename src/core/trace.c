@@ -595,6 +595,9 @@ static void warn_summary(struct zccComm *comm, zccResult_t res) {
       if (r.state == ZCC_OP_STARTED && r.wait_peer >= 0)
         snprintf(extra, sizeof(extra), " for %.1f s, waiting on rank %d",
                  (double)(now - r.t_start_ns) / 1e9, r.wait_peer);
+      else if (r.state == ZCC_OP_FAILED && r.wait_peer >= 0 && r.t_start_ns)
+        snprintf(extra, sizeof(extra), " after %.1f s, waiting on rank %d",
+                 (double)(r.t_end_ns - r.t_start_ns) / 1e9, r.wait_peer);
       else if (r.state == ZCC_OP_DONE && r.t_end_ns)
         snprintf(extra, sizeof(extra), " %.1f s ago", (double)(now - r.t_end_ns) / 1e9);
       int n = snprintf(line + o, sizeof(line) - o, "%s#%" PRIu64 " %s %s %s%s",

@@ -3,7 +3,7 @@
 
   test_trace.py CASE --driver build/tests/trace/test_trace --tool build/tools/zcc_trace
 
-CASE: straggler, mismatch, schema, heatmap, unwritable, corrupt, markers.
+CASE: straggler, summary, mismatch, schema, heatmap, unwritable, corrupt, markers.
 Each prints what it checked and exits 1 on the first failure.
 """
 import argparse
@@ -178,6 +178,19 @@ def case_straggler(args, d):
           "report from the traces alone names rank 3 and op #49")
 
 
+def case_summary(args, d):
+    rc, out, err = run([args.driver, "summary", d], env={"ZCC_DEBUG": "WARN"})
+    print(out)
+    lines = [l for l in err.splitlines() if "last operations:" in l]
+    print("\n".join(lines))
+    check(rc == 0, "test_trace summary exits 0 (got %d)" % rc)
+    check(len(lines) >= 3, "ranks 0-2 log the last operations at WARN (%d lines)" % len(lines))
+    r0 = [l for l in lines if "rank 0 (" in l]
+    check(r0 and "#49 allreduce 4 KiB done" in r0[0] and "#50 allreduce 4 KiB failed after" in r0[0]
+          and "waiting on rank 3" in r0[0] and "ZCC_FLIGHT_RECORDER_FILE" in r0[0],
+          "rank 0's summary: #49 done, #50 failed waiting on rank 3")
+
+
 def case_mismatch(args, d):
     driver(args, "mismatch", d)
     rc, out, err = tool(args, "report", *[os.path.join(d, "fr.%d.json" % r) for r in range(4)])
@@ -333,7 +346,8 @@ def case_markers(args, d):
     check(rc == 0 and "rank 0" in out, "heatmap reads the Python markers")
 
 
-CASES = {"schema": case_schema, "straggler": case_straggler, "mismatch": case_mismatch,
+CASES = {"schema": case_schema, "straggler": case_straggler, "summary": case_summary,
+         "mismatch": case_mismatch,
          "heatmap": case_heatmap, "unwritable": case_unwritable, "corrupt": case_corrupt,
          "markers": case_markers}
 
