@@ -329,7 +329,8 @@ uint64_t zcc_trace_enqueue(struct zccComm *comm, int coll, size_t count, size_t 
                            int type, int op, int root, int algo) {
   zcc_trace_t *t = comm->trace;
   if (!t) return 0;
-  uint64_t id = ++t->next;
+  /* Only the issuing thread writes; dumps in other threads read it. */
+  uint64_t id = __atomic_add_fetch(&t->next, 1, __ATOMIC_RELAXED);
   zcc_op_rec_t *r = slot(t, id);
   /* Readers skip a record whose id is 0 or changes while they read it. */
   __atomic_store_n(&r->id, 0, __ATOMIC_RELEASE);
@@ -584,7 +585,7 @@ static void warn_summary(struct zccComm *comm, zccResult_t res) {
   line[0] = '\0';
   int64_t now = zcc_now_ns();
   if (t && t->ring) {
-    uint64_t last = t->next;
+    uint64_t last = __atomic_load_n(&t->next, __ATOMIC_RELAXED);
     uint64_t first = last > SUMMARY_OPS ? last - SUMMARY_OPS + 1 : 1;
     if (last > t->cap && first < last - t->cap + 1) first = last - t->cap + 1;
     zcc_op_rec_t r;

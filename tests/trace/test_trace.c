@@ -214,6 +214,25 @@ static void run_mismatch(void) {
 
 /* ---- mix ---- */
 
+typedef struct {
+  zccComm_t comm;
+  atomic_int stop;
+  int dumps, failures;
+} dumper_t;
+
+/* zccCommDump from another thread while the rank's own thread runs operations. */
+static void *dumper_thread(void *p) {
+  dumper_t *d = p;
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/concurrent.%%r.json", dir);
+  while (!atomic_load(&d->stop)) {
+    if (zccCommDump(d->comm, path) != zccSuccess) d->failures++;
+    d->dumps++;
+    zt_sleep(0.001);
+  }
+  return NULL;
+}
+
 static int mix_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
   (void)arg;
   set_paths(1);
@@ -223,6 +242,10 @@ static int mix_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
   size_t n = 16384;
   float *a = calloc(n * (size_t)nranks, sizeof(float));
   float *b = calloc(n * (size_t)nranks, sizeof(float));
+  dumper_t dumper = {.comm = comm, .dumps = 0, .failures = 0};
+  atomic_init(&dumper.stop, 0);
+  pthread_t dumper_tid;
+  pthread_create(&dumper_tid, NULL, dumper_thread, &dumper);
   for (int step = 0; step < 3; step++) {
     char name[32];
     snprintf(name, sizeof(name), "step %d", step);
@@ -243,6 +266,11 @@ static int mix_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
     ZT_EXPECT_RC(zccSuccess, zccGroupEnd());
     ZT_EXPECT_RC(zccSuccess, zccTraceMark("step", name, 0));
   }
+  atomic_store(&dumper.stop, 1);
+  pthread_join(dumper_tid, NULL);
+  ZT_CHECK(dumper.dumps > 0 && dumper.failures == 0,
+           "zccCommDump from a second thread: %d of %d calls failed", dumper.failures,
+           dumper.dumps);
   /* Argument checks of the new entry points. */
   ZT_EXPECT_RC(zccInvalidArgument, zccCommDump(NULL, "/tmp/x"));
   ZT_EXPECT_RC(zccInvalidArgument, zccTraceMark(NULL, "x", 1));

@@ -149,6 +149,13 @@ def case_schema(args, d):
             typed(o, DUMP_OP, "fr.%d.json ops[%d]" % (r, i))
         check(len(dump["ops"]) == 21 and all(o["state"] == "done" for o in dump["ops"]),
               "rank %d: zccCommDump holds all 21 ops, done" % r)
+        with open(os.path.join(d, "concurrent.%d.json" % r)) as f:
+            conc = json.load(f)
+        for i, o in enumerate(conc["ops"]):
+            typed(o, DUMP_OP, "concurrent.%d.json ops[%d]" % (r, i))
+        check(all(o["state"] in ("enqueued", "started", "done") for o in conc["ops"]),
+              "rank %d: the last dump taken by a second thread during the run is complete"
+              % r)
     check(colls == {"allreduce", "broadcast", "reduce", "allgather", "reducescatter",
                     "alltoall", "sendrecv"}, "every collective is traced: %s" % sorted(colls))
     rc, out, err = tool(args, "stats", *[os.path.join(d, "trace.%d.json" % r) for r in range(2)])
