@@ -69,6 +69,9 @@ static double wall_us(int64_t mono_ns) {
   return mono_ns ? (double)(mono_ns + realtime_offset_ns) / 1000.0 : 0.0;
 }
 
+/* Monotonic ns to wall-clock ns (0 stays 0: not yet). */
+static int64_t wall_ns(int64_t mono_ns) { return mono_ns ? mono_ns + realtime_offset_ns : 0; }
+
 const char *zcc_op_state_name(int state) {
   static const char *names[] = {"empty", "enqueued", "started", "done", "failed"};
   return state >= 0 && state <= ZCC_OP_FAILED ? names[state] : "invalid";
@@ -130,6 +133,7 @@ struct zcc_trace_file {
   FILE *f;
   int refs;
   int nevents;
+  int pid; /* of the process that opened it */
   char *buf;
 };
 
@@ -184,6 +188,7 @@ static zcc_trace_file_t *file_open(const char *path) {
   snprintf(tf->path, sizeof(tf->path), "%s", path);
   tf->f = f;
   tf->refs = 1;
+  tf->pid = (int)getpid();
   tf->buf = malloc(1 << 20);
   if (tf->buf) setvbuf(f, tf->buf, _IOFBF, 1 << 20);
   fprintf(f, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"zcc_trace\":1,\"host\":\"%s\","
@@ -261,6 +266,8 @@ static void signal_init(void) {
 
 /* ---- communicator life ---- */
 
+static void make_prefix(struct zccComm *comm, zcc_trace_t *t);
+
 static void trace_metadata(struct zccComm *comm, zcc_trace_file_t *tf) {
   char name[160];
   json_escape(comm->name, name, sizeof(name));
@@ -297,7 +304,10 @@ void zcc_trace_comm_init(struct zccComm *comm) {
     expand_path(tpath, comm->rank, path, sizeof(path));
     t->peer_wait = calloc((size_t)comm->nranks, sizeof(int64_t));
     if (t->peer_wait) t->file = file_open(path);
-    if (t->file) trace_metadata(comm, t->file);
+    if (t->file) {
+      make_prefix(comm, t);
+      trace_metadata(comm, t->file);
+    }
   }
   comm->trace = t;
 }
@@ -408,40 +418,144 @@ void zcc_trace_wait(zcc_plan_t *p, int peer, int64_t ns) {
   }
 }
 
+/*
+ * Events are formatted by hand into a stack buffer: with fprintf the ~25
+ * conversions of an event cost several microseconds, over the budget of
+ * one per operation.
+ */
+static char *put_s(char *p, const char *s) {
+  size_t n = strlen(s);
+  memcpy(p, s, n);
+  return p + n;
+}
+/* A string literal: its length is known at compile time. */
+#define PUT_LIT(p, lit) (memcpy((p), (lit), sizeof(lit) - 1), (p) + sizeof(lit) - 1)
+
+static const char digits2[] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
+static char *put_u(char *p, uint64_t v) {
+  char tmp[24];
+  int i = 24;
+  while (v >= 100) {
+    unsigned d = (unsigned)(v % 100);
+    v /= 100;
+    tmp[--i] = digits2[2 * d + 1];
+    tmp[--i] = digits2[2 * d];
+  }
+  if (v >= 10) {
+    tmp[--i] = digits2[2 * v + 1];
+    tmp[--i] = digits2[2 * v];
+  } else {
+    tmp[--i] = (char)('0' + v);
+  }
+  memcpy(p, tmp + i, (size_t)(24 - i));
+  return p + (24 - i);
+}
+
+static char *put_i(char *p, int64_t v) {
+  if (v < 0) {
+    *p++ = '-';
+    return put_u(p, (uint64_t)(-(v + 1)) + 1);
+  }
+  return put_u(p, (uint64_t)v);
+}
+
+/* ns as microseconds with 3 decimals. */
+static char *put_us(char *p, int64_t ns) {
+  if (ns < 0) {
+    *p++ = '-';
+    ns = ns == INT64_MIN ? INT64_MAX : -ns;
+  }
+  p = put_u(p, (uint64_t)ns / 1000);
+  unsigned f = (unsigned)((uint64_t)ns % 1000);
+  p[0] = '.';
+  p[1] = (char)('0' + f / 100);
+  p[2] = digits2[2 * (f % 100)];
+  p[3] = digits2[2 * (f % 100) + 1];
+  return p + 4;
+}
+
+/* The part of every event's args that is the same for the communicator. */
+static void make_prefix(struct zccComm *comm, zcc_trace_t *t) {
+  char name[160];
+  json_escape(comm->name, name, sizeof(name));
+  snprintf(t->prefix, sizeof(t->prefix),
+           "\"comm\":\"%s\",\"hash\":\"0x%016" PRIx64 "\",\"rank\":%d,\"nranks\":%d,", name,
+           comm->hash, comm->rank, comm->nranks);
+}
+
+#define EVENT_MAX 8192
+
 /* One complete event for a finished record. */
 static void trace_event(struct zccComm *comm, const zcc_op_rec_t *r) {
   zcc_trace_t *t = comm->trace;
-  char name[160], tps[32], waits[512];
-  json_escape(comm->name, name, sizeof(name));
+  char ev[EVENT_MAX], tps[32];
   transports_text(r->transports, tps, sizeof(tps));
-  size_t o = 0;
-  waits[0] = '\0';
-  if (!r->gpu)
-    for (int q = 0; q < comm->nranks && o + 40 < sizeof(waits); q++)
-      if (t->peer_wait[q])
-        o += (size_t)snprintf(waits + o, sizeof(waits) - o, "%s\"%d\":%.3f", o ? "," : "", q,
-                              (double)t->peer_wait[q] / 1000.0);
   int64_t start = r->t_start_ns ? r->t_start_ns : r->t_enqueue_ns;
   int64_t end = r->t_end_ns ? r->t_end_ns : start;
   int p2p = r->coll == ZCC_COLL_SENDRECV;
+  const char *coll = zcc_coll_name((zcc_coll_t)r->coll);
+  char *p = ev;
+  p = PUT_LIT(p, "{\"name\":\"");
+  p = put_s(p, coll);
+  p = PUT_LIT(p, "\",\"cat\":\"zcc\",\"ph\":\"X\",\"pid\":");
+  p = put_i(p, t->file->pid);
+  p = PUT_LIT(p, ",\"tid\":");
+  p = put_i(p, comm->rank);
+  p = PUT_LIT(p, ",\"ts\":");
+  p = put_us(p, wall_ns(start));
+  p = PUT_LIT(p, ",\"dur\":");
+  p = put_us(p, end - start);
+  p = PUT_LIT(p, ",\"args\":{");
+  p = put_s(p, t->prefix);
+  p = PUT_LIT(p, "\"seq\":");
+  p = put_u(p, r->seq);
+  p = put_s(p, p2p ? ",\"p2p\":1,\"coll\":\"" : ",\"p2p\":0,\"coll\":\"");
+  p = put_s(p, coll);
+  p = PUT_LIT(p, "\",\"bytes\":");
+  p = put_u(p, r->bytes);
+  p = PUT_LIT(p, ",\"count\":");
+  p = put_u(p, r->count);
+  p = PUT_LIT(p, ",\"dtype\":\"");
+  p = put_s(p, zcc_type_name((zccDataType_t)r->type));
+  p = PUT_LIT(p, "\",\"op\":\"");
+  p = put_s(p, zcc_op_name((zccRedOp_t)r->op));
+  p = put_s(p, p2p ? "\",\"peer\":" : "\",\"root\":");
+  p = put_i(p, r->root);
+  p = PUT_LIT(p, ",\"algo\":\"");
+  p = put_s(p, r->algo >= 0 ? zcc_algo_name((zcc_algo_t)r->algo) : "gpu");
+  p = PUT_LIT(p, "\",\"transports\":\"");
+  p = put_s(p, tps);
+  p = PUT_LIT(p, "\",\"state\":\"");
+  p = put_s(p, zcc_op_state_name(r->state));
+  p = PUT_LIT(p, "\",\"result\":");
+  p = put_i(p, r->result);
+  p = put_s(p, r->gpu ? ",\"gpu\":1,\"enqueue_us\":" : ",\"gpu\":0,\"enqueue_us\":");
+  p = put_us(p, wall_ns(r->t_enqueue_ns));
+  p = PUT_LIT(p, ",\"wait_us\":");
+  p = put_us(p, r->wait_ns);
+  p = PUT_LIT(p, ",\"wait_peer\":");
+  p = put_i(p, r->wait_peer);
+  p = PUT_LIT(p, ",\"peer_wait_us\":{");
+  int first = 1;
+  if (!r->gpu)
+    for (int q = 0; q < comm->nranks && p - ev < EVENT_MAX - 128; q++)
+      if (t->peer_wait[q]) {
+        if (!first) *p++ = ',';
+        first = 0;
+        *p++ = '"';
+        p = put_i(p, q);
+        p = PUT_LIT(p, "\":");
+        p = put_us(p, t->peer_wait[q]);
+      }
+  p = PUT_LIT(p, "}}}");
   pthread_mutex_lock(&files_lock);
   if (t->file->f) {
     file_sep(t->file);
-    fprintf(t->file->f,
-            "{\"name\":\"%s\",\"cat\":\"zcc\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
-            "\"dur\":%.3f,\"args\":{\"comm\":\"%s\",\"hash\":\"0x%016" PRIx64 "\",\"rank\":%d,"
-            "\"nranks\":%d,\"seq\":%" PRIu64 ",\"p2p\":%d,\"coll\":\"%s\",\"bytes\":%" PRIu64
-            ",\"count\":%" PRIu64 ",\"dtype\":\"%s\",\"op\":\"%s\",\"%s\":%d,\"algo\":\"%s\","
-            "\"transports\":\"%s\",\"state\":\"%s\",\"result\":%d,\"gpu\":%d,"
-            "\"enqueue_us\":%.3f,\"wait_us\":%.3f,\"wait_peer\":%d,\"peer_wait_us\":{%s}}}",
-            zcc_coll_name((zcc_coll_t)r->coll), (int)getpid(), comm->rank, wall_us(start),
-            (double)(end - start) / 1000.0, name, comm->hash, comm->rank, comm->nranks, r->seq,
-            p2p, zcc_coll_name((zcc_coll_t)r->coll), r->bytes, r->count,
-            zcc_type_name((zccDataType_t)r->type), zcc_op_name((zccRedOp_t)r->op),
-            p2p ? "peer" : "root", r->root,
-            r->algo >= 0 ? zcc_algo_name((zcc_algo_t)r->algo) : "gpu", tps,
-            zcc_op_state_name(r->state), r->result, r->gpu, wall_us(r->t_enqueue_ns),
-            (double)r->wait_ns / 1000.0, r->wait_peer, waits);
+    fwrite(ev, 1, (size_t)(p - ev), t->file->f);
   }
   pthread_mutex_unlock(&files_lock);
 }

@@ -67,6 +67,7 @@ typedef struct zcc_trace {
   zcc_op_rec_t one;       /* the record when the ring is off */
   int64_t *peer_wait;     /* [nranks]: the running op's wait per peer (trace only) */
   atomic_int dumped;      /* an automatic dump was written */
+  char prefix[256];       /* the comm's part of every trace event's args */
 } zcc_trace_t;
 
 /* Make comm->trace after the transports connect (never fails the comm). */
