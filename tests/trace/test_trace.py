@@ -329,20 +329,30 @@ def case_markers(args, d):
     script = os.path.join(d, "markers.py")
     with open(script, "w") as f:
         f.write(
-            "import ctypes, time\n"
+            "import sys, time, ctypes\n"
+            "import zcc\n"
             "from zcc import _lib, trace\n"
-            "comm = ctypes.c_void_p()\n"
-            "_lib.check(_lib.zccCommInitAll(ctypes.byref(comm), 1, None), 'init')\n"
+            "h = ctypes.c_void_p()\n"
+            "_lib.check(_lib.zccCommInitAll(ctypes.byref(h), 1, None), 'init')\n"
+            "# Communicator needs torch to be constructed; its dump() does not\n"
+            "comm = zcc.Communicator.__new__(zcc.Communicator)\n"
+            "comm._h = h.value\n"
             "buf = (ctypes.c_float * 256)()\n"
             "for i in range(2):\n"
             "    with trace.step():\n"
             "        with trace.compute('fwd'):\n"
             "            time.sleep(0.004)\n"
-            "        _lib.check(_lib.zccAllReduce(buf, buf, 256, 7, 0, comm, None), 'ar')\n"
-            "_lib.check(_lib.zccCommDestroy(comm), 'destroy')\n")
-    rc, out, err = run([sys.executable, script], env=env)
+            "        _lib.check(_lib.zccAllReduce(buf, buf, 256, 7, 0, comm.handle, None), 'ar')\n"
+            "comm.dump(sys.argv[1])\n"
+            "_lib.check(_lib.zccCommDestroy(h), 'destroy')\n")
+    dump = os.path.join(d, "py-fr.%r.json")
+    rc, out, err = run([sys.executable, script, dump], env=env)
     print(out + err)
     check(rc == 0, "a Python program with zcc.trace.step()/compute() runs")
+    with open(os.path.join(d, "py-fr.0.json")) as f:
+        fr = json.load(f)
+    check(len(fr["ops"]) == 2 and fr["reason"] == "zccCommDump",
+          "Communicator.dump wrote the flight recorder (2 ops)")
     path = os.path.join(d, "py.0.json")
     doc, nx = validate_chrome_trace(path)
     names = [(e["cat"], e["ph"]) for e in doc["traceEvents"] if e.get("cat") in ("step", "compute")]
