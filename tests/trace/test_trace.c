@@ -14,6 +14,8 @@
  *   mismatch DIR    4 ranks, 9 allreduces, then rank 2 calls broadcast where
  *                   the others call allreduce (op #10); every rank then
  *                   calls zccCommDump(comm, "DIR/fr.%r.json").
+ *   p2p DIR         2 ranks: rank 0 receives from rank 1, which never sends;
+ *                   rank 0 times out and its dump has the failed receive.
  *   mix DIR         2 ranks: every collective, a grouped send/recv, step and
  *                   compute markers; ZCC_TRACE_FILE=DIR/trace.%r.json, and
  *                   zccCommDump's argument checks.
@@ -212,6 +214,39 @@ static void run_mismatch(void) {
   zt_wait_all(&g, 60, "mismatch");
 }
 
+/* ---- p2p ---- */
+
+static int p2p_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
+  (void)arg;
+  set_paths(0);
+  zt_set_tag("[p2p rank %d]", rank);
+  zccComm_t comm;
+  if (init(&comm, rank, nranks, id)) return 1;
+  float *buf = calloc(NFLOAT, sizeof(float));
+  ZT_EXPECT_RC(zccSuccess, zccAllReduce(buf, buf, NFLOAT, zccFloat, zccSum, comm, NULL));
+  if (rank == 0) {
+    zccResult_t rc = zccRecv(buf, NFLOAT, zccFloat, 1, comm, NULL);
+    ZT_CHECK(rc == zccTimeout, "recv from a rank that never sends: expected zccTimeout, got %s",
+             zt_rc_name(rc));
+    atomic_store(&sh->release, 1);
+  } else {
+    double t0 = zt_now();
+    while (!atomic_load(&sh->release) && zt_now() - t0 < 30) zt_sleep(0.01);
+  }
+  zccCommDestroy(comm);
+  free(buf);
+  return 0;
+}
+
+static void run_p2p(void) {
+  zt_group_t g;
+  zccUniqueId id;
+  if (zt_spawn(&g, 2, p2p_rank, NULL) != 0) return;
+  if (zt_expect_rc(zccSuccess, zccGetUniqueId(&id), "zccGetUniqueId", __FILE__, __LINE__))
+    zt_release(&g, &id);
+  zt_wait_all(&g, 60, "p2p");
+}
+
 /* ---- mix ---- */
 
 typedef struct {
@@ -337,7 +372,7 @@ static void run_unwritable(void) {
 int main(int argc, char **argv) {
   zt_setup("test_trace");
   if (argc < 2 || (strcmp(argv[1], "unwritable") != 0 && argc < 3)) {
-    fprintf(stderr, "usage: test_trace straggler|summary|mismatch|mix DIR | unwritable\n");
+    fprintf(stderr, "usage: test_trace straggler|summary|mismatch|p2p|mix DIR | unwritable\n");
     return 2;
   }
   dir = argc > 2 ? argv[2] : ".";
@@ -346,6 +381,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(argv[1], "summary")) run_straggler(1);
   else if (!strcmp(argv[1], "mismatch")) run_mismatch();
   else if (!strcmp(argv[1], "mix")) run_mix();
+  else if (!strcmp(argv[1], "p2p")) run_p2p();
   else if (!strcmp(argv[1], "unwritable")) run_unwritable();
   else {
     fprintf(stderr, "test_trace: unknown mode %s\n", argv[1]);

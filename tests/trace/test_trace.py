@@ -3,7 +3,7 @@
 
   test_trace.py CASE --driver build/tests/trace/test_trace --tool build/tools/zcc_trace
 
-CASE: straggler, summary, mismatch, schema, heatmap, unwritable, corrupt, markers.
+CASE: straggler, summary, mismatch, p2p, schema, heatmap, unwritable, corrupt, markers.
 Each prints what it checked and exits 1 on the first failure.
 """
 import argparse
@@ -208,6 +208,15 @@ def case_mismatch(args, d):
           "report names rank 2's broadcast against the others' allreduce at op #10")
 
 
+def case_p2p(args, d):
+    driver(args, "p2p", d)
+    rc, out, err = tool(args, "report", os.path.join(d, "fr.0.json"))
+    print(out + err)
+    check(rc == 1 and "rank 0 is in send/recv #1 (4 KiB with rank 1) (failed)" in out
+          and "waiting on rank 1" in out,
+          "report: rank 0 is stuck in a receive from rank 1")
+
+
 def synthetic_trace(path, rank, steps):
     """steps: [(t0, [(compute s, e)], [(comm s, e)], t1)] in us."""
     ev = [{"name": "thread_name", "ph": "M", "pid": 100 + rank, "tid": rank,
@@ -364,7 +373,7 @@ def case_markers(args, d):
 
 
 CASES = {"schema": case_schema, "straggler": case_straggler, "summary": case_summary,
-         "mismatch": case_mismatch,
+         "mismatch": case_mismatch, "p2p": case_p2p,
          "heatmap": case_heatmap, "unwritable": case_unwritable, "corrupt": case_corrupt,
          "markers": case_markers}
 
