@@ -386,9 +386,14 @@ void zcc_trace_start(zcc_plan_t *p) {
     }
   }
   if (p->coll == ZCC_COLL_SENDRECV) {
+    /* A group's sends and receives on this comm are one record: their peer
+       (-1: several) and their bytes, both directions. */
     ST(r->root, peer == -2 ? -1 : peer);
-    ST(r->bytes, bytes);
-    ST(r->count, bytes);
+    if (p->nxfers > 1) {
+      ST(r->bytes, bytes);
+      ST(r->count, bytes);
+      ST(r->type, (int32_t)zccUint8);
+    }
   }
   ST(r->transports, mask);
   ST(r->algo, (int32_t)p->algo);
