@@ -61,11 +61,16 @@ static int waited_peer(const zcc_plan_t *p) {
   return send_peer;
 }
 
-/* Recorded plans: time spent with nothing to move, charged to the peer waited on. */
-static void note_idle(chain_state_t *c, int moved) {
+/*
+ * Recorded plans: time spent with nothing to move, charged to the peer
+ * waited on. Returns the time it read (0: none).
+ */
+static int64_t note_idle(chain_state_t *c, int moved) {
+  int64_t now = 0;
   if (moved) {
     if (c->idle_ns) {
-      zcc_trace_wait(c->idle_plan, c->idle_peer, zcc_now_ns() - c->idle_ns);
+      now = zcc_now_ns();
+      zcc_trace_wait(c->idle_plan, c->idle_peer, now - c->idle_ns);
       c->idle_ns = 0;
     }
   } else if (!c->idle_ns && c->plan && c->plan->trace_id) {
@@ -74,6 +79,7 @@ static void note_idle(chain_state_t *c, int moved) {
     c->idle_peer = waited_peer(c->plan);
     zcc_trace_waiting_on(c->plan, c->idle_peer);
   }
+  return now;
 }
 
 /* Advance one chain as far as it goes without waiting. *done when finished. */
@@ -82,12 +88,12 @@ static zccResult_t advance(chain_state_t *c, int *moved) {
     zcc_plan_t *p = c->plan;
     if (p->trace_id && !p->trace_started) {
       p->trace_started = 1;
-      zcc_trace_start(p);
+      zcc_trace_start(p, 0);
     }
     if (p->cur == p->nitems) {
       if (p->trace_id) {
-        if (c->idle_ns) note_idle(c, 1); /* the wait that ended in this call */
-        zcc_trace_end(p, zccSuccess);
+        /* The wait that ended in this call, and the end, at one clock read. */
+        zcc_trace_end(p, zccSuccess, c->idle_ns ? note_idle(c, 1) : 0);
       }
       c->plan = p->next;
       continue;
@@ -193,6 +199,10 @@ zccResult_t zcc_exec_chains(zcc_plan_t **chains, int nchains) {
     cs[i].idle_ns = 0;
     cs[i].idle_plan = NULL;
     cs[i].idle_peer = -1;
+    if (chains[i] && chains[i]->trace_id && !chains[i]->trace_started) {
+      chains[i]->trace_started = 1;
+      zcc_trace_start(chains[i], start); /* the clock just read */
+    }
   }
   zccResult_t res = zccSuccess;
   int failed = -1;
@@ -247,7 +257,7 @@ out:
        Its records say so first: setting the error dumps the flight recorder. */
     for (int i = 0; i < nchains; i++) {
       if (cs[i].idle_ns) note_idle(&cs[i], 1);
-      if (cs[i].plan && cs[i].plan->trace_id) zcc_trace_end(cs[i].plan, res);
+      if (cs[i].plan && cs[i].plan->trace_id) zcc_trace_end(cs[i].plan, res, 0);
     }
     for (int i = 0; i < nchains; i++)
       if (cs[i].plan || i == failed) zcc_comm_set_error(cs[i].comm, res);

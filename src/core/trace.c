@@ -25,6 +25,7 @@
 #include "coll.h"
 #include "comm.h"
 #include "debug.h"
+#include "group.h"
 #include "param.h"
 #include "reduce.h"
 #include "transport.h"
@@ -357,7 +358,8 @@ uint64_t zcc_trace_enqueue(struct zccComm *comm, int coll, size_t count, size_t 
   ST(r->gpu, comm->device >= 0);
   ST(r->count, (uint64_t)count);
   ST(r->bytes, (uint64_t)bytes);
-  ST(r->t_enqueue_ns, zcc_now_ns());
+  /* Host calls outside groups start at once: zcc_trace_start fills it. */
+  ST(r->t_enqueue_ns, comm->device >= 0 || zcc_group_active() ? zcc_now_ns() : 0);
   ST(r->t_start_ns, 0);
   ST(r->t_end_ns, 0);
   ST(r->gpu_start_ns, 0);
@@ -368,8 +370,15 @@ uint64_t zcc_trace_enqueue(struct zccComm *comm, int coll, size_t count, size_t 
   return id;
 }
 
-void zcc_trace_start(zcc_plan_t *p) {
-  zcc_op_rec_t *r = zcc_trace_rec(p->comm, p->trace_id);
+/* The plan's record, its slot kept in the plan (no division per lookup). */
+static zcc_op_rec_t *plan_rec(zcc_plan_t *p) {
+  zcc_op_rec_t *r = p->trace_rec;
+  if (!r) return p->trace_rec = zcc_trace_rec(p->comm, p->trace_id);
+  return LD(r->id) == p->trace_id ? r : NULL;
+}
+
+void zcc_trace_start(zcc_plan_t *p, int64_t now) {
+  zcc_op_rec_t *r = plan_rec(p);
   if (!r) return;
   uint32_t mask = 0;
   int peer = -2;
@@ -397,19 +406,21 @@ void zcc_trace_start(zcc_plan_t *p) {
   }
   ST(r->transports, mask);
   ST(r->algo, (int32_t)p->algo);
-  ST(r->t_start_ns, zcc_now_ns());
+  if (!now) now = zcc_now_ns();
+  if (!LD(r->t_enqueue_ns)) ST(r->t_enqueue_ns, now);
+  ST(r->t_start_ns, now);
   ST(r->state, ZCC_OP_STARTED);
   zcc_trace_t *t = p->comm->trace;
   if (t->file) memset(t->peer_wait, 0, (size_t)p->comm->nranks * sizeof(int64_t));
 }
 
 void zcc_trace_waiting_on(zcc_plan_t *p, int peer) {
-  zcc_op_rec_t *r = zcc_trace_rec(p->comm, p->trace_id);
+  zcc_op_rec_t *r = plan_rec(p);
   if (r) ST(r->wait_peer, peer);
 }
 
 void zcc_trace_wait(zcc_plan_t *p, int peer, int64_t ns) {
-  zcc_op_rec_t *r = zcc_trace_rec(p->comm, p->trace_id);
+  zcc_op_rec_t *r = plan_rec(p);
   if (!r) return;
   zcc_trace_t *t = p->comm->trace;
   ST(r->wait_ns, LD(r->wait_ns) + ns);
@@ -565,23 +576,23 @@ static void trace_event(struct zccComm *comm, const zcc_op_rec_t *r) {
   pthread_mutex_unlock(&files_lock);
 }
 
-static void finish(struct zccComm *comm, zcc_op_rec_t *r, zccResult_t res) {
-  ST(r->t_end_ns, zcc_now_ns());
+static void finish(struct zccComm *comm, zcc_op_rec_t *r, zccResult_t res, int64_t now) {
+  ST(r->t_end_ns, now ? now : zcc_now_ns());
   ST(r->result, (int32_t)res);
   ST(r->state, res == zccSuccess ? ZCC_OP_DONE : ZCC_OP_FAILED);
   if (comm->trace->file) trace_event(comm, r);
 }
 
-void zcc_trace_end(zcc_plan_t *p, zccResult_t res) {
-  zcc_op_rec_t *r = zcc_trace_rec(p->comm, p->trace_id);
-  if (r && LD(r->state) < ZCC_OP_DONE) finish(p->comm, r, res);
+void zcc_trace_end(zcc_plan_t *p, zccResult_t res, int64_t now_ns) {
+  zcc_op_rec_t *r = plan_rec(p);
+  if (r && LD(r->state) < ZCC_OP_DONE) finish(p->comm, r, res, now_ns);
 }
 
 void zcc_trace_finish_id(struct zccComm *comm, uint64_t id, zccResult_t res) {
   zcc_op_rec_t *r = zcc_trace_rec(comm, id);
   if (!r) return;
   if (res != zccSuccess) {
-    finish(comm, r, res);
+    finish(comm, r, res, 0);
   } else if (comm->trace->file) {
     trace_event(comm, r); /* GPU: enqueued; the device's times come later */
   }

@@ -74,6 +74,7 @@ typedef struct zcc_plan {
   int cur;   /* executor's position */
   int open_batch; /* builder: an XFERS item is open */
   uint64_t trace_id; /* its flight recorder record (trace.h); 0: none */
+  struct zcc_op_rec *trace_rec; /* that record's slot, found on first use */
   int trace_started;
   struct zcc_plan *next;
 } zcc_plan_t;

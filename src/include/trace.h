@@ -85,11 +85,17 @@ uint64_t zcc_trace_enqueue(struct zccComm *comm, int coll, size_t count, size_t 
 /* The record with this id, or NULL (off, or overwritten since). */
 zcc_op_rec_t *zcc_trace_rec(struct zccComm *comm, uint64_t id);
 
-/* The host executor: the plan starts, waits on `peer` for ns, ends. */
-void zcc_trace_start(struct zcc_plan *plan);
+/*
+ * The host executor: the plan starts (now_ns: the time if the caller has
+ * it, else 0), waits on `peer` for ns, ends. A host call outside a group
+ * runs at once: its enqueue time is taken to be its start time (one clock
+ * read fewer per operation).
+ */
+void zcc_trace_start(struct zcc_plan *plan, int64_t now_ns);
 void zcc_trace_wait(struct zcc_plan *plan, int peer, int64_t ns);
 void zcc_trace_waiting_on(struct zcc_plan *plan, int peer);
-void zcc_trace_end(struct zcc_plan *plan, zccResult_t res);
+/* now_ns: the time it ended if the caller has it, else 0 (read the clock). */
+void zcc_trace_end(struct zcc_plan *plan, zccResult_t res, int64_t now_ns);
 /* A record that ran elsewhere (GPU enqueue): its final state now. */
 void zcc_trace_finish_id(struct zccComm *comm, uint64_t id, zccResult_t res);
 
