@@ -59,10 +59,12 @@ static void clock_init(void) {
   int64_t m0 = zcc_now_ns();
   clock_gettime(CLOCK_REALTIME, &rt);
   int64_t m1 = zcc_now_ns();
-  realtime_offset_ns = (int64_t)rt.tv_sec * 1000000000LL + rt.tv_nsec - (m0 + m1) / 2;
+  realtime_offset_ns =
+      (int64_t)rt.tv_sec * 1000000000LL + rt.tv_nsec - (m0 + m1) / 2;
   gethostname(host_name, sizeof(host_name) - 1);
   char *dot = strchr(host_name, '.');
-  if (dot) *dot = '\0';
+  if (dot)
+    *dot = '\0';
 }
 
 /* Monotonic ns to wall-clock microseconds (comparable across hosts). */
@@ -71,10 +73,13 @@ static double wall_us(int64_t mono_ns) {
 }
 
 /* Monotonic ns to wall-clock ns (0 stays 0: not yet). */
-static int64_t wall_ns(int64_t mono_ns) { return mono_ns ? mono_ns + realtime_offset_ns : 0; }
+static int64_t wall_ns(int64_t mono_ns) {
+  return mono_ns ? mono_ns + realtime_offset_ns : 0;
+}
 
 const char *zcc_op_state_name(int state) {
-  static const char *names[] = {"empty", "enqueued", "started", "done", "failed"};
+  static const char *names[] = {"empty", "enqueued", "started", "done",
+                                "failed"};
   return state >= 0 && state <= ZCC_OP_FAILED ? names[state] : "invalid";
 }
 
@@ -85,7 +90,8 @@ static void transports_text(uint32_t mask, char *out, size_t cap) {
   for (int i = 0; i < 3; i++)
     if (mask & (1u << i)) {
       int n = snprintf(out + o, cap - o, "%s%s", o ? "," : "", names[i]);
-      if (n > 0 && (size_t)n < cap - o) o += (size_t)n;
+      if (n > 0 && (size_t)n < cap - o)
+        o += (size_t)n;
     }
 }
 
@@ -94,13 +100,17 @@ static void expand_path(const char *in, int rank, char *out, size_t cap) {
   size_t o = 0;
   for (const char *p = in; *p && o + 1 < cap; p++) {
     int n = -1;
-    if (p[0] == '%' && p[1] == 'h') n = snprintf(out + o, cap - o, "%s", host_name);
-    else if (p[0] == '%' && p[1] == 'p') n = snprintf(out + o, cap - o, "%d", (int)getpid());
+    if (p[0] == '%' && p[1] == 'h')
+      n = snprintf(out + o, cap - o, "%s", host_name);
+    else if (p[0] == '%' && p[1] == 'p')
+      n = snprintf(out + o, cap - o, "%d", (int)getpid());
     else if (p[0] == '%' && p[1] == 'r')
-      n = rank >= 0 ? snprintf(out + o, cap - o, "%d", rank) : snprintf(out + o, cap - o, "x");
+      n = rank >= 0 ? snprintf(out + o, cap - o, "%d", rank)
+                    : snprintf(out + o, cap - o, "x");
     if (n >= 0) {
       o += (size_t)n;
-      if (o >= cap) o = cap - 1;
+      if (o >= cap)
+        o = cap - 1;
       p++;
     } else {
       out[o++] = *p;
@@ -152,7 +162,8 @@ static void file_write_trailer(zcc_trace_file_t *tf) {
 static void files_at_exit(void) {
   pthread_mutex_lock(&files_lock);
   for (zcc_trace_file_t *tf = files; tf; tf = tf->next)
-    if (tf->f) file_write_trailer(tf);
+    if (tf->f)
+      file_write_trailer(tf);
   pthread_mutex_unlock(&files_lock);
 }
 
@@ -164,7 +175,8 @@ static void file_sep(zcc_trace_file_t *tf) {
 static zcc_trace_file_t *file_open(const char *path) {
   pthread_mutex_lock(&files_lock);
   zcc_trace_file_t *tf = files;
-  while (tf && (strcmp(tf->path, path) != 0 || !tf->f)) tf = tf->next;
+  while (tf && (strcmp(tf->path, path) != 0 || !tf->f))
+    tf = tf->next;
   if (tf) {
     tf->refs++;
     pthread_mutex_unlock(&files_lock);
@@ -175,7 +187,8 @@ static zcc_trace_file_t *file_open(const char *path) {
     int e = errno;
     if (!warned_unwritable) {
       warned_unwritable = 1;
-      ZCC_WARN("ZCC_TRACE_FILE: cannot open %s: %s; tracing is off", path, strerror(e));
+      ZCC_WARN("ZCC_TRACE_FILE: cannot open %s: %s; tracing is off", path,
+               strerror(e));
     }
     pthread_mutex_unlock(&files_lock);
     return NULL;
@@ -191,9 +204,12 @@ static zcc_trace_file_t *file_open(const char *path) {
   tf->refs = 1;
   tf->pid = (int)getpid();
   tf->buf = malloc(1 << 20);
-  if (tf->buf) setvbuf(f, tf->buf, _IOFBF, 1 << 20);
-  fprintf(f, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"zcc_trace\":1,\"host\":\"%s\","
-             "\"pid\":%d,\"clock\":\"realtime_us\"},\"traceEvents\":[",
+  if (tf->buf)
+    setvbuf(f, tf->buf, _IOFBF, 1 << 20);
+  fprintf(f,
+          "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"zcc_trace\":1,\"host\":"
+          "\"%s\","
+          "\"pid\":%d,\"clock\":\"realtime_us\"},\"traceEvents\":[",
           host_name, (int)getpid());
   tf->next = files;
   files = tf;
@@ -210,8 +226,10 @@ static void file_close(zcc_trace_file_t *tf) {
   if (--tf->refs == 0 && tf->f) {
     file_write_trailer(tf);
     zcc_trace_file_t **pp = &files;
-    while (*pp && *pp != tf) pp = &(*pp)->next;
-    if (*pp) *pp = tf->next;
+    while (*pp && *pp != tf)
+      pp = &(*pp)->next;
+    if (*pp)
+      *pp = tf->next;
     free(tf);
   }
   pthread_mutex_unlock(&files_lock);
@@ -243,15 +261,18 @@ static void *signal_thread(void *arg) {
 }
 
 static void signal_init(void) {
-  if (sem_init(&signal_sem, 0, 0) != 0) return;
+  if (sem_init(&signal_sem, 0, 0) != 0)
+    return;
   sigset_t all, old;
   sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old); /* the thread takes no signals itself */
+  pthread_sigmask(SIG_SETMASK, &all,
+                  &old); /* the thread takes no signals itself */
   pthread_t t;
   int rc = pthread_create(&t, NULL, signal_thread, NULL);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (rc != 0) {
-    ZCC_WARN("ZCC_FLIGHT_RECORDER_SIGNAL: cannot start the dump thread: %s", strerror(rc));
+    ZCC_WARN("ZCC_FLIGHT_RECORDER_SIGNAL: cannot start the dump thread: %s",
+             strerror(rc));
     return;
   }
   pthread_detach(t);
@@ -262,7 +283,8 @@ static void signal_init(void) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGUSR1, &sa, NULL);
   ZCC_INFO(INIT, "SIGUSR1 dumps the flight recorder to %s",
-           zcc_param_fr_file() ? zcc_param_fr_file() : "(ZCC_FLIGHT_RECORDER_FILE unset)");
+           zcc_param_fr_file() ? zcc_param_fr_file()
+                               : "(ZCC_FLIGHT_RECORDER_FILE unset)");
 }
 
 /* ---- communicator life ---- */
@@ -278,11 +300,12 @@ static void trace_metadata(struct zccComm *comm, zcc_trace_file_t *tf) {
           "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
           "\"args\":{\"name\":\"%s:%d\"}},\n"
           "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
-          "\"args\":{\"name\":\"comm %s rank %d/%d\",\"comm\":\"%s\",\"hash\":\"0x%016" PRIx64
+          "\"args\":{\"name\":\"comm %s rank "
+          "%d/%d\",\"comm\":\"%s\",\"hash\":\"0x%016" PRIx64
           "\",\"rank\":%d,\"nranks\":%d,\"device\":%d}}",
-          (int)getpid(), comm->rank, host_name, (int)getpid(), (int)getpid(), comm->rank,
-          name, comm->rank, comm->nranks, name, comm->hash, comm->rank, comm->nranks,
-          comm->device);
+          (int)getpid(), comm->rank, host_name, (int)getpid(), (int)getpid(),
+          comm->rank, name, comm->rank, comm->nranks, name, comm->hash,
+          comm->rank, comm->nranks, comm->device);
   pthread_mutex_unlock(&files_lock);
 }
 
@@ -290,21 +313,28 @@ void zcc_trace_comm_init(struct zccComm *comm) {
   pthread_once(&clock_once, clock_init);
   int64_t entries = zcc_param_fr_entries();
   const char *tpath = zcc_param_trace_file();
-  if (entries < 0) entries = 0;
-  if (entries > (1 << 24)) entries = 1 << 24;
-  if (entries == 0 && !(tpath && *tpath)) return;
-  if (zcc_param_fr_signal() == 1) pthread_once(&signal_once, signal_init);
+  if (entries < 0)
+    entries = 0;
+  if (entries > (1 << 24))
+    entries = 1 << 24;
+  if (entries == 0 && !(tpath && *tpath))
+    return;
+  if (zcc_param_fr_signal() == 1)
+    pthread_once(&signal_once, signal_init);
   zcc_trace_t *t = calloc(1, sizeof(*t));
-  if (!t) return;
+  if (!t)
+    return;
   if (entries) {
     t->ring = calloc((size_t)entries, sizeof(zcc_op_rec_t));
-    if (t->ring) t->cap = (uint32_t)entries;
+    if (t->ring)
+      t->cap = (uint32_t)entries;
   }
   if (tpath && *tpath) {
     char path[4096];
     expand_path(tpath, comm->rank, path, sizeof(path));
     t->peer_wait = calloc((size_t)comm->nranks, sizeof(int64_t));
-    if (t->peer_wait) t->file = file_open(path);
+    if (t->peer_wait)
+      t->file = file_open(path);
     if (t->file) {
       make_prefix(comm, t);
       trace_metadata(comm, t->file);
@@ -315,9 +345,11 @@ void zcc_trace_comm_init(struct zccComm *comm) {
 
 void zcc_trace_comm_free(struct zccComm *comm) {
   zcc_trace_t *t = comm->trace;
-  if (!t) return;
+  if (!t)
+    return;
   comm->trace = NULL;
-  if (t->file) file_close(t->file);
+  if (t->file)
+    file_close(t->file);
   free(t->peer_wait);
   free(t->ring);
   free(t);
@@ -331,15 +363,17 @@ static zcc_op_rec_t *slot(zcc_trace_t *t, uint64_t id) {
 
 zcc_op_rec_t *zcc_trace_rec(struct zccComm *comm, uint64_t id) {
   zcc_trace_t *t = comm->trace;
-  if (!t || !id) return NULL;
+  if (!t || !id)
+    return NULL;
   zcc_op_rec_t *r = slot(t, id);
   return LD(r->id) == id ? r : NULL;
 }
 
-uint64_t zcc_trace_enqueue(struct zccComm *comm, int coll, size_t count, size_t bytes,
-                           int type, int op, int root, int algo) {
+uint64_t zcc_trace_enqueue(struct zccComm *comm, int coll, size_t count,
+                           size_t bytes, int type, int op, int root, int algo) {
   zcc_trace_t *t = comm->trace;
-  if (!t) return 0;
+  if (!t)
+    return 0;
   /* Only the issuing thread writes; dumps in other threads read it. */
   uint64_t id = __atomic_add_fetch(&t->next, 1, __ATOMIC_RELAXED);
   zcc_op_rec_t *r = slot(t, id);
@@ -359,7 +393,8 @@ uint64_t zcc_trace_enqueue(struct zccComm *comm, int coll, size_t count, size_t 
   ST(r->count, (uint64_t)count);
   ST(r->bytes, (uint64_t)bytes);
   /* Host calls outside groups start at once: zcc_trace_start fills it. */
-  ST(r->t_enqueue_ns, comm->device >= 0 || zcc_group_active() ? zcc_now_ns() : 0);
+  ST(r->t_enqueue_ns,
+     comm->device >= 0 || zcc_group_active() ? zcc_now_ns() : 0);
   ST(r->t_start_ns, 0);
   ST(r->t_end_ns, 0);
   ST(r->gpu_start_ns, 0);
@@ -373,21 +408,24 @@ uint64_t zcc_trace_enqueue(struct zccComm *comm, int coll, size_t count, size_t 
 /* The plan's record, its slot kept in the plan (no division per lookup). */
 static zcc_op_rec_t *plan_rec(zcc_plan_t *p) {
   zcc_op_rec_t *r = p->trace_rec;
-  if (!r) return p->trace_rec = zcc_trace_rec(p->comm, p->trace_id);
+  if (!r)
+    return p->trace_rec = zcc_trace_rec(p->comm, p->trace_id);
   return LD(r->id) == p->trace_id ? r : NULL;
 }
 
 void zcc_trace_start(zcc_plan_t *p, int64_t now) {
   zcc_op_rec_t *r = plan_rec(p);
-  if (!r) return;
+  if (!r)
+    return;
   uint32_t mask = 0;
   int peer = -2;
   uint64_t bytes = 0;
   for (int i = 0; i < p->nxfers; i++) {
     const zcc_conn_t *c = p->xfers[i].conn;
-    if (c) mask |= c->ops == &zcc_transport_shm      ? ZCC_TRACE_TP_SHM
-                   : c->ops == &zcc_transport_socket ? ZCC_TRACE_TP_SOCKET
-                                                     : ZCC_TRACE_TP_OTHER;
+    if (c)
+      mask |= c->ops == &zcc_transport_shm      ? ZCC_TRACE_TP_SHM
+              : c->ops == &zcc_transport_socket ? ZCC_TRACE_TP_SOCKET
+                                                : ZCC_TRACE_TP_OTHER;
     if (p->coll == ZCC_COLL_SENDRECV) {
       int q = c ? c->peer : p->comm->rank;
       peer = peer == -2 || peer == q ? q : -1;
@@ -406,28 +444,36 @@ void zcc_trace_start(zcc_plan_t *p, int64_t now) {
   }
   ST(r->transports, mask);
   ST(r->algo, (int32_t)p->algo);
-  if (!now) now = zcc_now_ns();
-  if (!LD(r->t_enqueue_ns)) ST(r->t_enqueue_ns, now);
+  if (!now)
+    now = zcc_now_ns();
+  if (!LD(r->t_enqueue_ns))
+    ST(r->t_enqueue_ns, now);
   ST(r->t_start_ns, now);
   ST(r->state, ZCC_OP_STARTED);
   zcc_trace_t *t = p->comm->trace;
-  if (t->file) memset(t->peer_wait, 0, (size_t)p->comm->nranks * sizeof(int64_t));
+  if (t->file)
+    memset(t->peer_wait, 0, (size_t)p->comm->nranks * sizeof(int64_t));
 }
 
 void zcc_trace_waiting_on(zcc_plan_t *p, int peer) {
   zcc_op_rec_t *r = plan_rec(p);
-  if (r) ST(r->wait_peer, peer);
+  if (r)
+    ST(r->wait_peer, peer);
 }
 
 void zcc_trace_wait(zcc_plan_t *p, int peer, int64_t ns) {
   zcc_op_rec_t *r = plan_rec(p);
-  if (!r) return;
+  if (!r)
+    return;
   zcc_trace_t *t = p->comm->trace;
   ST(r->wait_ns, LD(r->wait_ns) + ns);
-  if (peer < 0 || peer >= p->comm->nranks) return;
+  if (peer < 0 || peer >= p->comm->nranks)
+    return;
   int64_t on_peer = ns;
-  if (t->file) on_peer = t->peer_wait[peer] += ns;
-  else if (LD(r->wait_peer) == peer) on_peer = LD(r->wait_peer_ns) + ns;
+  if (t->file)
+    on_peer = t->peer_wait[peer] += ns;
+  else if (LD(r->wait_peer) == peer)
+    on_peer = LD(r->wait_peer_ns) + ns;
   if (on_peer >= LD(r->wait_peer_ns)) {
     ST(r->wait_peer_ns, on_peer);
     ST(r->wait_peer, peer);
@@ -445,12 +491,14 @@ static char *put_s(char *p, const char *s) {
   return p + n;
 }
 /* A string literal: its length is known at compile time. */
-#define PUT_LIT(p, lit) (memcpy((p), (lit), sizeof(lit) - 1), (p) + sizeof(lit) - 1)
+#define PUT_LIT(p, lit)                                                        \
+  (memcpy((p), (lit), sizeof(lit) - 1), (p) + sizeof(lit) - 1)
 
-static const char digits2[] =
-    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
-    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
-    "8081828384858687888990919293949596979899";
+static const char digits2[] = "000102030405060708091011121314151617181920212223"
+                              "24252627282930313233343536373839"
+                              "404142434445464748495051525354555657585960616263"
+                              "64656667686970717273747576777879"
+                              "8081828384858687888990919293949596979899";
 
 static char *put_u(char *p, uint64_t v) {
   char tmp[24];
@@ -499,8 +547,9 @@ static void make_prefix(struct zccComm *comm, zcc_trace_t *t) {
   char name[160];
   json_escape(comm->name, name, sizeof(name));
   snprintf(t->prefix, sizeof(t->prefix),
-           "\"comm\":\"%s\",\"hash\":\"0x%016" PRIx64 "\",\"rank\":%d,\"nranks\":%d,", name,
-           comm->hash, comm->rank, comm->nranks);
+           "\"comm\":\"%s\",\"hash\":\"0x%016" PRIx64
+           "\",\"rank\":%d,\"nranks\":%d,",
+           name, comm->hash, comm->rank, comm->nranks);
 }
 
 #define EVENT_MAX 8192
@@ -549,7 +598,8 @@ static void trace_event(struct zccComm *comm, const zcc_op_rec_t *r) {
   p = put_s(p, zcc_op_state_name(r->state));
   p = PUT_LIT(p, "\",\"result\":");
   p = put_i(p, r->result);
-  p = put_s(p, r->gpu ? ",\"gpu\":1,\"enqueue_us\":" : ",\"gpu\":0,\"enqueue_us\":");
+  p = put_s(p, r->gpu ? ",\"gpu\":1,\"enqueue_us\":"
+                      : ",\"gpu\":0,\"enqueue_us\":");
   p = put_us(p, wall_ns(r->t_enqueue_ns));
   p = PUT_LIT(p, ",\"wait_us\":");
   p = put_us(p, r->wait_ns);
@@ -560,7 +610,8 @@ static void trace_event(struct zccComm *comm, const zcc_op_rec_t *r) {
   if (!r->gpu)
     for (int q = 0; q < comm->nranks && p - ev < EVENT_MAX - 128; q++)
       if (t->peer_wait[q]) {
-        if (!first) *p++ = ',';
+        if (!first)
+          *p++ = ',';
         first = 0;
         *p++ = '"';
         p = put_i(p, q);
@@ -576,21 +627,25 @@ static void trace_event(struct zccComm *comm, const zcc_op_rec_t *r) {
   pthread_mutex_unlock(&files_lock);
 }
 
-static void finish(struct zccComm *comm, zcc_op_rec_t *r, zccResult_t res, int64_t now) {
+static void finish(struct zccComm *comm, zcc_op_rec_t *r, zccResult_t res,
+                   int64_t now) {
   ST(r->t_end_ns, now ? now : zcc_now_ns());
   ST(r->result, (int32_t)res);
   ST(r->state, res == zccSuccess ? ZCC_OP_DONE : ZCC_OP_FAILED);
-  if (comm->trace->file) trace_event(comm, r);
+  if (comm->trace->file)
+    trace_event(comm, r);
 }
 
 void zcc_trace_end(zcc_plan_t *p, zccResult_t res, int64_t now_ns) {
   zcc_op_rec_t *r = plan_rec(p);
-  if (r && LD(r->state) < ZCC_OP_DONE) finish(p->comm, r, res, now_ns);
+  if (r && LD(r->state) < ZCC_OP_DONE)
+    finish(p->comm, r, res, now_ns);
 }
 
 void zcc_trace_finish_id(struct zccComm *comm, uint64_t id, zccResult_t res) {
   zcc_op_rec_t *r = zcc_trace_rec(comm, id);
-  if (!r) return;
+  if (!r)
+    return;
   if (res != zccSuccess) {
     finish(comm, r, res, 0);
   } else if (comm->trace->file) {
@@ -600,10 +655,12 @@ void zcc_trace_finish_id(struct zccComm *comm, uint64_t id, zccResult_t res) {
 
 /* ---- dumps ---- */
 
-/* A consistent copy of the record with this id; 0 if it is gone or being written. */
+/* A consistent copy of the record with this id; 0 if it is gone or being
+ * written. */
 static int snapshot(zcc_trace_t *t, uint64_t id, zcc_op_rec_t *out) {
   zcc_op_rec_t *r = slot(t, id);
-  if (__atomic_load_n(&r->id, __ATOMIC_ACQUIRE) != id) return 0;
+  if (__atomic_load_n(&r->id, __ATOMIC_ACQUIRE) != id)
+    return 0;
   out->id = id;
   out->seq = LD(r->seq);
   out->coll = LD(r->coll);
@@ -632,78 +689,96 @@ static void write_op(FILE *f, const zcc_op_rec_t *r, int first) {
   char tps[32];
   transports_text(r->transports, tps, sizeof(tps));
   int p2p = r->coll == ZCC_COLL_SENDRECV;
-  fprintf(f,
-          "%s\n  {\"seq\":%" PRIu64 ",\"p2p\":%d,\"coll\":\"%s\",\"state\":\"%s\",\"result\":%d,"
-          "\"bytes\":%" PRIu64 ",\"count\":%" PRIu64 ",\"dtype\":\"%s\",\"op\":\"%s\",\"%s\":%d,"
-          "\"algo\":\"%s\",\"transports\":\"%s\",\"gpu\":%d,\"enqueue_us\":%.3f,"
-          "\"start_us\":%.3f,\"end_us\":%.3f,\"gpu_start_us\":%.3f,\"gpu_end_us\":%.3f,"
-          "\"wait_us\":%.3f,\"wait_peer\":%d,\"wait_peer_us\":%.3f}",
-          first ? "" : ",", r->seq, p2p, zcc_coll_name((zcc_coll_t)r->coll),
-          zcc_op_state_name(r->state), r->result, r->bytes, r->count,
-          zcc_type_name((zccDataType_t)r->type), zcc_op_name((zccRedOp_t)r->op),
-          p2p ? "peer" : "root", r->root,
-          r->algo >= 0 ? zcc_algo_name((zcc_algo_t)r->algo) : "gpu", tps, r->gpu,
-          wall_us(r->t_enqueue_ns), wall_us(r->t_start_ns), wall_us(r->t_end_ns),
-          wall_us(r->gpu_start_ns), wall_us(r->gpu_end_ns), (double)r->wait_ns / 1000.0,
-          r->wait_peer, (double)r->wait_peer_ns / 1000.0);
+  fprintf(
+      f,
+      "%s\n  {\"seq\":%" PRIu64
+      ",\"p2p\":%d,\"coll\":\"%s\",\"state\":\"%s\",\"result\":%d,"
+      "\"bytes\":%" PRIu64 ",\"count\":%" PRIu64
+      ",\"dtype\":\"%s\",\"op\":\"%s\",\"%s\":%d,"
+      "\"algo\":\"%s\",\"transports\":\"%s\",\"gpu\":%d,\"enqueue_us\":%.3f,"
+      "\"start_us\":%.3f,\"end_us\":%.3f,\"gpu_start_us\":%.3f,\"gpu_end_us\":%"
+      ".3f,"
+      "\"wait_us\":%.3f,\"wait_peer\":%d,\"wait_peer_us\":%.3f}",
+      first ? "" : ",", r->seq, p2p, zcc_coll_name((zcc_coll_t)r->coll),
+      zcc_op_state_name(r->state), r->result, r->bytes, r->count,
+      zcc_type_name((zccDataType_t)r->type), zcc_op_name((zccRedOp_t)r->op),
+      p2p ? "peer" : "root", r->root,
+      r->algo >= 0 ? zcc_algo_name((zcc_algo_t)r->algo) : "gpu", tps, r->gpu,
+      wall_us(r->t_enqueue_ns), wall_us(r->t_start_ns), wall_us(r->t_end_ns),
+      wall_us(r->gpu_start_ns), wall_us(r->gpu_end_ns),
+      (double)r->wait_ns / 1000.0, r->wait_peer,
+      (double)r->wait_peer_ns / 1000.0);
 }
 
-zccResult_t zcc_trace_dump(struct zccComm *comm, const char *path, const char *reason) {
+zccResult_t zcc_trace_dump(struct zccComm *comm, const char *path,
+                           const char *reason) {
   pthread_once(&clock_once, clock_init);
   zcc_trace_t *t = comm->trace;
-  if (!path) path = zcc_param_fr_file();
+  if (!path)
+    path = zcc_param_fr_file();
   if (!path || !*path)
     return zcc_error(zccInvalidArgument,
-                     "flight recorder dump: no path given and ZCC_FLIGHT_RECORDER_FILE is unset");
+                     "flight recorder dump: no path given and "
+                     "ZCC_FLIGHT_RECORDER_FILE is unset");
   char full[4096], tmp[4200], name[160], why[1100];
   expand_path(path, comm->rank, full, sizeof(full));
-  snprintf(tmp, sizeof(tmp), "%s.tmp.%d.%ld", full, (int)getpid(), (long)syscall(SYS_gettid));
+  snprintf(tmp, sizeof(tmp), "%s.tmp.%d.%ld", full, (int)getpid(),
+           (long)syscall(SYS_gettid));
   json_escape(comm->name, name, sizeof(name));
   json_escape(reason ? reason : "", why, sizeof(why));
   FILE *f = fopen(tmp, "w");
   if (!f)
-    return zcc_error(zccSystemError, "flight recorder dump: cannot open %s: %s", tmp,
-                     strerror(errno));
+    return zcc_error(zccSystemError, "flight recorder dump: cannot open %s: %s",
+                     tmp, strerror(errno));
   int err = atomic_load(&comm->async_error);
-  fprintf(f,
-          "{\"zcc_flight_recorder\":1,\"host\":\"%s\",\"pid\":%d,\"comm\":\"%s\","
-          "\"hash\":\"0x%016" PRIx64 "\",\"rank\":%d,\"nranks\":%d,\"device\":%d,"
-          "\"dump_time_us\":%.3f,\"reason\":\"%s\",\"async_error\":%d,\"entries\":%u,"
-          "\"recorded\":%" PRIu64 ",\"ops\":[",
-          host_name, (int)getpid(), name, comm->hash, comm->rank, comm->nranks, comm->device,
-          wall_us(zcc_now_ns()), why, err, t ? t->cap : 0,
-          t ? __atomic_load_n(&t->next, __ATOMIC_RELAXED) : 0);
+  fprintf(
+      f,
+      "{\"zcc_flight_recorder\":1,\"host\":\"%s\",\"pid\":%d,\"comm\":\"%s\","
+      "\"hash\":\"0x%016" PRIx64 "\",\"rank\":%d,\"nranks\":%d,\"device\":%d,"
+      "\"dump_time_us\":%.3f,\"reason\":\"%s\",\"async_error\":%d,\"entries\":%"
+      "u,"
+      "\"recorded\":%" PRIu64 ",\"ops\":[",
+      host_name, (int)getpid(), name, comm->hash, comm->rank, comm->nranks,
+      comm->device, wall_us(zcc_now_ns()), why, err, t ? t->cap : 0,
+      t ? __atomic_load_n(&t->next, __ATOMIC_RELAXED) : 0);
   if (t && t->ring) {
     uint64_t last = __atomic_load_n(&t->next, __ATOMIC_RELAXED);
     uint64_t first = last > t->cap ? last - t->cap + 1 : 1;
     int n = 0;
     zcc_op_rec_t r;
     for (uint64_t id = first; id <= last && id; id++)
-      if (snapshot(t, id, &r)) write_op(f, &r, n++ == 0);
+      if (snapshot(t, id, &r))
+        write_op(f, &r, n++ == 0);
   }
   fprintf(f, "\n]}\n");
   int bad = ferror(f);
   if (fclose(f) != 0 || bad) {
     unlink(tmp);
-    return zcc_error(zccSystemError, "flight recorder dump: cannot write %s", tmp);
+    return zcc_error(zccSystemError, "flight recorder dump: cannot write %s",
+                     tmp);
   }
   if (rename(tmp, full) != 0) {
     int e = errno;
     unlink(tmp);
-    return zcc_error(zccSystemError, "flight recorder dump: cannot rename %s to %s: %s", tmp,
+    return zcc_error(zccSystemError,
+                     "flight recorder dump: cannot rename %s to %s: %s", tmp,
                      full, strerror(e));
   }
-  ZCC_WARN("comm %s rank %d: flight recorder written to %s (%s)", comm->name, comm->rank,
-           full, reason ? reason : "request");
+  ZCC_WARN("comm %s rank %d: flight recorder written to %s (%s)", comm->name,
+           comm->rank, full, reason ? reason : "request");
   return zccSuccess;
 }
 
 /* "64 MiB" */
 static void size_text(uint64_t b, char *out, size_t cap) {
-  if (b >= (1ull << 30) && b % (1ull << 30) == 0) snprintf(out, cap, "%" PRIu64 " GiB", b >> 30);
-  else if (b >= (1ull << 20) && b % (1ull << 20) == 0) snprintf(out, cap, "%" PRIu64 " MiB", b >> 20);
-  else if (b >= 1024 && b % 1024 == 0) snprintf(out, cap, "%" PRIu64 " KiB", b >> 10);
-  else snprintf(out, cap, "%" PRIu64 " B", b);
+  if (b >= (1ull << 30) && b % (1ull << 30) == 0)
+    snprintf(out, cap, "%" PRIu64 " GiB", b >> 30);
+  else if (b >= (1ull << 20) && b % (1ull << 20) == 0)
+    snprintf(out, cap, "%" PRIu64 " MiB", b >> 20);
+  else if (b >= 1024 && b % 1024 == 0)
+    snprintf(out, cap, "%" PRIu64 " KiB", b >> 10);
+  else
+    snprintf(out, cap, "%" PRIu64 " B", b);
 }
 
 #define SUMMARY_OPS 4
@@ -717,10 +792,12 @@ static void warn_summary(struct zccComm *comm, zccResult_t res) {
   if (t && t->ring) {
     uint64_t last = __atomic_load_n(&t->next, __ATOMIC_RELAXED);
     uint64_t first = last > SUMMARY_OPS ? last - SUMMARY_OPS + 1 : 1;
-    if (last > t->cap && first < last - t->cap + 1) first = last - t->cap + 1;
+    if (last > t->cap && first < last - t->cap + 1)
+      first = last - t->cap + 1;
     zcc_op_rec_t r;
     for (uint64_t id = first; id <= last && id; id++) {
-      if (!snapshot(t, id, &r)) continue;
+      if (!snapshot(t, id, &r))
+        continue;
       char sz[32], extra[96] = "";
       size_text(r.bytes, sz, sizeof(sz));
       if (r.state == ZCC_OP_STARTED && r.wait_peer >= 0)
@@ -730,33 +807,45 @@ static void warn_summary(struct zccComm *comm, zccResult_t res) {
         snprintf(extra, sizeof(extra), " after %.1f s, waiting on rank %d",
                  (double)(r.t_end_ns - r.t_start_ns) / 1e9, r.wait_peer);
       else if (r.state == ZCC_OP_DONE && r.t_end_ns)
-        snprintf(extra, sizeof(extra), " %.1f s ago", (double)(now - r.t_end_ns) / 1e9);
+        snprintf(extra, sizeof(extra), " %.1f s ago",
+                 (double)(now - r.t_end_ns) / 1e9);
       int n = snprintf(line + o, sizeof(line) - o, "%s#%" PRIu64 " %s %s %s%s",
-                       o ? "; " : "", r.seq, r.coll == ZCC_COLL_SENDRECV ? "sendrecv" :
-                       zcc_coll_name((zcc_coll_t)r.coll), sz, zcc_op_state_name(r.state), extra);
-      if (n > 0 && (size_t)n < sizeof(line) - o) o += (size_t)n;
+                       o ? "; " : "", r.seq,
+                       r.coll == ZCC_COLL_SENDRECV
+                           ? "sendrecv"
+                           : zcc_coll_name((zcc_coll_t)r.coll),
+                       sz, zcc_op_state_name(r.state), extra);
+      if (n > 0 && (size_t)n < sizeof(line) - o)
+        o += (size_t)n;
     }
   }
-  ZCC_WARN("comm %s rank %d (%s): last operations: %s (set ZCC_FLIGHT_RECORDER_FILE for a "
-           "full dump)", comm->name, comm->rank, zccGetErrorString(res),
+  ZCC_WARN("comm %s rank %d (%s): last operations: %s (set "
+           "ZCC_FLIGHT_RECORDER_FILE for a "
+           "full dump)",
+           comm->name, comm->rank, zccGetErrorString(res),
            o ? line : "none recorded");
 }
 
 void zcc_trace_on_error(struct zccComm *comm, zccResult_t res) {
   zcc_trace_t *t = comm->trace;
-  if (t && atomic_exchange(&t->dumped, 1)) return;
+  if (t && atomic_exchange(&t->dumped, 1))
+    return;
   const char *path = zcc_param_fr_file();
   if (!path || !*path) {
     warn_summary(comm, res);
     return;
   }
   char reason[1100];
-  snprintf(reason, sizeof(reason), "%s: %s", zccGetErrorString(res), zcc_last_error());
-  /* The last error may belong to an unrelated call of this thread: keep it as context. */
+  snprintf(reason, sizeof(reason), "%s: %s", zccGetErrorString(res),
+           zcc_last_error());
+  /* The last error may belong to an unrelated call of this thread: keep it as
+   * context. */
   char saved[1024];
   snprintf(saved, sizeof(saved), "%s", zcc_last_error());
-  if (zcc_trace_dump(comm, path, reason) != zccSuccess) warn_summary(comm, res);
-  /* zcc_error inside the dump must not replace the failure the caller reports. */
+  if (zcc_trace_dump(comm, path, reason) != zccSuccess)
+    warn_summary(comm, res);
+  /* zcc_error inside the dump must not replace the failure the caller reports.
+   */
   zcc_restore_last_error(saved);
 }
 
@@ -771,7 +860,8 @@ zccResult_t zccCommDump(zccComm_t comm, const char *path) {
 
 zccResult_t zccTraceMark(const char *kind, const char *name, int begin) {
   if (!kind || !name)
-    return zcc_error(zccInvalidArgument, "zccTraceMark: kind and name must not be NULL");
+    return zcc_error(zccInvalidArgument,
+                     "zccTraceMark: kind and name must not be NULL");
   pthread_once(&clock_once, clock_init);
   int64_t now = zcc_now_ns();
   char k[96], n[256];
@@ -779,13 +869,16 @@ zccResult_t zccTraceMark(const char *kind, const char *name, int begin) {
   json_escape(name, n, sizeof(n));
   pthread_mutex_lock(&files_lock);
   for (zcc_trace_file_t *tf = files; tf; tf = tf->next) {
-    if (!tf->f) continue;
+    if (!tf->f)
+      continue;
     file_sep(tf);
     fprintf(tf->f,
-            "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
+            "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"%s\",\"pid\":%d,\"tid\":%"
+            "d,\"ts\":%.3f,"
             "\"args\":{\"marker\":\"%s\",\"rank\":%d}}",
-            n, k, begin ? "B" : "E", (int)getpid(), 100000 + (zcc_log_rank >= 0 ? zcc_log_rank : 0),
-            wall_us(now), k, zcc_log_rank);
+            n, k, begin ? "B" : "E", (int)getpid(),
+            100000 + (zcc_log_rank >= 0 ? zcc_log_rank : 0), wall_us(now), k,
+            zcc_log_rank);
   }
   pthread_mutex_unlock(&files_lock);
   return zccSuccess;

@@ -1,7 +1,8 @@
 /*
- * Per-operation records: the flight recorder (the last ZCC_FLIGHT_RECORDER_ENTRIES
- * operations of every communicator, dumped as JSON on error, timeout, abort,
- * SIGUSR1 or zccCommDump) and the Chrome trace (ZCC_TRACE_FILE).
+ * Per-operation records: the flight recorder (the last
+ * ZCC_FLIGHT_RECORDER_ENTRIES operations of every communicator, dumped as JSON
+ * on error, timeout, abort, SIGUSR1 or zccCommDump) and the Chrome trace
+ * (ZCC_TRACE_FILE).
  *
  * The thread that issues an operation fills its record; any other thread
  * (a dump on abort, on SIGUSR1, from zccCommDump) may read it at the same
@@ -31,23 +32,27 @@ typedef enum {
   ZCC_OP_FAILED = 4
 } zcc_op_state_t;
 
-/* Transports named in a record's mask: bit i is zcc_trace_transport_name(i). */
+/* A record's transports: the ops tables its connections used. */
 #define ZCC_TRACE_TP_SHM 1u
 #define ZCC_TRACE_TP_SOCKET 2u
 #define ZCC_TRACE_TP_OTHER 4u
 
 typedef struct zcc_op_rec {
-  uint64_t id;  /* 1 + the index of this record among the comm's records; 0: empty */
-  uint64_t seq; /* collectives: 1, 2, ... per comm; point-to-point: own counter */
+  /* 1 + the index of this record among the comm's records; 0: empty. */
+  uint64_t id;
+  /* Collectives: 1, 2, ... per comm; point-to-point: a counter of its own. */
+  uint64_t seq;
   int32_t coll; /* zcc_coll_t */
   int32_t algo; /* zcc_algo_t; -1: chosen by the GPU side */
   int32_t type, op;
-  int32_t root;      /* broadcast/reduce root; point-to-point: the peer (-1: several) */
-  int32_t state;     /* zcc_op_state_t */
-  int32_t result;    /* zccResult_t once done or failed */
-  int32_t wait_peer; /* the peer waited on longest (now: the one waited on); -1 */
+  /* Broadcast/reduce root; point-to-point: the peer (-1: several). */
+  int32_t root;
+  int32_t state;  /* zcc_op_state_t */
+  int32_t result; /* zccResult_t once done or failed */
+  /* The peer waited on longest (while running: the one waited on); -1. */
+  int32_t wait_peer;
   uint32_t transports;
-  int32_t gpu;       /* 1: GPU communicator */
+  int32_t gpu; /* 1: GPU communicator */
   uint64_t count, bytes;
   int64_t t_enqueue_ns, t_start_ns, t_end_ns; /* CLOCK_MONOTONIC; 0: not yet */
   int64_t gpu_start_ns, gpu_end_ns;           /* GPU side: 0 until written */
@@ -57,7 +62,7 @@ typedef struct zcc_op_rec {
 
 typedef struct zcc_trace_file zcc_trace_file_t;
 
-/* A communicator's recorder; NULL when both the recorder and the trace are off. */
+/* A communicator's recorder; NULL when the recorder and the trace are off. */
 typedef struct zcc_trace {
   zcc_op_rec_t *ring; /* [cap]; NULL: recorder off (trace only) */
   uint32_t cap;
@@ -65,9 +70,10 @@ typedef struct zcc_trace {
   uint64_t coll_seq, p2p_seq;
   zcc_trace_file_t *file; /* NULL: ZCC_TRACE_FILE off */
   zcc_op_rec_t one;       /* the record when the ring is off */
-  int64_t *peer_wait;     /* [nranks]: the running op's wait per peer (trace only) */
-  atomic_int dumped;      /* an automatic dump was written */
-  char prefix[256];       /* the comm's part of every trace event's args */
+  int64_t
+      *peer_wait;    /* [nranks]: the running op's wait per peer (trace only) */
+  atomic_int dumped; /* an automatic dump was written */
+  char prefix[256];  /* the comm's part of every trace event's args */
 } zcc_trace_t;
 
 /* Make comm->trace after the transports connect (never fails the comm). */
@@ -80,8 +86,8 @@ void zcc_trace_comm_free(struct zccComm *comm);
  * root, the peer of a send/recv (-1 several); algo -1: not known here.
  * Returns the record's id (0: nothing recorded).
  */
-uint64_t zcc_trace_enqueue(struct zccComm *comm, int coll, size_t count, size_t bytes,
-                           int type, int op, int root, int algo);
+uint64_t zcc_trace_enqueue(struct zccComm *comm, int coll, size_t count,
+                           size_t bytes, int type, int op, int root, int algo);
 /* The record with this id, or NULL (off, or overwritten since). */
 zcc_op_rec_t *zcc_trace_rec(struct zccComm *comm, uint64_t id);
 
@@ -106,7 +112,8 @@ void zcc_trace_finish_id(struct zccComm *comm, uint64_t id, zccResult_t res);
  */
 void zcc_trace_on_error(struct zccComm *comm, zccResult_t res);
 /* Write comm's recorder as JSON to path (NULL: ZCC_FLIGHT_RECORDER_FILE). */
-zccResult_t zcc_trace_dump(struct zccComm *comm, const char *path, const char *reason);
+zccResult_t zcc_trace_dump(struct zccComm *comm, const char *path,
+                           const char *reason);
 
 /* Names for the JSON. */
 const char *zcc_op_state_name(int state);

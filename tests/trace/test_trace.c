@@ -34,8 +34,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ztest.h"
 #include "zcc.h"
+#include "ztest.h"
 
 #define TIMEOUT_MS 2000
 #define SLACK_S 5.0
@@ -51,13 +51,16 @@ static const char *dir;
 
 static char *slurp(const char *path) {
   FILE *f = fopen(path, "r");
-  if (!f) return NULL;
+  if (!f)
+    return NULL;
   fseek(f, 0, SEEK_END);
   long n = ftell(f);
   fseek(f, 0, SEEK_SET);
   char *s = malloc((size_t)n + 1);
-  if (s && fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
-  if (s) s[n] = '\0';
+  if (s && fread(s, 1, (size_t)n, f) != (size_t)n)
+    n = 0;
+  if (s)
+    s[n] = '\0';
   fclose(f);
   return s;
 }
@@ -77,7 +80,8 @@ static void set_paths(int trace) {
 static int init(zccComm_t *comm, int rank, int nranks, const zccUniqueId *id) {
   zccResult_t rc = zt_comm_init_host(comm, nranks, id, rank);
   if (rc != zccSuccess) {
-    zt_fail("init: expected zccSuccess, got %s: \"%s\"", zt_rc_name(rc), zccGetLastError(NULL));
+    zt_fail("init: expected zccSuccess, got %s: \"%s\"", zt_rc_name(rc),
+            zccGetLastError(NULL));
     return 1;
   }
   return 0;
@@ -85,17 +89,21 @@ static int init(zccComm_t *comm, int rank, int nranks, const zccUniqueId *id) {
 
 /* ---- straggler ---- */
 
-static int straggler_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
+static int straggler_rank(int rank, int nranks, const zccUniqueId *id,
+                          void *arg) {
   int summary = arg != NULL;
   set_paths(1);
   setenv("ZCC_FLIGHT_RECORDER_SIGNAL", "1", 1);
-  if (summary) unsetenv("ZCC_FLIGHT_RECORDER_FILE");
+  if (summary)
+    unsetenv("ZCC_FLIGHT_RECORDER_FILE");
   zt_set_tag("[straggler rank %d]", rank);
   zccComm_t comm;
-  if (init(&comm, rank, nranks, id)) return 1;
+  if (init(&comm, rank, nranks, id))
+    return 1;
   float *buf = calloc(NFLOAT, sizeof(float));
   for (int op = 1; op <= 49; op++) {
-    zccResult_t rc = zccAllReduce(buf, buf, NFLOAT, zccFloat, zccSum, comm, NULL);
+    zccResult_t rc =
+        zccAllReduce(buf, buf, NFLOAT, zccFloat, zccSum, comm, NULL);
     if (rc != zccSuccess) {
       zt_fail("op #%d: expected zccSuccess, got %s", op, zt_rc_name(rc));
       return 1;
@@ -106,17 +114,20 @@ static int straggler_rank(int rank, int nranks, const zccUniqueId *id, void *arg
   if (rank == 3) {
     atomic_store(&sh->sleeping, 1);
     double t0 = zt_now();
-    while (!atomic_load(&sh->release) && zt_now() - t0 < 60) zt_sleep(0.01);
+    while (!atomic_load(&sh->release) && zt_now() - t0 < 60)
+      zt_sleep(0.01);
     char *s = slurp(path);
     if (summary) {
-      ZT_CHECK(s == NULL, "rank 3: no ZCC_FLIGHT_RECORDER_FILE, yet %s exists", path);
+      ZT_CHECK(s == NULL, "rank 3: no ZCC_FLIGHT_RECORDER_FILE, yet %s exists",
+               path);
       zccCommDestroy(comm);
       free(buf);
       return 0;
     }
-    ZT_CHECK(s && strstr(s, "\"reason\":\"SIGUSR1\""),
-             "rank 3: expected the SIGUSR1 dump %s written while it slept, got %s", path,
-             s ? "another file" : "none");
+    ZT_CHECK(
+        s && strstr(s, "\"reason\":\"SIGUSR1\""),
+        "rank 3: expected the SIGUSR1 dump %s written while it slept, got %s",
+        path, s ? "another file" : "none");
     ZT_CHECK(s && strstr(s, "\"seq\":49,") && !strstr(s, "\"seq\":50,"),
              "rank 3: its dump should end at op #49");
     free(s);
@@ -128,9 +139,11 @@ static int straggler_rank(int rank, int nranks, const zccUniqueId *id, void *arg
   zccResult_t rc = zccAllReduce(buf, buf, NFLOAT, zccFloat, zccSum, comm, NULL);
   double dt = zt_now() - t0;
   ZT_CHECK(rc == zccTimeout || rc == zccRemoteError,
-           "op #50: expected zccTimeout or zccRemoteError, got %s", zt_rc_name(rc));
-  ZT_CHECK(dt <= TIMEOUT_MS / 1000.0 + SLACK_S, "op #50 returned after %.2f s; expected <= %.1f",
-           dt, TIMEOUT_MS / 1000.0 + SLACK_S);
+           "op #50: expected zccTimeout or zccRemoteError, got %s",
+           zt_rc_name(rc));
+  ZT_CHECK(dt <= TIMEOUT_MS / 1000.0 + SLACK_S,
+           "op #50 returned after %.2f s; expected <= %.1f", dt,
+           TIMEOUT_MS / 1000.0 + SLACK_S);
   char *s = slurp(path);
   if (summary) {
     ZT_CHECK(s == NULL, "no ZCC_FLIGHT_RECORDER_FILE, yet %s exists", path);
@@ -139,10 +152,12 @@ static int straggler_rank(int rank, int nranks, const zccUniqueId *id, void *arg
     return 0;
   }
   ZT_CHECK(s != NULL, "the dump %s does not exist when op #50 returns", path);
-  ZT_CHECK(s && strstr(s, "\"seq\":50,\"p2p\":0,\"coll\":\"allreduce\",\"state\":\"failed\""),
+  ZT_CHECK(s && strstr(s, "\"seq\":50,\"p2p\":0,\"coll\":\"allreduce\","
+                          "\"state\":\"failed\""),
            "the dump %s has no failed op #50 allreduce", path);
   if (rank == 0)
-    ZT_CHECK(s && strstr(s, "\"wait_peer\":3,"), "rank 0's dump does not say it waits on rank 3");
+    ZT_CHECK(s && strstr(s, "\"wait_peer\":3,"),
+             "rank 0's dump does not say it waits on rank 3");
   free(s);
   zt_log("op #50 returned %s after %.2f s", zt_rc_name(rc), dt);
   zccCommDestroy(comm);
@@ -153,8 +168,10 @@ static int straggler_rank(int rank, int nranks, const zccUniqueId *id, void *arg
 static void run_straggler(int summary) {
   zt_group_t g;
   zccUniqueId id;
-  if (zt_spawn(&g, 4, straggler_rank, summary ? &g : NULL) != 0) return;
-  if (!zt_expect_rc(zccSuccess, zccGetUniqueId(&id), "zccGetUniqueId", __FILE__, __LINE__))
+  if (zt_spawn(&g, 4, straggler_rank, summary ? &g : NULL) != 0)
+    return;
+  if (!zt_expect_rc(zccSuccess, zccGetUniqueId(&id), "zccGetUniqueId", __FILE__,
+                    __LINE__))
     return;
   zt_release(&g, &id);
   for (int r = 0; r < 3; r++) {
@@ -174,7 +191,8 @@ static void run_straggler(int summary) {
   snprintf(path, sizeof(path), "%s/fr.3.json", dir);
   double t0 = zt_now();
   struct stat sb;
-  while (stat(path, &sb) != 0 && zt_now() - t0 < 10) zt_sleep(0.02);
+  while (stat(path, &sb) != 0 && zt_now() - t0 < 10)
+    zt_sleep(0.02);
   ZT_CHECK(stat(path, &sb) == 0, "no dump %s 10 s after SIGUSR1", path);
   atomic_store(&sh->release, 1);
   zt_wait_all(&g, 30, "straggler");
@@ -182,21 +200,26 @@ static void run_straggler(int summary) {
 
 /* ---- mismatch ---- */
 
-static int mismatch_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
+static int mismatch_rank(int rank, int nranks, const zccUniqueId *id,
+                         void *arg) {
   (void)arg;
   set_paths(0);
   zt_set_tag("[mismatch rank %d]", rank);
   zccComm_t comm;
-  if (init(&comm, rank, nranks, id)) return 1;
+  if (init(&comm, rank, nranks, id))
+    return 1;
   float *buf = calloc(NFLOAT, sizeof(float));
   for (int op = 1; op <= 9; op++)
-    if (zccAllReduce(buf, buf, NFLOAT, zccFloat, zccSum, comm, NULL) != zccSuccess) {
+    if (zccAllReduce(buf, buf, NFLOAT, zccFloat, zccSum, comm, NULL) !=
+        zccSuccess) {
       zt_fail("op #%d failed", op);
       return 1;
     }
-  zccResult_t rc = rank == 2 ? zccBroadcast(buf, buf, NFLOAT, zccFloat, 0, comm, NULL)
-                             : zccAllReduce(buf, buf, NFLOAT, zccFloat, zccSum, comm, NULL);
-  zt_log("op #10 (%s) returned %s", rank == 2 ? "broadcast" : "allreduce", zt_rc_name(rc));
+  zccResult_t rc =
+      rank == 2 ? zccBroadcast(buf, buf, NFLOAT, zccFloat, 0, comm, NULL)
+                : zccAllReduce(buf, buf, NFLOAT, zccFloat, zccSum, comm, NULL);
+  zt_log("op #10 (%s) returned %s", rank == 2 ? "broadcast" : "allreduce",
+         zt_rc_name(rc));
   char path[4096];
   snprintf(path, sizeof(path), "%s/fr.%%r.json", dir);
   ZT_EXPECT_RC(zccSuccess, zccCommDump(comm, path));
@@ -208,8 +231,10 @@ static int mismatch_rank(int rank, int nranks, const zccUniqueId *id, void *arg)
 static void run_mismatch(void) {
   zt_group_t g;
   zccUniqueId id;
-  if (zt_spawn(&g, 4, mismatch_rank, NULL) != 0) return;
-  if (zt_expect_rc(zccSuccess, zccGetUniqueId(&id), "zccGetUniqueId", __FILE__, __LINE__))
+  if (zt_spawn(&g, 4, mismatch_rank, NULL) != 0)
+    return;
+  if (zt_expect_rc(zccSuccess, zccGetUniqueId(&id), "zccGetUniqueId", __FILE__,
+                   __LINE__))
     zt_release(&g, &id);
   zt_wait_all(&g, 60, "mismatch");
 }
@@ -221,17 +246,21 @@ static int p2p_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
   set_paths(0);
   zt_set_tag("[p2p rank %d]", rank);
   zccComm_t comm;
-  if (init(&comm, rank, nranks, id)) return 1;
+  if (init(&comm, rank, nranks, id))
+    return 1;
   float *buf = calloc(NFLOAT, sizeof(float));
-  ZT_EXPECT_RC(zccSuccess, zccAllReduce(buf, buf, NFLOAT, zccFloat, zccSum, comm, NULL));
+  ZT_EXPECT_RC(zccSuccess,
+               zccAllReduce(buf, buf, NFLOAT, zccFloat, zccSum, comm, NULL));
   if (rank == 0) {
     zccResult_t rc = zccRecv(buf, NFLOAT, zccFloat, 1, comm, NULL);
-    ZT_CHECK(rc == zccTimeout, "recv from a rank that never sends: expected zccTimeout, got %s",
+    ZT_CHECK(rc == zccTimeout,
+             "recv from a rank that never sends: expected zccTimeout, got %s",
              zt_rc_name(rc));
     atomic_store(&sh->release, 1);
   } else {
     double t0 = zt_now();
-    while (!atomic_load(&sh->release) && zt_now() - t0 < 30) zt_sleep(0.01);
+    while (!atomic_load(&sh->release) && zt_now() - t0 < 30)
+      zt_sleep(0.01);
   }
   zccCommDestroy(comm);
   free(buf);
@@ -241,8 +270,10 @@ static int p2p_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
 static void run_p2p(void) {
   zt_group_t g;
   zccUniqueId id;
-  if (zt_spawn(&g, 2, p2p_rank, NULL) != 0) return;
-  if (zt_expect_rc(zccSuccess, zccGetUniqueId(&id), "zccGetUniqueId", __FILE__, __LINE__))
+  if (zt_spawn(&g, 2, p2p_rank, NULL) != 0)
+    return;
+  if (zt_expect_rc(zccSuccess, zccGetUniqueId(&id), "zccGetUniqueId", __FILE__,
+                   __LINE__))
     zt_release(&g, &id);
   zt_wait_all(&g, 60, "p2p");
 }
@@ -255,13 +286,14 @@ typedef struct {
   int dumps, failures;
 } dumper_t;
 
-/* zccCommDump from another thread while the rank's own thread runs operations. */
+/* zccCommDump from another thread while the rank's own thread runs ops. */
 static void *dumper_thread(void *p) {
   dumper_t *d = p;
   char path[4096];
   snprintf(path, sizeof(path), "%s/concurrent.%%r.json", dir);
   while (!atomic_load(&d->stop)) {
-    if (zccCommDump(d->comm, path) != zccSuccess) d->failures++;
+    if (zccCommDump(d->comm, path) != zccSuccess)
+      d->failures++;
     d->dumps++;
     zt_sleep(0.001);
   }
@@ -273,7 +305,8 @@ static int mix_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
   set_paths(1);
   zt_set_tag("[mix rank %d]", rank);
   zccComm_t comm;
-  if (init(&comm, rank, nranks, id)) return 1;
+  if (init(&comm, rank, nranks, id))
+    return 1;
   size_t n = 16384;
   float *a = calloc(n * (size_t)nranks, sizeof(float));
   float *b = calloc(n * (size_t)nranks, sizeof(float));
@@ -288,11 +321,14 @@ static int mix_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
     ZT_EXPECT_RC(zccSuccess, zccTraceMark("compute", "forward", 1));
     zt_sleep(0.005);
     ZT_EXPECT_RC(zccSuccess, zccTraceMark("compute", "forward", 0));
-    ZT_EXPECT_RC(zccSuccess, zccAllReduce(a, b, n, zccFloat, zccSum, comm, NULL));
+    ZT_EXPECT_RC(zccSuccess,
+                 zccAllReduce(a, b, n, zccFloat, zccSum, comm, NULL));
     ZT_EXPECT_RC(zccSuccess, zccBroadcast(a, b, n, zccFloat, 1, comm, NULL));
-    ZT_EXPECT_RC(zccSuccess, zccReduce(a, b, n, zccInt32, zccMax, 0, comm, NULL));
+    ZT_EXPECT_RC(zccSuccess,
+                 zccReduce(a, b, n, zccInt32, zccMax, 0, comm, NULL));
     ZT_EXPECT_RC(zccSuccess, zccAllGather(a, b, n, zccFloat, comm, NULL));
-    ZT_EXPECT_RC(zccSuccess, zccReduceScatter(a, b, n, zccFloat, zccSum, comm, NULL));
+    ZT_EXPECT_RC(zccSuccess,
+                 zccReduceScatter(a, b, n, zccFloat, zccSum, comm, NULL));
     ZT_EXPECT_RC(zccSuccess, zccAlltoAll(a, b, n, zccFloat, comm, NULL));
     int peer = 1 - rank;
     ZT_EXPECT_RC(zccSuccess, zccGroupStart());
@@ -304,15 +340,16 @@ static int mix_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
   atomic_store(&dumper.stop, 1);
   pthread_join(dumper_tid, NULL);
   ZT_CHECK(dumper.dumps > 0 && dumper.failures == 0,
-           "zccCommDump from a second thread: %d of %d calls failed", dumper.failures,
-           dumper.dumps);
+           "zccCommDump from a second thread: %d of %d calls failed",
+           dumper.failures, dumper.dumps);
   /* Argument checks of the new entry points. */
   ZT_EXPECT_RC(zccInvalidArgument, zccCommDump(NULL, "/tmp/x"));
   ZT_EXPECT_RC(zccInvalidArgument, zccTraceMark(NULL, "x", 1));
   char bad[4096];
   snprintf(bad, sizeof(bad), "%s/no-such-dir/fr.json", dir);
   ZT_EXPECT_RC(zccSystemError, zccCommDump(comm, bad));
-  ZT_EXPECT_RC(zccSuccess, zccCommDump(comm, NULL)); /* ZCC_FLIGHT_RECORDER_FILE */
+  ZT_EXPECT_RC(zccSuccess,
+               zccCommDump(comm, NULL)); /* ZCC_FLIGHT_RECORDER_FILE */
   ZT_EXPECT_RC(zccSuccess, zccCommDestroy(comm));
   ZT_EXPECT_RC(zccInvalidUsage, zccCommDump(comm, bad)); /* destroyed */
   free(a);
@@ -323,8 +360,10 @@ static int mix_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
 static void run_mix(void) {
   zt_group_t g;
   zccUniqueId id;
-  if (zt_spawn(&g, 2, mix_rank, NULL) != 0) return;
-  if (zt_expect_rc(zccSuccess, zccGetUniqueId(&id), "zccGetUniqueId", __FILE__, __LINE__))
+  if (zt_spawn(&g, 2, mix_rank, NULL) != 0)
+    return;
+  if (zt_expect_rc(zccSuccess, zccGetUniqueId(&id), "zccGetUniqueId", __FILE__,
+                   __LINE__))
     zt_release(&g, &id);
   zt_wait_all(&g, 60, "mix");
 }
@@ -342,10 +381,14 @@ static void *unwritable_thread(void *p) {
   float buf[64];
   a->ok = 1;
   for (int it = 0; it < 20; it++) {
-    for (int i = 0; i < 64; i++) buf[i] = (float)(a->rank + 1);
-    if (zccAllReduce(buf, buf, 64, zccFloat, zccSum, a->comm, NULL) != zccSuccess) a->ok = 0;
     for (int i = 0; i < 64; i++)
-      if (buf[i] != 3.0f) a->ok = 0;
+      buf[i] = (float)(a->rank + 1);
+    if (zccAllReduce(buf, buf, 64, zccFloat, zccSum, a->comm, NULL) !=
+        zccSuccess)
+      a->ok = 0;
+    for (int i = 0; i < 64; i++)
+      if (buf[i] != 3.0f)
+        a->ok = 0;
   }
   return NULL;
 }
@@ -354,7 +397,8 @@ static void run_unwritable(void) {
   setenv("ZCC_TRACE_FILE", "/nonexistent-zcc-dir/trace.%r.json", 1);
   setenv("ZCC_DEVICE", "host", 1);
   zccComm_t comms[2];
-  if (!ZT_EXPECT_RC(zccSuccess, zccCommInitAll(comms, 2, NULL))) return;
+  if (!ZT_EXPECT_RC(zccSuccess, zccCommInitAll(comms, 2, NULL)))
+    return;
   pthread_t t[2];
   thr_arg_t a[2];
   for (int r = 0; r < 2; r++) {
@@ -364,7 +408,10 @@ static void run_unwritable(void) {
   }
   for (int r = 0; r < 2; r++) {
     pthread_join(t[r], NULL);
-    ZT_CHECK(a[r].ok, "rank %d: allreduces with an unwritable trace path failed or were wrong", r);
+    ZT_CHECK(a[r].ok,
+             "rank %d: allreduces with an unwritable trace path failed or were "
+             "wrong",
+             r);
     zccCommDestroy(comms[r]);
   }
 }
@@ -372,17 +419,24 @@ static void run_unwritable(void) {
 int main(int argc, char **argv) {
   zt_setup("test_trace");
   if (argc < 2 || (strcmp(argv[1], "unwritable") != 0 && argc < 3)) {
-    fprintf(stderr, "usage: test_trace straggler|summary|mismatch|p2p|mix DIR | unwritable\n");
+    fprintf(stderr, "usage: test_trace straggler|summary|mismatch|p2p|mix DIR "
+                    "| unwritable\n");
     return 2;
   }
   dir = argc > 2 ? argv[2] : ".";
   sh = zt_shared_alloc(sizeof(*sh));
-  if (!strcmp(argv[1], "straggler")) run_straggler(0);
-  else if (!strcmp(argv[1], "summary")) run_straggler(1);
-  else if (!strcmp(argv[1], "mismatch")) run_mismatch();
-  else if (!strcmp(argv[1], "mix")) run_mix();
-  else if (!strcmp(argv[1], "p2p")) run_p2p();
-  else if (!strcmp(argv[1], "unwritable")) run_unwritable();
+  if (!strcmp(argv[1], "straggler"))
+    run_straggler(0);
+  else if (!strcmp(argv[1], "summary"))
+    run_straggler(1);
+  else if (!strcmp(argv[1], "mismatch"))
+    run_mismatch();
+  else if (!strcmp(argv[1], "mix"))
+    run_mix();
+  else if (!strcmp(argv[1], "p2p"))
+    run_p2p();
+  else if (!strcmp(argv[1], "unwritable"))
+    run_unwritable();
   else {
     fprintf(stderr, "test_trace: unknown mode %s\n", argv[1]);
     return 2;
