@@ -15,6 +15,7 @@
 #include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -167,6 +168,27 @@ static void files_at_exit(void) {
   pthread_mutex_unlock(&files_lock);
 }
 
+/*
+ * A child forked while trace files are open must not write into them: its
+ * copy of a stream's buffer would be flushed at its exit, with a trailer,
+ * into the parent's file. It drops its copies unwritten.
+ */
+static void files_before_fork(void) {
+  pthread_mutex_lock(&files_lock);
+}
+static void files_after_fork_parent(void) {
+  pthread_mutex_unlock(&files_lock);
+}
+static void files_after_fork_child(void) {
+  for (zcc_trace_file_t *tf = files; tf; tf = tf->next)
+    if (tf->f) {
+      __fpurge(tf->f);
+      fclose(tf->f);
+      tf->f = NULL;
+    }
+  pthread_mutex_unlock(&files_lock);
+}
+
 /* Caller holds files_lock. The separator before each event but the first. */
 static void file_sep(zcc_trace_file_t *tf) {
   fputs(tf->nevents++ ? ",\n" : "\n", tf->f);
@@ -216,6 +238,8 @@ static zcc_trace_file_t *file_open(const char *path) {
   if (!files_atexit) {
     files_atexit = 1;
     atexit(files_at_exit);
+    pthread_atfork(files_before_fork, files_after_fork_parent,
+                   files_after_fork_child);
   }
   pthread_mutex_unlock(&files_lock);
   return tf;

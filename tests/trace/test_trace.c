@@ -19,6 +19,9 @@
  *   mix DIR         2 ranks: every collective, a grouped send/recv, step and
  *                   compute markers; ZCC_TRACE_FILE=DIR/trace.%r.json, and
  *                   zccCommDump's argument checks.
+ *   fork DIR        one rank traces to DIR/fork.json, forks a child that
+ *                   exits through exit() (atexit handlers, stdio flush) in
+ *                   the middle; the caller finds 10 ops in valid JSON.
  *   unwritable      ZCC_TRACE_FILE in a directory that does not exist: two
  *                   communicators of one process (zccCommInitAll) compute
  *                   exact allreduces; the warning is counted by the caller.
@@ -32,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "zcc.h"
@@ -416,6 +420,32 @@ static void run_unwritable(void) {
   }
 }
 
+/* ---- fork ---- */
+
+static void run_fork(void) {
+  char p[4096];
+  snprintf(p, sizeof(p), "%s/fork.json", dir);
+  setenv("ZCC_TRACE_FILE", p, 1);
+  setenv("ZCC_DEVICE", "host", 1);
+  zccComm_t comm;
+  if (!ZT_EXPECT_RC(zccSuccess, zccCommInitAll(&comm, 1, NULL)))
+    return;
+  float buf[16] = {0};
+  for (int i = 0; i < 5; i++)
+    ZT_EXPECT_RC(zccSuccess,
+                 zccAllReduce(buf, buf, 16, zccFloat, zccSum, comm, NULL));
+  pid_t pid = fork();
+  if (pid == 0)
+    exit(0); /* flushes stdio and runs atexit handlers in the child */
+  int st = 0;
+  waitpid(pid, &st, 0);
+  ZT_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child: status 0x%x", st);
+  for (int i = 0; i < 5; i++)
+    ZT_EXPECT_RC(zccSuccess,
+                 zccAllReduce(buf, buf, 16, zccFloat, zccSum, comm, NULL));
+  ZT_EXPECT_RC(zccSuccess, zccCommDestroy(comm));
+}
+
 int main(int argc, char **argv) {
   zt_setup("test_trace");
   if (argc < 2 || (strcmp(argv[1], "unwritable") != 0 && argc < 3)) {
@@ -433,6 +463,8 @@ int main(int argc, char **argv) {
     run_mismatch();
   else if (!strcmp(argv[1], "mix"))
     run_mix();
+  else if (!strcmp(argv[1], "fork"))
+    run_fork();
   else if (!strcmp(argv[1], "p2p"))
     run_p2p();
   else if (!strcmp(argv[1], "unwritable"))

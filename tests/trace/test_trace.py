@@ -3,7 +3,7 @@
 
   test_trace.py CASE --driver build/tests/trace/test_trace --tool build/tools/zcc_trace
 
-CASE: straggler, summary, mismatch, p2p, schema, heatmap, unwritable, corrupt, markers.
+CASE: straggler, summary, mismatch, p2p, fork, schema, heatmap, unwritable, corrupt, markers.
 Each prints what it checked and exits 1 on the first failure.
 """
 import argparse
@@ -208,6 +208,14 @@ def case_mismatch(args, d):
           "report names rank 2's broadcast against the others' allreduce at op #10")
 
 
+def case_fork(args, d):
+    driver(args, "fork", d)
+    doc, nx = validate_chrome_trace(os.path.join(d, "fork.json"))
+    seqs = [e["args"]["seq"] for e in doc["traceEvents"] if e.get("cat") == "zcc"]
+    check(seqs == list(range(1, 11)),
+          "a child's exit in the middle leaves the parent's trace whole: ops %s" % seqs)
+
+
 def case_p2p(args, d):
     driver(args, "p2p", d)
     rc, out, err = tool(args, "report", os.path.join(d, "fr.0.json"))
@@ -377,7 +385,7 @@ def case_markers(args, d):
 
 
 CASES = {"schema": case_schema, "straggler": case_straggler, "summary": case_summary,
-         "mismatch": case_mismatch, "p2p": case_p2p,
+         "mismatch": case_mismatch, "p2p": case_p2p, "fork": case_fork,
          "heatmap": case_heatmap, "unwritable": case_unwritable, "corrupt": case_corrupt,
          "markers": case_markers}
 
