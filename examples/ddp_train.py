@@ -77,10 +77,13 @@ def train(args, rank, world, device, group, hook_state=None):
         b = step % nbatches
         lo = (b * world + rank) * args.batch
         xb, yb = x[lo:lo + args.batch].to(device), y[lo:lo + args.batch].to(device)
-        loss = torch.nn.functional.mse_loss(ddp(xb), yb)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        # Markers for `zcc_trace heatmap` (written only with ZCC_TRACE_FILE set).
+        with zcc.torch.step():
+            with zcc.torch.compute("forward+backward"):
+                loss = torch.nn.functional.mse_loss(ddp(xb), yb)
+                opt.zero_grad()
+                loss.backward()
+            opt.step()
         losses.append(loss.detach())
     # the mean loss over ranks, step by step, through the reference backend
     curve = torch.stack(losses).float()

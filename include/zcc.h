@@ -226,6 +226,28 @@ ZCC_API zccResult_t zccCommAbort(zccComm_t comm);
 ZCC_API zccResult_t zccCommGetAsyncError(zccComm_t comm,
                                          zccResult_t *asyncError);
 
+/**
+ * Write the communicator's flight recorder (its last
+ * ZCC_FLIGHT_RECORDER_ENTRIES operations with their state: enqueued,
+ * started, done, failed) as JSON to `path`; "%h", "%p" and "%r" become the
+ * host name, pid and rank. path NULL: ZCC_FLIGHT_RECORDER_FILE
+ * (zccInvalidArgument when that is unset too). Any thread may call it, also
+ * while another is stuck in a collective on comm; a communicator in error
+ * state can still be dumped. zcc itself dumps there on timeout, error or
+ * abort, and on SIGUSR1 with ZCC_FLIGHT_RECORDER_SIGNAL=1. `zcc_trace
+ * report` reads the dumps of every rank (see the README).
+ */
+ZCC_API zccResult_t zccCommDump(zccComm_t comm, const char *path);
+
+/**
+ * A user marker in the process's trace (ZCC_TRACE_FILE; nothing when it is
+ * off): begin != 0 opens a span of category `kind` named `name`, begin == 0
+ * closes the innermost open span of that thread. `zcc_trace heatmap`
+ * reads the kinds "step" and "compute" (python: zcc.torch.step() and
+ * zcc.torch.compute()).
+ */
+ZCC_API zccResult_t zccTraceMark(const char *kind, const char *name, int begin);
+
 /** Text for a result code. */
 ZCC_API const char *zccGetErrorString(zccResult_t result);
 

@@ -2,8 +2,9 @@
 # Build zcc and run its tests, as CI does:
 #   1. build/       RelWithDebInfo: every test except the quick matrix
 #                   (ctest -LE mp-quick; the full matrix covers it)
-#   2. build-asan/  ASan + UBSan: unit tests, the quick matrix, the examples
-#                   (ctest -L 'unit|mp-quick|examples')
+#   2. build-asan/  ASan + UBSan: unit tests, the quick matrix, the examples,
+#                   the trace tests
+#                   (ctest -L 'unit|mp-quick|examples|trace')
 #   3. build-tsan/  TSan: unit tests and the multi-process fault and bad-input
 #                   tests (ctest -L 'unit|mp-quick' -E 'matrix|test_topo_plan')
 # Missing Debian packages are installed first (scripts/deps.sh). Prints the
@@ -122,7 +123,7 @@ if step configure-asan cmake -S "$root" -B "$root/build-asan" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZCC_ENABLE_CUDA=OFF \
   -DZCC_SANITIZE=address -DZCC_BUILD_TESTS=ON; then
   if step build-asan cmake --build "$root/build-asan" -j"$jobs"; then
-    step ctest-asan run_ctest "$root/build-asan" -L 'unit|mp-quick|examples' || true
+    step ctest-asan run_ctest "$root/build-asan" -L 'unit|mp-quick|examples|trace' || true
   else
     skip ctest-asan "build failed"
   fi

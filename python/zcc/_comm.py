@@ -16,6 +16,7 @@ import datetime
 import enum
 import importlib.util
 import itertools
+import os
 import threading
 
 from . import _lib
@@ -403,6 +404,14 @@ class Communicator:
         if rc:
             raise self._fail(rc, "zccCommGetAsyncError")
         return v.value
+
+    def dump(self, path=None):
+        """zccCommDump: write the flight recorder (the last operations and
+        their state) as JSON to path ("%h", "%p", "%r": host, pid, rank);
+        None: ZCC_FLIGHT_RECORDER_FILE. ``zcc_trace report`` reads it."""
+        rc = _lib.zccCommDump(self._h, None if path is None else os.fsencode(path))
+        if rc:
+            raise self._fail(rc, "zccCommDump")
 
     def __enter__(self):
         return self

@@ -159,6 +159,10 @@ _SIGNATURES = {
     "zccCommDestroy": [_comm_t],
     "zccCommAbort": [_comm_t],
     "zccCommGetAsyncError": [_comm_t, POINTER(c_int)],
+    # comm, path (None: ZCC_FLIGHT_RECORDER_FILE)
+    "zccCommDump": [_comm_t, c_char_p],
+    # kind ("step", "compute"), name, begin (1) or end (0)
+    "zccTraceMark": [c_char_p, c_char_p, c_int],
     "zccGetParam": [c_int, POINTER(c_char_p), POINTER(c_char_p), POINTER(c_char_p),
                     POINTER(c_char_p)],
     "zccCommCount": [_comm_t, POINTER(c_int)],

@@ -16,6 +16,7 @@
 #include "coll.h"
 #include "debug.h"
 #include "reduce.h"
+#include "trace.h"
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -30,6 +31,10 @@ typedef struct chain_state {
   struct zccComm *comm;
   int moved;           /* since the last check */
   int64_t last_progress_ns;
+  /* Recorded plans: since when nothing moved, in which plan, on which peer. */
+  int64_t idle_ns;     /* 0: moving */
+  zcc_plan_t *idle_plan;
+  int idle_peer;
 } chain_state_t;
 
 static zccResult_t run_local(zcc_plan_t *p, const zcc_item_t *it) {
@@ -43,11 +48,54 @@ static zccResult_t run_local(zcc_plan_t *p, const zcc_item_t *it) {
   return zccSuccess;
 }
 
+/* The peer a waiting plan waits on: its first unfinished receive, else send. */
+static int waited_peer(const zcc_plan_t *p) {
+  if (p->cur >= p->nitems || p->items[p->cur].kind != ZCC_ITEM_XFERS) return -1;
+  const zcc_item_t *it = &p->items[p->cur];
+  int send_peer = -1;
+  for (int i = it->first + it->pending; i < it->first + it->count; i++) {
+    const zcc_xfer_t *x = &p->xfers[i];
+    if (x->done == x->bytes || !x->conn) continue;
+    if (x->is_recv) return x->conn->peer;
+    if (send_peer < 0) send_peer = x->conn->peer;
+  }
+  return send_peer;
+}
+
+/*
+ * Recorded plans: time spent with nothing to move, charged to the peer
+ * waited on. Returns the time it read (0: none).
+ */
+static int64_t note_idle(chain_state_t *c, int moved) {
+  int64_t now = 0;
+  if (moved) {
+    if (c->idle_ns) {
+      now = zcc_now_ns();
+      zcc_trace_wait(c->idle_plan, c->idle_peer, now - c->idle_ns);
+      c->idle_ns = 0;
+    }
+  } else if (!c->idle_ns && c->plan && c->plan->trace_id) {
+    c->idle_ns = zcc_now_ns();
+    c->idle_plan = c->plan;
+    c->idle_peer = waited_peer(c->plan);
+    zcc_trace_waiting_on(c->plan, c->idle_peer);
+  }
+  return now;
+}
+
 /* Advance one chain as far as it goes without waiting. *done when finished. */
 static zccResult_t advance(chain_state_t *c, int *moved) {
   while (c->plan) {
     zcc_plan_t *p = c->plan;
+    if (p->trace_id && !p->trace_started) {
+      p->trace_started = 1;
+      zcc_trace_start(p, 0);
+    }
     if (p->cur == p->nitems) {
+      if (p->trace_id) {
+        /* The wait that ended in this call, and the end, at one clock read. */
+        zcc_trace_end(p, zccSuccess, c->idle_ns ? note_idle(c, 1) : 0);
+      }
       c->plan = p->next;
       continue;
     }
@@ -149,6 +197,13 @@ zccResult_t zcc_exec_chains(zcc_plan_t **chains, int nchains) {
     cs[i].comm = chains[i] ? chains[i]->comm : NULL;
     cs[i].moved = 0;
     cs[i].last_progress_ns = start;
+    cs[i].idle_ns = 0;
+    cs[i].idle_plan = NULL;
+    cs[i].idle_peer = -1;
+    if (chains[i] && chains[i]->trace_id && !chains[i]->trace_started) {
+      chains[i]->trace_started = 1;
+      zcc_trace_start(chains[i], start); /* the clock just read */
+    }
   }
   zccResult_t res = zccSuccess;
   int failed = -1;
@@ -168,6 +223,7 @@ zccResult_t zcc_exec_chains(zcc_plan_t **chains, int nchains) {
         cs[i].moved = 1;
         moved_any = 1;
       }
+      if (cs[i].idle_ns || (cs[i].plan && cs[i].plan->trace_id)) note_idle(&cs[i], m);
       if (cs[i].plan) active++;
     }
     if (!active) break;
@@ -198,7 +254,12 @@ zccResult_t zcc_exec_chains(zcc_plan_t **chains, int nchains) {
   }
 out:
   if (res != zccSuccess) {
-    /* Every communicator left mid-operation is out of step with its peers. */
+    /* Every communicator left mid-operation is out of step with its peers.
+       Its records say so first: setting the error dumps the flight recorder. */
+    for (int i = 0; i < nchains; i++) {
+      if (cs[i].idle_ns) note_idle(&cs[i], 1);
+      if (cs[i].plan && cs[i].plan->trace_id) zcc_trace_end(cs[i].plan, res, 0);
+    }
     for (int i = 0; i < nchains; i++)
       if (cs[i].plan || i == failed) zcc_comm_set_error(cs[i].comm, res);
   }

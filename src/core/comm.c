@@ -10,6 +10,7 @@
 
 #include "debug.h"
 #include "coll.h"
+#include "trace.h"
 #include "transport.h"
 
 /* Live communicators: a small growable array under one lock. */
@@ -82,11 +83,18 @@ zccResult_t zcc_comm_enter(struct zccComm *comm, const char *fn, int check_error
 
 void zcc_comm_leave(struct zccComm *comm) { atomic_fetch_sub(&comm->busy, 1); }
 
+void zcc_comm_foreach(void (*fn)(struct zccComm *comm, void *arg), void *arg) {
+  pthread_mutex_lock(&registry_lock);
+  for (size_t i = 0; i < registry_len; i++) fn(registry[i], arg);
+  pthread_mutex_unlock(&registry_lock);
+}
+
 void zcc_comm_set_error(struct zccComm *comm, zccResult_t res) {
   int expected = zccSuccess;
   if (atomic_compare_exchange_strong(&comm->async_error, &expected, (int)res)) {
     ZCC_INFO(COLL, "communicator %s rank %d enters error state: %s", comm->name,
              comm->rank, zccGetErrorString(res));
+    zcc_trace_on_error(comm, res); /* from the thread that found the error */
     zcc_transport_fail_all(comm);
   }
 }
@@ -94,6 +102,7 @@ void zcc_comm_set_error(struct zccComm *comm, zccResult_t res) {
 void zcc_comm_free(struct zccComm *comm) {
   if (!comm) return;
   zcc_plan_release_spare(comm);
+  zcc_trace_comm_free(comm);
 #ifdef ZCC_HAVE_CUDA
   zcc_gpu_comm_free(comm);
 #endif

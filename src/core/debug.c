@@ -178,3 +178,7 @@ void zcc_clear_last_error(void) { last_error[0] = '\0'; }
 void zcc_log_tuning_line(void *prefix, const char *line) {
   ZCC_INFO(TUNING, "%s%s%s", prefix ? (const char *)prefix : "", prefix ? ": " : "", line);
 }
+
+void zcc_restore_last_error(const char *msg) {
+  snprintf(last_error, sizeof(last_error), "%s", msg);
+}

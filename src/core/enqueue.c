@@ -10,6 +10,7 @@
 #include "debug.h"
 #include "group.h"
 #include "reduce.h"
+#include "trace.h"
 #ifdef ZCC_HAVE_CUDA
 #include "gpu.h"
 #endif
@@ -100,16 +101,25 @@ static zccResult_t run_coll(zcc_coll_args_t *a, zccComm_t comm, zccStream_t stre
   ZCC_TRACE(CALL, "%s sendbuff %p recvbuff %p count %zu type %s op %s root %d", fn,
             a->sendbuf, a->recvbuf, a->count, zcc_type_name(a->type), zcc_op_name(a->op),
             a->root);
+  int trace_root = rooted ? a->root : -1;
 #ifdef ZCC_HAVE_CUDA
   if (comm->gpu) {
-    /* Enqueued on the stream now, also inside a group: nothing waits on the host. */
+    /* Enqueued on the stream now, also inside a group: nothing waits on the host.
+       The record holds what the host knows (the enqueue); the GPU's start and
+       end times are for the device side to add. */
+    uint64_t tid = zcc_trace_enqueue(comm, a->coll, a->count, a->count * zcc_type_size(a->type),
+                                     a->type, a->op, trace_root, -1);
     res = zcc_gpu_coll(comm, a, stream, fn);
+    zcc_trace_finish_id(comm, tid, res);
     goto fail;
   }
 #endif
   (void)stream;
   zcc_plan_t *plan = NULL;
   ZCC_CHECK_GOTO(zcc_plan_coll(comm, a, &plan), res, fail);
+  plan->trace_id = zcc_trace_enqueue(comm, a->coll, a->count,
+                                     a->count * zcc_type_size(a->type), a->type, a->op,
+                                     trace_root, plan->algo);
   if (zcc_group_active()) {
     res = zcc_group_add_plan(plan);
     if (res != zccSuccess) {
@@ -190,6 +200,10 @@ static zccResult_t run_p2p(int is_recv, void *buf, size_t count, zccDataType_t t
 #ifdef ZCC_HAVE_CUDA
   if (comm->gpu) {
     zcc_gpu_p2p_op_t op = {buf, bytes, peer, is_recv, stream};
+    zcc_trace_finish_id(comm,
+                        zcc_trace_enqueue(comm, ZCC_COLL_SENDRECV, count, bytes, type, zccSum,
+                                          peer, -1),
+                        zccSuccess);
     if (zcc_group_active()) {
       int kept = 0;
       res = zcc_group_gpu_p2p_add(comm, &op, &kept);
@@ -205,12 +219,17 @@ static zccResult_t run_p2p(int is_recv, void *buf, size_t count, zccDataType_t t
     zcc_plan_t *plan;
     int created;
     ZCC_CHECK_GOTO(zcc_group_p2p_plan(comm, &plan, &created), res, fail);
+    if (created)
+      plan->trace_id = zcc_trace_enqueue(comm, ZCC_COLL_SENDRECV, count, bytes, type, zccSum,
+                                         peer, ZCC_ALGO_DIRECT);
     res = zcc_plan_p2p(plan, is_recv, peer, buf, bytes);
     if (!created) zcc_comm_leave(comm);
     return res;
   }
   zcc_plan_t *plan;
   ZCC_CHECK_GOTO(zcc_plan_new(comm, ZCC_COLL_SENDRECV, &plan), res, fail);
+  plan->trace_id = zcc_trace_enqueue(comm, ZCC_COLL_SENDRECV, count, bytes, type, zccSum, peer,
+                                     ZCC_ALGO_DIRECT);
   res = zcc_plan_p2p(plan, is_recv, peer, buf, bytes);
   if (res != zccSuccess) {
     zcc_plan_free(plan);

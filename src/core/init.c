@@ -17,6 +17,7 @@
 #include "param.h"
 #include "planner.h"
 #include "topo.h"
+#include "trace.h"
 #include "transport.h"
 
 ZCC_PARAM_STR(device, "DEVICE", "auto",
@@ -182,6 +183,7 @@ zccResult_t zcc_comm_init(struct zccComm **out, int nranks, const zccUniqueId *i
   ZCC_CHECK_GOTO(zcc_transport_connect_all(comm), res, fail);
   ZCC_CHECK_GOTO(comm_topology(comm), res, fail);
   if (comm->device < 0) ZCC_CHECK_GOTO(comm_ring(comm), res, fail);
+  zcc_trace_comm_init(comm);
 #ifdef ZCC_HAVE_CUDA
   if (comm->device >= 0) ZCC_CHECK_GOTO(zcc_gpu_comm_setup(comm), res, fail);
 #endif

@@ -84,6 +84,9 @@ typedef struct zcc_plan {
   uint64_t scalar; /* pre-multiplied sums: the scalar's bytes */
   int cur;   /* executor's position */
   int open_batch; /* builder: an XFERS item is open */
+  uint64_t trace_id; /* its flight recorder record (trace.h); 0: none */
+  struct zcc_op_rec *trace_rec; /* that record's slot, found on first use */
+  int trace_started;
   struct zcc_plan *next;
 } zcc_plan_t;
 

@@ -72,6 +72,7 @@ struct zccComm {
   struct zcc_plan *spare_plan; /* kept by zcc_plan_free for reuse */
   int *ring_order;             /* host rings: [nranks] rank at each ring position */
   int ring_pos;                /* this rank's position in ring_order */
+  struct zcc_trace *trace;      /* flight recorder and trace (trace.h); NULL: off */
 
   pthread_mutex_t reg_lock;
   struct zcc_reg *regs;
@@ -102,6 +103,9 @@ void zcc_redop_free_all(struct zccComm *comm);
  */
 zccResult_t zcc_comm_enter(struct zccComm *comm, const char *fn, int check_error);
 void zcc_comm_leave(struct zccComm *comm);
+
+/* Call fn on every live communicator, under the registry lock (they stay alive). */
+void zcc_comm_foreach(void (*fn)(struct zccComm *comm, void *arg), void *arg);
 
 /* Add to / remove from the registry of live communicators. */
 void zcc_comm_register(struct zccComm *comm);

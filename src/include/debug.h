@@ -71,5 +71,7 @@ const char *zcc_last_error(void);
 /* One line of a decision table at INFO TUNING; prefix: a const char * or NULL. */
 void zcc_log_tuning_line(void *prefix, const char *line);
 void zcc_clear_last_error(void);
+/* Put back a message saved from zcc_last_error() (after calls that may replace it). */
+void zcc_restore_last_error(const char *msg);
 
 #endif /* ZCC_DEBUG_H_ */
