@@ -339,6 +339,20 @@ static long rss_kib(void) {
   return resident * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
+/*
+ * The 1 s limit is the target, held in the normal build. Sanitizer builds
+ * run the same code several times slower (the ASan build loaded the
+ * 1024-host file in 1.1-1.6 s on the 2-core CI machine, at or past the
+ * limit): there the limit only catches a blow-up.
+ */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SCALE_LIMIT_S 5.0
+#define SCALE_LIMIT_WHY " (sanitizer build; 1 s in the normal build)"
+#else
+#define SCALE_LIMIT_S 1.0
+#define SCALE_LIMIT_WHY ""
+#endif
+
 /* Load a cluster of `hosts` DGX H100 servers from JSON and plan for all GPUs. */
 static void scale(const char *text, size_t len, int hosts) {
   long rss0 = rss_kib();
@@ -356,8 +370,9 @@ static void scale(const char *text, size_t len, int hosts) {
          rss_kib() - rss1);
   assert_int_equal(p->nranks, hosts * 8);
   assert_int_equal(p->nchannels, 16);
-  if (t1 - t0 >= 1.0 || t2 - t1 >= 1.0)
-    fail_msg("%d hosts: load %.3f s, plan %.3f s: each must take under 1 s", hosts, t1 - t0, t2 - t1);
+  if (t1 - t0 >= SCALE_LIMIT_S || t2 - t1 >= SCALE_LIMIT_S)
+    fail_msg("%d hosts: load %.3f s, plan %.3f s: each must take under %.0f s%s", hosts, t1 - t0,
+             t2 - t1, SCALE_LIMIT_S, SCALE_LIMIT_WHY);
   zcc_planner_free(p);
   zcc_topo_free(g);
 }
