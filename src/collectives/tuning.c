@@ -29,11 +29,14 @@ zccResult_t zcc_tuning_choice(int nranks, int nnodes, zcc_coll_t coll, size_t by
     *algo = ZCC_ALGO_DIRECT;
     return zccSuccess;
   }
-  /* The cost model, with constants measured for shared memory and TCP. */
-  zcc_algo_t model;
-  ZCC_CHECK(zcc_planner_host_model(nranks, nnodes > 0 ? nnodes : 1, coll, bytes, &model, times));
+  /* The cost model, with constants measured for shared memory and TCP: not
+     consulted for a forced choice unless the caller wants the predictions. */
   const char *forced = zcc_planner_algo_override();
-  if (forced && *forced) {
+  int is_forced = forced && *forced;
+  zcc_algo_t model = ZCC_ALGO_DIRECT;
+  if (!is_forced || times)
+    ZCC_CHECK(zcc_planner_host_model(nranks, nnodes > 0 ? nnodes : 1, coll, bytes, &model, times));
+  if (is_forced) {
     if (strcasecmp(forced, "direct") == 0 || strcasecmp(forced, "oneshot") == 0)
       *algo = ZCC_ALGO_DIRECT;
     else if (strcasecmp(forced, "ring") == 0)
