@@ -77,7 +77,7 @@ else
     o=$b/$(basename $f).o
     "$NVCC" $flags $inc -c "$root/$f.cu" -o "$o" > "$b/$(basename $f).log" 2>&1 & pids+=($!)
   done
-  for f in collectives/reduce core/param core/debug core/errors; do
+  for f in misc/reduce misc/param misc/debug misc/errors; do
     gcc -std=gnu11 -O2 -D_GNU_SOURCE -I"$root/src/include" -I"$root/include" -c "$root/src/$f.c" -o "$b/$(basename $f).o" & pids+=($!)
   done
   fail=0

@@ -1,5 +1,5 @@
 // Element types, conversions and reduction operators of the device kernels,
-// written to give the same bits as the host loops in collectives/reduce.c
+// written to give the same bits as the host loops in misc/reduce.c
 // (the conversions are the same bit manipulations, NaN payloads included).
 #ifndef ZCC_DEVICE_REDUCE_OPS_CUH_
 #define ZCC_DEVICE_REDUCE_OPS_CUH_

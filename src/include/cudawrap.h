@@ -1,7 +1,7 @@
 /*
  * CUDA for the code that every build has (core, topology): the driver
  * library is loaded at run time (dlopen), so one build runs on machines
- * without it. The GPU path (gpu.h: transport/p2p.c, collectives/gpu_coll.c)
+ * without it. The GPU path (gpu.h: transport/p2p.c, exec/gpu.c)
  * is compiled only with CUDA and calls the CUDA runtime directly.
  */
 #ifndef ZCC_CUDAWRAP_H_

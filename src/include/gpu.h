@@ -7,7 +7,7 @@
  * (flags, LL area, point-to-point area, staging buffer), zeroed once and
  * mapped into every peer GPU: by peer access within a process, by CUDA IPC
  * handles (exchanged over the bootstrap) across processes. Collectives
- * (collectives/gpu_coll.c) enqueue copies and the kernels of src/device/ on
+ * (exec/gpu.c) enqueue copies and the kernels of src/device/ on
  * the caller's stream and return: no host synchronisation, so everything
  * captures into CUDA graphs.
  *

@@ -176,7 +176,7 @@ zccResult_t zcc_planner_host_model(int nranks, int nnodes, zcc_coll_t coll, size
 
 /*
  * GPU communicators (every rank on one host, all-pairs NVLink or P2P):
- * the allreduce algorithms of collectives/gpu_coll.c and their predicted
+ * the allreduce algorithms of exec/gpu.c and their predicted
  * time. Constants measured on 2 H200s joined by NV18, times of CUDA-graph
  * replays (docs/perf/h200x2.md has the predicted-versus-measured table).
  */

@@ -85,7 +85,7 @@ zccResult_t zcc_socket_auth_server(int fd, const uint8_t secret[ZCC_SECRET_BYTES
 
 void zcc_socket_close(int *fd);
 
-/* Cryptographic helpers (src/bootstrap/sha256.c). */
+/* Cryptographic helpers (src/misc/sha256.c). */
 void zcc_sha256(const void *data, size_t bytes, uint8_t out[32]);
 void zcc_hmac_sha256(const uint8_t *key, size_t key_bytes, const void *data,
                      size_t bytes, uint8_t out[32]);

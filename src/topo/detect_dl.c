@@ -1,7 +1,7 @@
 /*
  * NVML and libibverbs, loaded with dlopen when detection first needs them,
  * so that one build runs where they are absent; the CUDA driver's queries go
- * through core/cudawrap.c, the one wall between host code and CUDA. Only
+ * through misc/cudawrap.c, the one wall between host code and CUDA. Only
  * the few entry points topology needs are resolved; their C types are
  * spelled here (the driver and NVML headers are not needed to build).
  */
@@ -29,7 +29,7 @@ int zcc_topo_bus_normalize(const char *in, char *out, size_t cap) {
   return 0;
 }
 
-/* ---- CUDA driver (through core/cudawrap.c) ---- */
+/* ---- CUDA driver (through misc/cudawrap.c) ---- */
 
 int zcc_topo_cuda_gpus(zcc_topo_gpu_info_t *out, int cap) {
   int n = zcc_cuda_device_count(), got = 0;

@@ -1,6 +1,6 @@
 /*
  * GPU communicators end to end, through zcc.h (plus the host reduction
- * reference of collectives/reduce.c for the expected results).
+ * reference of misc/reduce.c for the expected results).
  *
  *   test_gpu_colls [--layout threads|procs|both] [--ngpus N] [--quick] [--full]
  *                  [--only PART,...] [--coll NAME] [--type NAME]

@@ -8,7 +8,7 @@
 //      1M+3, aligned, at odd byte offsets, at a common offset and in place,
 //      and zcc_dev_finish_avg for nranks 2, 3, 8, and zcc_dev_scale (immediate
 //      and device scalar): exactly equal to the host
-//      loops of collectives/reduce.c (bitwise; NaN matches any NaN, since
+//      loops of misc/reduce.c (bitwise; NaN matches any NaN, since
 //      the GPU's default NaN differs from the CPU's), guard bytes around
 //      every output untouched. Fresh random inputs, poisoned outputs.
 //   2. one-shot and two-shot allreduce on 2 GPUs, 8 B .. 256 MiB, several

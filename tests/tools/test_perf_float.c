@@ -1,6 +1,6 @@
 /*
  * The benchmark checks trust their own narrow-float conversions
- * (tools/perf_float.c); zcc reduces with its own (src/collectives/reduce.c).
+ * (tools/perf_float.c); zcc reduces with its own (src/misc/reduce.c).
  * Two independent implementations must agree on every fp16, bf16 and fp8
  * encoding, and on rounding of values between them.
  */

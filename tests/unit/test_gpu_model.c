@@ -1,5 +1,5 @@
 /*
- * The GPU allreduce cost model (collectives/cost.c) against measurements on
+ * The GPU allreduce cost model (plan/cost.c) against measurements on
  * 2x H200 (NV18), float32 sum, unregistered buffers, out of place
  * (docs/perf/h200x2.md, runs of 2026-11-29). For every size the model must
  * pick the algorithm that measured fastest there and predict its time

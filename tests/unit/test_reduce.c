@@ -1,5 +1,5 @@
 /*
- * Unit tests for src/collectives/reduce.c: datatype names and sizes, the
+ * Unit tests for src/misc/reduce.c: datatype names and sizes, the
  * narrow float conversions (exhaustive over every fp16/bf16/fp8 pattern,
  * rounding checked against a slow frexp/ldexp reference), and every
  * datatype x op of zcc_reduce / zcc_reduce2 / zcc_reduce_finish_avg against

@@ -1,4 +1,4 @@
-/* Unit tests for src/bootstrap/sha256.c and src/bootstrap/socket.c. */
+/* Unit tests for src/misc/sha256.c and src/misc/socket.c. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
