@@ -163,7 +163,9 @@ static void print_decisions(const zcc_planner_t *p) {
            "  ranks fails at creation (host communicators, ZCC_DEVICE=host, run there)\n");
     return;
   }
-  if (zcc_planner_decisions(!p->cpu_ranks, p->nranks, p->nnodes, print_line, NULL) != zccSuccess)
+  zcc_select_ctx_t c;
+  zcc_select_ctx_of_plan(p, &c);
+  if (zcc_planner_decisions(&c, print_line, NULL) != zccSuccess)
     printf("  %s\n", zcc_last_error());
 }
 
@@ -205,10 +207,10 @@ static void print_plan(const zcc_planner_t *p) {
            p->island ? "possible" : "not possible", zcc_topo_class_name(p->island_class));
   printf("\npredicted time (us) per collective and size; '-' cannot run\n");
   printf("%-13s %11s", "collective", "bytes");
-  for (int a = 0; a < ZCC_PALGO_COUNT; a++)
-    for (int q = 0; q < ZCC_PROTO_COUNT; q++) {
+  for (int a = 0; a < ZCC_ALGO_COUNT; a++)
+    for (int q = 0; q < ZCC_PROTO_COUNT && zcc_planner_on_graph(a); q++) {
       char col[24];
-      snprintf(col, sizeof(col), "%s/%s", zcc_palgo_name(a), zcc_proto_name(q));
+      snprintf(col, sizeof(col), "%s/%s", zcc_algo_name(a), zcc_proto_name(q));
       printf(" %9.9s", col);
     }
   printf("  winner\n");

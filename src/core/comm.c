@@ -118,6 +118,7 @@ void zcc_comm_free(struct zccComm *comm) {
   zcc_redop_free_all(comm);
   free(comm->peers);
   free(comm->ring_order);
+  free(comm->select);
   free(comm->conns);
   comm->magic = 0;
   free(comm);

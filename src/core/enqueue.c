@@ -221,7 +221,7 @@ static zccResult_t run_p2p(int is_recv, void *buf, size_t count, zccDataType_t t
     ZCC_CHECK_GOTO(zcc_group_p2p_plan(comm, &plan, &created), res, fail);
     if (created)
       plan->trace_id = zcc_trace_enqueue(comm, ZCC_COLL_SENDRECV, count, bytes, type, zccSum,
-                                         peer, ZCC_ALGO_DIRECT);
+                                         peer, ZCC_ALGO_ONESHOT);
     res = zcc_plan_p2p(plan, is_recv, peer, buf, bytes);
     if (!created) zcc_comm_leave(comm);
     return res;
@@ -229,7 +229,7 @@ static zccResult_t run_p2p(int is_recv, void *buf, size_t count, zccDataType_t t
   zcc_plan_t *plan;
   ZCC_CHECK_GOTO(zcc_plan_new(comm, ZCC_COLL_SENDRECV, &plan), res, fail);
   plan->trace_id = zcc_trace_enqueue(comm, ZCC_COLL_SENDRECV, count, bytes, type, zccSum, peer,
-                                     ZCC_ALGO_DIRECT);
+                                     ZCC_ALGO_ONESHOT);
   res = zcc_plan_p2p(plan, is_recv, peer, buf, bytes);
   if (res != zccSuccess) {
     zcc_plan_free(plan);

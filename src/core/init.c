@@ -128,8 +128,32 @@ static zccResult_t comm_ring(struct zccComm *comm) {
              comm->name, comm->rank, buf, crossings, comm->nnodes);
     char who[96];
     snprintf(who, sizeof(who), "comm %s rank %d", comm->name, comm->rank);
-    ZCC_CHECK(zcc_planner_decisions(0, n, comm->nnodes, zcc_log_tuning_line, who));
+    ZCC_CHECK(zcc_planner_decisions(&comm->select->ctx, zcc_log_tuning_line, who));
   }
+  return zccSuccess;
+}
+
+/*
+ * The planner's view of this communicator, for zcc_select: host ranks
+ * share memory on one host and TCP across hosts; GPU ranks on one GPU
+ * share it (ZCC_PATH_SELF), else NVLink or PCIe peer access (charged
+ * NVLink's measured costs, cost.c).
+ */
+static zccResult_t comm_select(struct zccComm *comm) {
+  comm->select = calloc(1, sizeof(*comm->select));
+  if (!comm->select) return zcc_error(zccSystemError, "init: out of memory");
+  zcc_select_ctx_t *c = &comm->select->ctx;
+  c->gpu = comm->device >= 0;
+  c->nranks = comm->nranks;
+  c->nnodes = comm->nnodes;
+  if (!c->gpu) {
+    c->link_class = comm->nnodes > 1 ? ZCC_PATH_NET : ZCC_PATH_SELF;
+    return zccSuccess;
+  }
+  c->link_class = ZCC_PATH_SELF;
+  for (int r = 0; r < comm->nranks; r++)
+    if (strcmp(comm->peers[r].gpu_bus_id, comm->peers[comm->rank].gpu_bus_id) != 0)
+      c->link_class = ZCC_PATH_NVL;
   return zccSuccess;
 }
 
@@ -182,6 +206,7 @@ zccResult_t zcc_comm_init(struct zccComm **out, int nranks, const zccUniqueId *i
 #endif
   ZCC_CHECK_GOTO(zcc_transport_connect_all(comm), res, fail);
   ZCC_CHECK_GOTO(comm_topology(comm), res, fail);
+  ZCC_CHECK_GOTO(comm_select(comm), res, fail);
   if (comm->device < 0) ZCC_CHECK_GOTO(comm_ring(comm), res, fail);
   zcc_trace_comm_init(comm);
 #ifdef ZCC_HAVE_CUDA

@@ -260,15 +260,17 @@ static zccResult_t conn_coll(struct zccComm *comm, const zcc_coll_args_t *x, cud
  * The allreduce algorithm for x, and whether its buffers are read in place;
  * *rs / *rr: the registrations holding sendbuff / recvbuff, or NULL.
  */
-static zccResult_t ar_plan(zcc_gpu_t *g, const zcc_coll_args_t *x, zcc_gpu_algo_t *algo,
+static zccResult_t ar_plan(struct zccComm *comm, const zcc_coll_args_t *x, zcc_choice_t *ch,
                            int *zero_copy, zcc_gpu_reg_t **rs, zcc_gpu_reg_t **rr) {
+  zcc_gpu_t *g = comm->gpu;
   size_t bytes = x->count * zcc_type_size(x->type);
   *rs = find_reg(g, x->sendbuf, bytes);
   *rr = find_reg(g, x->recvbuf, bytes);
-  ZCC_CHECK(zcc_planner_pick_gpu(g->nranks, bytes, !(*rs && *rr), algo));
-  *zero_copy = *algo == ZCC_GPU_ONESHOT   ? *rs != NULL
-               : *algo == ZCC_GPU_TWOSHOT ? *rs && *rr
-                                          : 0;
+  ZCC_CHECK(zcc_select_cached(comm->select, ZCC_COLL_ALLREDUCE, bytes, !(*rs && *rr), ch));
+  int simple = ch->proto == ZCC_PROTO_SIMPLE;
+  *zero_copy = simple && ch->algo == ZCC_ALGO_ONESHOT   ? *rs != NULL
+               : simple && ch->algo == ZCC_ALGO_TWOSHOT ? *rs && *rr
+                                                        : 0;
   return zccSuccess;
 }
 
@@ -280,14 +282,15 @@ static zccResult_t allreduce(struct zccComm *comm, const zcc_coll_args_t *x, cud
                              const char *fn) {
   zcc_gpu_t *g = comm->gpu;
   size_t es = zcc_type_size(x->type), bytes = x->count * es;
-  zcc_gpu_algo_t algo;
+  zcc_choice_t ch;
   int zero_copy;
   zcc_gpu_reg_t *rs, *rr;
-  ZCC_CHECK(ar_plan(g, x, &algo, &zero_copy, &rs, &rr));
-  if (algo == ZCC_GPU_CE) return allreduce_ce(comm, x, s, bytes, fn);
-  if (algo == ZCC_GPU_RING || algo == ZCC_GPU_TREE)
-    return conn_coll(comm, x, s, algo == ZCC_GPU_TREE, fn);
-  if (algo == ZCC_GPU_PUSH) {
+  ZCC_CHECK(ar_plan(comm, x, &ch, &zero_copy, &rs, &rr));
+  zcc_algo_t algo = ch.algo;
+  if (algo == ZCC_ALGO_CE) return allreduce_ce(comm, x, s, bytes, fn);
+  if (algo == ZCC_ALGO_RING || algo == ZCC_ALGO_TREE)
+    return conn_coll(comm, x, s, algo == ZCC_ALGO_TREE, fn);
+  if (algo == ZCC_ALGO_PUSH) {
     zcc_dev_push_t p;
     memset(&p, 0, sizeof(p));
     p.input = x->sendbuf;
@@ -323,7 +326,7 @@ static zccResult_t allreduce(struct zccComm *comm, const zcc_coll_args_t *x, cud
   ar_base(g, &a);
   a.type = x->type;
   a.op = x->op;
-  if (algo == ZCC_GPU_LL) {
+  if (ch.proto == ZCC_PROTO_LL) {
     a.inputs[g->rank] = x->sendbuf;
     a.outputs[g->rank] = x->recvbuf;
     a.count = x->count;
@@ -331,7 +334,7 @@ static zccResult_t allreduce(struct zccComm *comm, const zcc_coll_args_t *x, cud
     DEV(zcc_dev_allreduce_oneshot_ll(&a, s));
     return zccSuccess;
   }
-  int twoshot = algo == ZCC_GPU_TWOSHOT;
+  int twoshot = algo == ZCC_ALGO_TWOSHOT;
   if (zero_copy) {
     size_t so = (const char *)x->sendbuf - rs->base;
     size_t ro = rr ? (size_t)((const char *)x->recvbuf - rr->base) : 0;
@@ -342,13 +345,13 @@ static zccResult_t allreduce(struct zccComm *comm, const zcc_coll_args_t *x, cud
     a.outputs[g->rank] = x->recvbuf;
     a.count = x->count;
     ZCC_INFO(COLL, "%s %zu bytes: %s, registered (zero copy)", fn, bytes,
-             zcc_gpu_algo_name(algo));
+             zcc_algo_name(algo));
     DEV(twoshot ? zcc_dev_allreduce_twoshot(&a, s) : zcc_dev_allreduce_oneshot(&a, s));
     return zccSuccess;
   }
   size_t piece = piece_bytes(g->staging_bytes);
   ZCC_INFO(COLL, "%s %zu bytes: %s, staged (%s), %zu piece(s)", fn, bytes,
-           zcc_gpu_algo_name(algo), twoshot ? "copy in and out" : "one copy",
+           zcc_algo_name(algo), twoshot ? "copy in and out" : "one copy",
            (bytes + piece - 1) / piece);
   for (size_t off = 0; off < bytes; off += piece) {
     size_t n = bytes - off < piece ? bytes - off : piece;
@@ -457,9 +460,14 @@ static zccResult_t gather_like(struct zccComm *comm, const zcc_coll_args_t *x, c
 static zccResult_t dispatch(struct zccComm *comm, const zcc_coll_args_t *x, cudaStream_t s,
                             const char *fn) {
   if (x->coll != ZCC_COLL_ALLREDUCE) {
-    int ring = 0;
-    ZCC_CHECK(zcc_planner_pick_gpu_coll(x->coll, &ring));
-    if (ring) return conn_coll(comm, x, s, 0, fn);
+    /* nccl-tests' size, as host plans and the decision table count it */
+    size_t bytes = x->count * zcc_type_size(x->type);
+    if (x->coll == ZCC_COLL_ALLGATHER || x->coll == ZCC_COLL_REDUCESCATTER ||
+        x->coll == ZCC_COLL_ALLTOALL)
+      bytes *= (size_t)comm->nranks;
+    zcc_choice_t ch;
+    ZCC_CHECK(zcc_select_cached(comm->select, x->coll, bytes, 1, &ch));
+    if (ch.algo == ZCC_ALGO_RING) return conn_coll(comm, x, s, 0, fn);
   }
   switch (x->coll) {
   case ZCC_COLL_ALLREDUCE: return allreduce(comm, x, s, fn);

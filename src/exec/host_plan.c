@@ -12,6 +12,7 @@
 #include "coll.h"
 #include "debug.h"
 #include "param.h"
+#include "planner.h"
 #include "reduce.h"
 
 ZCC_PARAM_INT(ring_chunk_bytes, "RING_CHUNK_BYTES", 1048576,
@@ -274,7 +275,7 @@ static zccResult_t plan_allreduce(zcc_plan_t *p, const char *sb, char *rb, size_
   int n = p->comm->nranks, r = p->comm->rank;
   size_t ts = zcc_type_size(p->type), bytes = count * ts;
   if (n == 1) return local_copy(p, rb, sb, bytes);
-  if (p->algo == ZCC_ALGO_DIRECT) return direct_reduce(p, sb, 0, rb, count, -1);
+  if (p->algo == ZCC_ALGO_ONESHOT) return direct_reduce(p, sb, 0, rb, count, -1);
   /* One batch of chunks, each a reduce-scatter and an allgather; the
      allgather forwards each reduced piece as it is made. */
   int64_t cb = zcc_param_ring_chunk_bytes();
@@ -299,7 +300,7 @@ static zccResult_t plan_reducescatter(zcc_plan_t *p, const char *sb, char *rb, s
   int n = p->comm->nranks;
   size_t ts = zcc_type_size(p->type), bytes = count * ts;
   if (n == 1) return local_copy(p, rb, sb, bytes);
-  if (p->algo == ZCC_ALGO_DIRECT) return direct_reduce(p, sb, bytes, rb, count, -1);
+  if (p->algo == ZCC_ALGO_ONESHOT) return direct_reduce(p, sb, bytes, rb, count, -1);
   int final_recv;
   ZCC_CHECK(alloc_tmp(p, (size_t)(n - 2) * bytes));
   ZCC_CHECK(batch_begin(p));
@@ -312,7 +313,7 @@ static zccResult_t plan_reduce(zcc_plan_t *p, const char *sb, char *rb, size_t c
   int n = p->comm->nranks, r = p->comm->rank;
   size_t ts = zcc_type_size(p->type), bytes = count * ts;
   if (n == 1) return local_copy(p, rb, sb, bytes);
-  if (p->algo == ZCC_ALGO_DIRECT) return direct_reduce(p, sb, 0, rb, count, root);
+  if (p->algo == ZCC_ALGO_ONESHOT) return direct_reduce(p, sb, 0, rb, count, root);
   size_t maxseg = seg_cnt(count, n, 0) * ts;
   ZCC_CHECK(alloc_tmp(p, (size_t)(n - 1) * maxseg));
   char *final = r == root ? rb + seg_off(count, n, r) * ts : (char *)p->tmp + (size_t)(n - 2) * maxseg;
@@ -335,7 +336,7 @@ static zccResult_t plan_broadcast(zcc_plan_t *p, const char *sb, char *rb, size_
   size_t ts = zcc_type_size(p->type), bytes = count * ts;
   if (r == root) ZCC_CHECK(local_copy(p, rb, sb, bytes));
   if (n == 1) return zccSuccess;
-  if (p->algo == ZCC_ALGO_DIRECT) {
+  if (p->algo == ZCC_ALGO_ONESHOT) {
     ZCC_CHECK(batch_begin(p));
     if (r == root) {
       for (int k = 1; k < n; k++) ZCC_CHECK(send_to(p, mod(r + k, n), rb, bytes));
@@ -365,7 +366,7 @@ static zccResult_t plan_allgather(zcc_plan_t *p, const char *sb, char *rb, size_
   size_t ts = zcc_type_size(p->type), bytes = count * ts;
   ZCC_CHECK(local_copy(p, rb + (size_t)r * bytes, sb, bytes));
   if (n == 1) return zccSuccess;
-  if (p->algo == ZCC_ALGO_DIRECT) {
+  if (p->algo == ZCC_ALGO_ONESHOT) {
     ZCC_CHECK(batch_begin(p));
     for (int k = 1; k < n; k++) {
       int peer = mod(r + k, n);
@@ -429,7 +430,7 @@ zccResult_t zcc_plan_new(struct zccComm *comm, zcc_coll_t coll, zcc_plan_t **out
   p->coll = coll;
   p->type = zccUint8;
   p->op = zccSum;
-  p->algo = ZCC_ALGO_DIRECT;
+  p->algo = ZCC_ALGO_ONESHOT;
   *out = p;
   return zccSuccess;
 }
@@ -479,7 +480,9 @@ zccResult_t zcc_plan_coll(struct zccComm *comm, const zcc_coll_args_t *a, zcc_pl
       a->coll == ZCC_COLL_ALLTOALL)
     bytes *= (size_t)comm->nranks;
   p->bytes = bytes;
-  zccResult_t res = zcc_tuning_pick(comm, a->coll, bytes, &p->algo);
+  zcc_choice_t ch;
+  zccResult_t res = zcc_select_cached(comm->select, a->coll, bytes, 0, &ch);
+  p->algo = ch.algo;
   if (res != zccSuccess) goto fail;
   const char *sb = a->sendbuf;
   char *rb = a->recvbuf;

@@ -25,29 +25,41 @@ typedef enum {
   ZCC_COLL_COUNT
 } zcc_coll_t;
 
+/*
+ * One algorithm enum for host and GPU communicators, the planner and
+ * ZCC_ALGO. Which of them a communicator runs for a collective, size and
+ * protocol is the planner's (planner.h: zcc_select).
+ */
 typedef enum {
-  ZCC_ALGO_DIRECT = 0, /* all-pairs in one round: latency */
-  ZCC_ALGO_RING = 1,   /* ring: bandwidth */
+  ZCC_ALGO_RING = 0, /* rings over all ranks, one per channel (GPU: over connectors) */
+  ZCC_ALGO_TREE,     /* double binary tree over hosts, chains within (GPU: over connectors) */
+  ZCC_ALGO_ONESHOT,  /* all-pairs in one round: every rank reads or gets every input
+                        (host communicators' "direct") */
+  ZCC_ALGO_TWOSHOT,  /* all-pairs reduce-scatter, then all-gather */
+  ZCC_ALGO_PUSH,     /* GPU: SMs store into peers' staging, each rank reduces its own */
+  ZCC_ALGO_CE,       /* GPU, 2 ranks: copy engines push, SMs reduce */
+  ZCC_ALGO_HIER,     /* within hosts, then across hosts by rail, then within */
   ZCC_ALGO_COUNT
 } zcc_algo_t;
 
+typedef enum {
+  ZCC_PROTO_LL = 0, /* 8-byte stores with a flag: lowest latency, half bandwidth */
+  ZCC_PROTO_LL128,  /* 128-byte lines with a flag: NVLink only */
+  ZCC_PROTO_SIMPLE, /* bulk copies with a fence per chunk: full bandwidth */
+  ZCC_PROTO_COUNT
+} zcc_proto_t;
+
 const char *zcc_coll_name(zcc_coll_t coll);
 const char *zcc_algo_name(zcc_algo_t algo);
-
+const char *zcc_proto_name(zcc_proto_t proto);
 /*
- * The planner's interface: which algorithm runs `coll` on `bytes` (the
- * per-rank buffer size nccl-tests reports) for this communicator.
- * ZCC_ALGO=direct|ring overrides (an unknown name is an error).
+ * The one parser of algorithm and protocol names (ZCC_ALGO, ZCC_PROTO,
+ * tools): the index, or -1. Case is ignored; "direct" is oneshot.
  */
-zccResult_t zcc_tuning_pick(const struct zccComm *comm, zcc_coll_t coll,
-                            size_t bytes, zcc_algo_t *algo);
-/*
- * What zcc_tuning_pick decides for `nranks` ranks on `nnodes` hosts, and
- * each algorithm's predicted us in times[ZCC_ALGO_COUNT] (or NULL; 0 where
- * there is no model): the one choice of host communicators.
- */
-zccResult_t zcc_tuning_choice(int nranks, int nnodes, zcc_coll_t coll, size_t bytes,
-                              zcc_algo_t *algo, double *times);
+int zcc_algo_parse(const char *name);
+int zcc_proto_parse(const char *name);
+/* "ring, tree, oneshot, ..." : every name, for messages. */
+const char *zcc_algo_names(void);
 
 typedef enum {
   ZCC_ITEM_XFERS = 0,

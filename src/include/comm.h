@@ -72,6 +72,7 @@ struct zccComm {
   struct zcc_plan *spare_plan; /* kept by zcc_plan_free for reuse */
   int *ring_order;             /* host rings: [nranks] rank at each ring position */
   int ring_pos;                /* this rank's position in ring_order */
+  struct zcc_select_cache *select; /* what runs: the planner's context and kept choices */
   struct zcc_trace *trace;      /* flight recorder and trace (trace.h); NULL: off */
 
   pthread_mutex_t reg_lock;

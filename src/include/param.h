@@ -37,6 +37,8 @@ const char *zcc_param_get_str(zcc_param_t *p);
 const zcc_param_t *zcc_param_at(int index);
 /* Forget every cached value so that the next read sees the environment. */
 void zcc_param_reload(void);
+/* How many times zcc_param_reload ran: what caches of parameter-made choices key on. */
+unsigned zcc_param_generation(void);
 
 /*
  * A second source of values, asked when ZCC_<name> is unset: writes the

@@ -18,22 +18,6 @@
 #include "coll.h"
 #include "topo.h"
 
-typedef enum {
-  ZCC_PALGO_RING = 0, /* rings over all ranks, one per channel */
-  ZCC_PALGO_TREE,     /* double binary tree over hosts, chains within */
-  ZCC_PALGO_ONESHOT,  /* all-pairs, one round (NVLink island or host memory) */
-  ZCC_PALGO_TWOSHOT,  /* all-pairs reduce-scatter then all-gather */
-  ZCC_PALGO_HIER,     /* within hosts, then across hosts by rail, then within */
-  ZCC_PALGO_COUNT
-} zcc_palgo_t;
-
-typedef enum {
-  ZCC_PROTO_LL = 0, /* 8-byte stores with a flag: lowest latency, half bandwidth */
-  ZCC_PROTO_LL128,  /* 128-byte lines with a flag: NVLink only */
-  ZCC_PROTO_SIMPLE, /* bulk copies with a fence per chunk: full bandwidth */
-  ZCC_PROTO_COUNT
-} zcc_proto_t;
-
 #define ZCC_PLANNER_MAX_CHANNELS 32
 /* What one channel (one thread block, or one host thread) can drive, GB/s. */
 #define ZCC_PLANNER_GPU_CHANNEL_BW 25.0
@@ -80,8 +64,9 @@ typedef struct zcc_planner {
   double net_bw;         /* GB/s: NIC bandwidth of the least connected host */
 } zcc_planner_t;
 
+/* A choice: the algorithm and protocol, and the predicted time (0: no model). */
 typedef struct zcc_choice {
-  zcc_palgo_t algo;
+  zcc_algo_t algo;
   zcc_proto_t proto;
   double time_us;
 } zcc_choice_t;
@@ -116,15 +101,15 @@ zccResult_t zcc_planner_build_trees(zcc_planner_t *p);
 zccResult_t zcc_planner_build_allpairs(zcc_planner_t *p);
 
 /* cost.c: the model, the choice, overrides and the table */
-const char *zcc_palgo_name(zcc_palgo_t algo);
-const char *zcc_proto_name(zcc_proto_t proto);
+/* 1 for the algorithms the graph model costs (not push and ce: select.c's). */
+int zcc_planner_on_graph(zcc_algo_t algo);
 /* 1 if the combination can run; else 0 and why. */
 int zcc_planner_supports(const zcc_planner_t *p, zcc_coll_t coll,
-                         zcc_palgo_t algo, zcc_proto_t proto, char *why,
+                         zcc_algo_t algo, zcc_proto_t proto, char *why,
                          size_t whylen);
 /* Predicted time in us (the combination must be supported). */
 double zcc_planner_predict(const zcc_planner_t *p, zcc_coll_t coll,
-                           zcc_palgo_t algo, zcc_proto_t proto, size_t bytes);
+                           zcc_algo_t algo, zcc_proto_t proto, size_t bytes);
 /*
  * The cheapest supported combination for `bytes` (nccl-tests' size),
  * within what ZCC_ALGO / ZCC_PROTO force; an override that names no
@@ -138,11 +123,6 @@ int zcc_planner_format_row(const zcc_planner_t *p, zcc_coll_t coll,
 /* The table for every collective and size 8 B .. 1 GiB at INFO TUNING. */
 void zcc_planner_log_table(const zcc_planner_t *p);
 /*
- * Host communicators: direct or ring for `nranks` ranks over `nnodes`
- * hosts (shared memory within a host, TCP between), from constants
- * measured with allreduce_perf on a 2-core VM (see cost.c).
- */
-/*
  * The ring of a host communicator: rank_host[r] is the host (any id; equal
  * for ranks of one host) of rank r. Fills order[nranks] with the ranks in
  * ring order: the hosts in the order of their lowest rank, each host's
@@ -152,64 +132,84 @@ void zcc_planner_log_table(const zcc_planner_t *p);
  */
 int zcc_planner_host_ring(int nranks, const uint64_t *rank_host, int *order);
 
+/* ---- select.c: what a communicator runs ----
+ *
+ * One choice for host and GPU communicators: the algorithms this build's
+ * executors run for the communicator (zcc_select_can_run), each one's time
+ * from the cost model of the link class the ranks share (cost.c: measured
+ * constants for shared memory and TCP between host ranks, for NVLink between
+ * GPUs), and ZCC_ALGO / ZCC_PROTO, parsed once for both.
+ */
+typedef struct zcc_select_ctx {
+  int gpu;        /* ranks on GPUs (else on CPUs) */
+  int nranks;
+  int nnodes;     /* hosts */
+  int link_class; /* zcc_path_class_t between ranks of one host: ZCC_PATH_SELF for
+                     host ranks (shared memory), the worst GPU pair's class for GPUs */
+} zcc_select_ctx_t;
+
+/* 1 if the communicator runs algo/proto for coll on `bytes`; else 0 and why. */
+int zcc_select_can_run(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,
+                       zcc_proto_t proto, size_t bytes, char *why, size_t whylen);
+/*
+ * Predicted us (the combination must run); staged: a GPU allreduce on
+ * unregistered buffers (copied into staging).
+ */
+double zcc_select_predict(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,
+                          zcc_proto_t proto, size_t bytes, int staged);
+/*
+ * The choice for coll on `bytes` (nccl-tests' per-rank size): the fastest
+ * predicted combination the model may pick (zcc_select_auto), unless
+ * ZCC_ALGO / ZCC_PROTO force one. A forced protocol or algorithm that
+ * cannot run this collective here gives way where the rule is NCCL's
+ * (ll above its size limit runs simple; tree on a GPU collective with no
+ * tree kernel runs the ring, as NCCL's rooted collectives run chains;
+ * an allreduce-only algorithm leaves the other collectives to the model);
+ * one that this communicator cannot run for this collective at all is
+ * zccInvalidArgument naming the ones it can.
+ */
+zccResult_t zcc_select(const zcc_select_ctx_t *c, zcc_coll_t coll, size_t bytes, int staged,
+                       zcc_choice_t *out);
+/* 1 if the model may pick algo/proto unforced (measured faster where it runs). */
+int zcc_select_auto(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,
+                    zcc_proto_t proto, int staged);
+/* The context of a plan on a graph (zcc_topo, tests): what its communicator would be. */
+void zcc_select_ctx_of_plan(const zcc_planner_t *p, zcc_select_ctx_t *c);
+
+/*
+ * A communicator's decisions, kept: the last choice per collective, size
+ * class (log2 of the bytes) and staging, reused while ZCC_ALGO / ZCC_PROTO
+ * and the size stay the same.
+ */
+#define ZCC_SELECT_CACHE_SIZES 48
+typedef struct zcc_select_cache_entry {
+  size_t bytes; /* 0: empty */
+  zcc_choice_t choice;
+} zcc_select_cache_entry_t;
+typedef struct zcc_select_cache {
+  zcc_select_ctx_t ctx;
+  zcc_select_cache_entry_t e[ZCC_COLL_COUNT][2][ZCC_SELECT_CACHE_SIZES];
+  unsigned generation; /* zcc_param_generation the entries belong to */
+  uint64_t hits, misses;
+} zcc_select_cache_t;
+/* zcc_select through the cache (one communicator, one thread at a time). */
+zccResult_t zcc_select_cached(zcc_select_cache_t *cache, zcc_coll_t coll, size_t bytes,
+                              int staged, zcc_choice_t *out);
+
 /*
  * What a communicator runs: one line per collective and size (8 B to 8 GiB,
- * x8), the algorithm the communicator's own choice functions pick
- * (zcc_planner_pick_host; zcc_planner_pick_gpu for unregistered buffers and
- * zcc_planner_pick_gpu_coll) and every candidate's predicted time, within
- * ZCC_ALGO / ZCC_PROTO. Communicators log it at creation (INFO TUNING) and
- * zcc_topo prints it: the same lines from the same functions. emit gets
- * each line without a newline; zccInvalidArgument (as the pick functions
- * say) for an override that cannot run.
+ * x8), the choice zcc_select makes and every candidate's predicted time
+ * (GPU allreduce: for unregistered buffers), within ZCC_ALGO / ZCC_PROTO.
+ * Communicators log it at creation (INFO TUNING) and zcc_topo prints it:
+ * the same lines from the same function. emit gets each line without a
+ * newline; zccInvalidArgument (as zcc_select says) for an override that
+ * cannot run.
  */
-zccResult_t zcc_planner_decisions(int gpu, int nranks, int nnodes,
+zccResult_t zcc_planner_decisions(const zcc_select_ctx_t *c,
                                   void (*emit)(void *ctx, const char *line), void *ctx);
 
-/* ZCC_ALGO as set (NULL: unset). */
+/* ZCC_ALGO / ZCC_PROTO as set (NULL: unset). */
 const char *zcc_planner_algo_override(void);
-
-zccResult_t zcc_planner_pick_host(int nranks, int nnodes, zcc_coll_t coll,
-                                  size_t bytes, zcc_algo_t *algo);
-/* The same, with each algorithm's predicted us in times[ZCC_ALGO_COUNT] (or NULL). */
-zccResult_t zcc_planner_host_model(int nranks, int nnodes, zcc_coll_t coll, size_t bytes,
-                                   zcc_algo_t *algo, double *times);
-
-/*
- * GPU communicators (every rank on one host, all-pairs NVLink or P2P):
- * the allreduce algorithms of exec/gpu.c and their predicted
- * time. Constants measured on 2 H200s joined by NV18, times of CUDA-graph
- * replays (docs/perf/h200x2.md has the predicted-versus-measured table).
- */
-typedef enum {
-  ZCC_GPU_LL = 0,  /* data with flags into peers' LL areas (<= 64 KiB) */
-  ZCC_GPU_ONESHOT, /* every rank reads every input */
-  ZCC_GPU_TWOSHOT, /* reduce-scatter, then all-gather, by stores */
-  ZCC_GPU_CE,      /* copy engines push, SMs reduce locally (2 ranks) */
-  ZCC_GPU_PUSH,    /* SMs store into peers' staging, reduce locally (one launch) */
-  ZCC_GPU_RING,    /* ring over connectors (device.h): any transport */
-  ZCC_GPU_TREE,    /* tree over connectors: reduce up, broadcast down */
-  ZCC_GPU_ALGO_COUNT
-} zcc_gpu_algo_t;
-
-const char *zcc_gpu_algo_name(zcc_gpu_algo_t algo);
-/* Predicted microseconds for an allreduce of `bytes`; staged: unregistered buffers. */
-double zcc_planner_gpu_predict(zcc_gpu_algo_t algo, int nranks, size_t bytes, int staged);
-/*
- * The fastest predicted algorithm that can run; ZCC_PROTO=ll, ZCC_ALGO=
- * oneshot|twoshot|ce|push|ring|tree override (one that cannot run is
- * zccInvalidArgument). The ring and tree kernels run when forced: the
- * all-pairs kernels are the faster choice between GPUs that load and store
- * each other's memory, which is every GPU communicator so far.
- */
-zccResult_t zcc_planner_pick_gpu(int nranks, size_t bytes, int staged, zcc_gpu_algo_t *algo);
-/*
- * The other GPU collectives (broadcast, reduce, all-gather, reduce-scatter):
- * 1 in *ring when ZCC_ALGO=ring asks for the ring kernels, else 0 (the
- * staged all-pairs kernels). ZCC_ALGO=tree runs rooted and gathering
- * collectives as rings too (their tree is a chain, as in NCCL); names that
- * apply only to allreduce leave the others on their default; an unknown
- * name is zccInvalidArgument.
- */
-zccResult_t zcc_planner_pick_gpu_coll(zcc_coll_t coll, int *ring);
+const char *zcc_planner_proto_override(void);
 
 #endif /* ZCC_PLANNER_H_ */

@@ -102,7 +102,14 @@ const zcc_param_t *zcc_param_at(int index) {
   return (size_t)index < n ? &__start_zcc_params[index] : NULL;
 }
 
+static unsigned reload_generation;
+
+unsigned zcc_param_generation(void) {
+  return __atomic_load_n(&reload_generation, __ATOMIC_ACQUIRE);
+}
+
 void zcc_param_reload(void) {
+  __atomic_add_fetch(&reload_generation, 1, __ATOMIC_ACQ_REL);
   if (!__start_zcc_params) return;
   pthread_mutex_lock(&load_lock);
   for (zcc_param_t *p = __start_zcc_params; p < __stop_zcc_params; p++) {

@@ -28,23 +28,6 @@
 #include "param.h"
 #include "planner.h"
 
-ZCC_PARAM_STR(algo, "ALGO", NULL,
-              "force an algorithm: ring, tree, oneshot, twoshot or hier (GPU "
-              "and topology planner); host communicators run direct (= oneshot) "
-              "or ring; an impossible choice is an error")
-ZCC_PARAM_STR(proto, "PROTO", NULL,
-              "force a protocol for GPU communicators: ll, ll128 or simple")
-
-static const char *algo_names[ZCC_PALGO_COUNT] = {"ring", "tree", "oneshot", "twoshot", "hier"};
-static const char *proto_names[ZCC_PROTO_COUNT] = {"ll", "ll128", "simple"};
-
-const char *zcc_palgo_name(zcc_palgo_t algo) {
-  return algo >= 0 && algo < ZCC_PALGO_COUNT ? algo_names[algo] : "invalid";
-}
-const char *zcc_proto_name(zcc_proto_t proto) {
-  return proto >= 0 && proto < ZCC_PROTO_COUNT ? proto_names[proto] : "invalid";
-}
-
 /* Kernel launch and first flag, us. */
 static const double base_lat[ZCC_PROTO_COUNT] = {3.0, 3.5, 4.5};
 /* One step over a link of each class, us: LL, LL128, Simple. */
@@ -54,7 +37,8 @@ static const double hop_lat[ZCC_PATH_CLASS_COUNT][ZCC_PROTO_COUNT] = {
     [ZCC_PATH_PHB] = {1.2, 1.9, 3.0},  [ZCC_PATH_SYS] = {1.6, 2.5, 3.6},
     [ZCC_PATH_NET] = {4.0, 6.0, 8.0},  [ZCC_PATH_NONE] = {1e6, 1e6, 1e6}};
 static const double proto_eff[ZCC_PROTO_COUNT] = {0.5, 120.0 / 128.0, 1.0};
-static const double algo_eff[ZCC_PALGO_COUNT] = {1.0, 0.9, 0.9, 0.9, 0.95};
+/* ring, tree, oneshot, twoshot, push, ce, hier */
+static const double algo_eff[ZCC_ALGO_COUNT] = {1.0, 0.9, 0.9, 0.9, 0.9, 0.9, 0.95};
 
 /* What SM stores get of a link class's bandwidth. */
 static double class_frac(int cls) {
@@ -92,40 +76,45 @@ static double host_hop(int cls) { return cls == ZCC_PATH_NET ? TCP_RING_ALPHA : 
 
 /* ---- support ---- */
 
-static int hop_class_of(const zcc_planner_t *p, zcc_palgo_t algo) {
+static int hop_class_of(const zcc_planner_t *p, zcc_algo_t algo) {
   switch (algo) {
-  case ZCC_PALGO_RING: return p->ring_class;
-  case ZCC_PALGO_ONESHOT:
-  case ZCC_PALGO_TWOSHOT: return p->nnodes > 1 ? ZCC_PATH_NET : p->island_class;
-  case ZCC_PALGO_TREE:
-  case ZCC_PALGO_HIER: return p->nnodes > 1 ? ZCC_PATH_NET : p->ring_intra_class;
+  case ZCC_ALGO_RING: return p->ring_class;
+  case ZCC_ALGO_ONESHOT:
+  case ZCC_ALGO_TWOSHOT: return p->nnodes > 1 ? ZCC_PATH_NET : p->island_class;
+  case ZCC_ALGO_TREE:
+  case ZCC_ALGO_HIER: return p->nnodes > 1 ? ZCC_PATH_NET : p->ring_intra_class;
   default: return ZCC_PATH_NONE;
   }
 }
 
-int zcc_planner_supports(const zcc_planner_t *p, zcc_coll_t coll, zcc_palgo_t algo,
+int zcc_planner_supports(const zcc_planner_t *p, zcc_coll_t coll, zcc_algo_t algo,
                          zcc_proto_t proto, char *why, size_t whylen) {
   char dummy[4];
   if (!why) {
     why = dummy;
     whylen = sizeof(dummy);
   }
-  if (algo < 0 || algo >= ZCC_PALGO_COUNT || proto < 0 || proto >= ZCC_PROTO_COUNT) {
+  if (algo < 0 || algo >= ZCC_ALGO_COUNT || proto < 0 || proto >= ZCC_PROTO_COUNT) {
     snprintf(why, whylen, "no such algorithm or protocol");
     return 0;
   }
-  const char *an = zcc_palgo_name(algo);
+  if (algo == ZCC_ALGO_PUSH || algo == ZCC_ALGO_CE) {
+    snprintf(why, whylen, "%s is a kernel of GPU communicators on one host, costed by its "
+             "measurements (zcc_select), not on the graph", zcc_algo_name(algo));
+    return 0;
+  }
+  const char *an = zcc_algo_name(algo);
   int ok_coll;
   switch (coll) {
   case ZCC_COLL_ALLREDUCE: ok_coll = 1; break;
   case ZCC_COLL_BROADCAST:
   case ZCC_COLL_REDUCE:
-    ok_coll = algo == ZCC_PALGO_RING || algo == ZCC_PALGO_TREE || algo == ZCC_PALGO_ONESHOT;
+    ok_coll = algo == ZCC_ALGO_RING || algo == ZCC_ALGO_TREE || algo == ZCC_ALGO_ONESHOT;
     break;
   case ZCC_COLL_ALLGATHER:
-  case ZCC_COLL_REDUCESCATTER: ok_coll = algo == ZCC_PALGO_RING || algo == ZCC_PALGO_ONESHOT; break;
+  case ZCC_COLL_REDUCESCATTER: ok_coll = algo == ZCC_ALGO_RING || algo == ZCC_ALGO_ONESHOT; break;
   case ZCC_COLL_ALLTOALL:
-  case ZCC_COLL_SENDRECV: ok_coll = algo == ZCC_PALGO_ONESHOT; break;
+  case ZCC_COLL_SENDRECV: ok_coll = algo == ZCC_ALGO_ONESHOT; break;
   default: ok_coll = 0; break;
   }
   if (!ok_coll) {
@@ -133,7 +122,7 @@ int zcc_planner_supports(const zcc_planner_t *p, zcc_coll_t coll, zcc_palgo_t al
     return 0;
   }
   int all_pairs_coll = coll == ZCC_COLL_ALLTOALL || coll == ZCC_COLL_SENDRECV;
-  if ((algo == ZCC_PALGO_ONESHOT || algo == ZCC_PALGO_TWOSHOT) && !all_pairs_coll) {
+  if ((algo == ZCC_ALGO_ONESHOT || algo == ZCC_ALGO_TWOSHOT) && !all_pairs_coll) {
     if (p->nnodes > 1) {
       snprintf(why, whylen, "%s needs every rank on one host; these %d ranks span %d hosts", an,
                p->nranks, p->nnodes);
@@ -146,7 +135,7 @@ int zcc_planner_supports(const zcc_planner_t *p, zcc_coll_t coll, zcc_palgo_t al
       return 0;
     }
   }
-  if (algo == ZCC_PALGO_HIER && (p->nnodes < 2 || p->max_local < 2)) {
+  if (algo == ZCC_ALGO_HIER && (p->nnodes < 2 || p->max_local < 2)) {
     snprintf(why, whylen, "hier needs several hosts with several ranks each (here %d host%s, "
              "at most %d rank%s per host)", p->nnodes, p->nnodes == 1 ? "" : "s", p->max_local,
              p->max_local == 1 ? "" : "s");
@@ -171,7 +160,7 @@ int zcc_planner_supports(const zcc_planner_t *p, zcc_coll_t coll, zcc_palgo_t al
 
 /* ---- prediction ---- */
 
-double zcc_planner_predict(const zcc_planner_t *p, zcc_coll_t coll, zcc_palgo_t algo,
+double zcc_planner_predict(const zcc_planner_t *p, zcc_coll_t coll, zcc_algo_t algo,
                            zcc_proto_t proto, size_t bytes) {
   double S = (double)bytes, n = p->nranks, N = p->nnodes, L = p->max_local;
   int cls = hop_class_of(p, algo);
@@ -184,7 +173,7 @@ double zcc_planner_predict(const zcc_planner_t *p, zcc_coll_t coll, zcc_palgo_t 
   double eff = proto_eff[proto] * algo_eff[algo] * (p->cpu_ranks ? 1.0 : class_frac(cls));
   double steps = 0, us_bw = 0; /* us_bw: us per byte at full efficiency */
   switch (algo) {
-  case ZCC_PALGO_RING: {
+  case ZCC_ALGO_RING: {
     double factor = 1;
     if (coll == ZCC_COLL_ALLREDUCE) {
       steps = 2 * (n - 1);
@@ -207,12 +196,12 @@ double zcc_planner_predict(const zcc_planner_t *p, zcc_coll_t coll, zcc_palgo_t 
     us_bw = factor / (p->ring_bw * 1e3);
     return base + steps * hop + S * us_bw / eff;
   }
-  case ZCC_PALGO_TREE: {
+  case ZCC_ALGO_TREE: {
     double one_way = p->trees[0].depth * hop_net + (L - 1) * hop_in;
     steps = coll == ZCC_COLL_ALLREDUCE ? 2 : 1;
     return base + steps * one_way + S / (p->tree_bw * 1e3) / eff;
   }
-  case ZCC_PALGO_ONESHOT: {
+  case ZCC_ALGO_ONESHOT: {
     double per_pair_bytes_inv; /* us per byte of S */
     switch (coll) {
     case ZCC_COLL_ALLREDUCE: per_pair_bytes_inv = p->ap_inv / 1e3; break;
@@ -227,9 +216,9 @@ double zcc_planner_predict(const zcc_planner_t *p, zcc_coll_t coll, zcc_palgo_t 
     }
     return base + hop + S * per_pair_bytes_inv / eff;
   }
-  case ZCC_PALGO_TWOSHOT:
+  case ZCC_ALGO_TWOSHOT:
     return base + 2 * hop + 2 * S / n * p->ap_inv / 1e3 / eff;
-  case ZCC_PALGO_HIER: {
+  case ZCC_ALGO_HIER: {
     double lat = 2 * hop_in + 2 * (N - 1) * hop_net;
     double bw = 2 * S / L * p->hier_intra_inv / 1e3 +
                 2 * (N - 1) / N * S / L * p->hier_rail_inv / 1e3;
@@ -239,37 +228,25 @@ double zcc_planner_predict(const zcc_planner_t *p, zcc_coll_t coll, zcc_palgo_t 
   }
 }
 
-/* ---- choice and overrides ---- */
+/* ---- choice on the graph ---- */
 
-const char *zcc_planner_algo_override(void) { return zcc_param_algo(); }
-
-static int parse_algo(const char *s) {
-  if (strcasecmp(s, "direct") == 0) return ZCC_PALGO_ONESHOT; /* host communicators' name */
-  for (int i = 0; i < ZCC_PALGO_COUNT; i++)
-    if (strcasecmp(s, algo_names[i]) == 0) return i;
-  return -1;
-}
-
-static int parse_proto(const char *s) {
-  for (int i = 0; i < ZCC_PROTO_COUNT; i++)
-    if (strcasecmp(s, proto_names[i]) == 0) return i;
-  return -1;
+int zcc_planner_on_graph(zcc_algo_t algo) {
+  return algo >= 0 && algo < ZCC_ALGO_COUNT && algo != ZCC_ALGO_PUSH && algo != ZCC_ALGO_CE;
 }
 
 zccResult_t zcc_planner_pick(const zcc_planner_t *p, zcc_coll_t coll, size_t bytes,
                              zcc_choice_t *out) {
-  const char *fa = zcc_param_algo(), *fp = zcc_param_proto();
+  const char *fa = zcc_planner_algo_override(), *fp = zcc_planner_proto_override();
   int want_a = -1, want_p = -1;
-  if (fa && *fa && (want_a = parse_algo(fa)) < 0)
-    return zcc_error(zccInvalidArgument,
-                     "ZCC_ALGO=%s is not an algorithm: use ring, tree, oneshot, twoshot, hier "
-                     "(or direct, the same as oneshot)", fa);
-  if (fp && *fp && (want_p = parse_proto(fp)) < 0)
+  if (fa && *fa && (want_a = zcc_algo_parse(fa)) < 0)
+    return zcc_error(zccInvalidArgument, "ZCC_ALGO=%s is not an algorithm: use %s", fa,
+                     zcc_algo_names());
+  if (fp && *fp && (want_p = zcc_proto_parse(fp)) < 0)
     return zcc_error(zccInvalidArgument, "ZCC_PROTO=%s is not a protocol: use ll, ll128 or simple",
                      fp);
-  zcc_choice_t best = {ZCC_PALGO_RING, ZCC_PROTO_SIMPLE, INFINITY};
+  zcc_choice_t best = {ZCC_ALGO_RING, ZCC_PROTO_SIMPLE, INFINITY};
   char why[256] = "";
-  for (int a = 0; a < ZCC_PALGO_COUNT; a++) {
+  for (int a = 0; a < ZCC_ALGO_COUNT; a++) {
     if (want_a >= 0 && a != want_a) continue;
     for (int q = 0; q < ZCC_PROTO_COUNT; q++) {
       if (want_p >= 0 && q != want_p) continue;
@@ -293,7 +270,7 @@ zccResult_t zcc_planner_pick(const zcc_planner_t *p, zcc_coll_t coll, size_t byt
                      zcc_coll_name(coll), why);
   }
   ZCC_TRACE(TUNING, "%s of %zu bytes on %d ranks: %s/%s, %.1f us", zcc_coll_name(coll), bytes,
-            p->nranks, zcc_palgo_name(best.algo), zcc_proto_name(best.proto), best.time_us);
+            p->nranks, zcc_algo_name(best.algo), zcc_proto_name(best.proto), best.time_us);
   *out = best;
   return zccSuccess;
 }
@@ -305,8 +282,8 @@ int zcc_planner_format_row(const zcc_planner_t *p, zcc_coll_t coll, size_t bytes
   double best = INFINITY;
   o += (size_t)snprintf(buf + o, o < len ? len - o : 0, "%-13s %11zu", zcc_coll_name(coll),
                         bytes);
-  for (int a = 0; a < ZCC_PALGO_COUNT; a++)
-    for (int q = 0; q < ZCC_PROTO_COUNT; q++) {
+  for (int a = 0; a < ZCC_ALGO_COUNT; a++)
+    for (int q = 0; q < ZCC_PROTO_COUNT && zcc_planner_on_graph(a); q++) {
       if (!zcc_planner_supports(p, coll, a, q, NULL, 0)) {
         o += (size_t)snprintf(buf + o, o < len ? len - o : 0, " %9s", "-");
         continue;
@@ -320,7 +297,7 @@ int zcc_planner_format_row(const zcc_planner_t *p, zcc_coll_t coll, size_t bytes
       o += (size_t)snprintf(buf + o, o < len ? len - o : 0, " %9.1f", t);
     }
   if (best_a >= 0)
-    o += (size_t)snprintf(buf + o, o < len ? len - o : 0, "  %s/%s", zcc_palgo_name(best_a),
+    o += (size_t)snprintf(buf + o, o < len ? len - o : 0, "  %s/%s", zcc_algo_name(best_a),
                           zcc_proto_name(best_q));
   return (int)o;
 }
@@ -329,10 +306,10 @@ void zcc_planner_log_table(const zcc_planner_t *p) {
   if (!zcc_log_enabled(ZCC_LOG_INFO, ZCC_TUNING)) return;
   char head[512];
   size_t o = (size_t)snprintf(head, sizeof(head), "%-13s %11s", "collective", "bytes");
-  for (int a = 0; a < ZCC_PALGO_COUNT; a++)
-    for (int q = 0; q < ZCC_PROTO_COUNT; q++) {
+  for (int a = 0; a < ZCC_ALGO_COUNT; a++)
+    for (int q = 0; q < ZCC_PROTO_COUNT && zcc_planner_on_graph(a); q++) {
       char col[24];
-      snprintf(col, sizeof(col), "%s/%s", algo_names[a], proto_names[q]);
+      snprintf(col, sizeof(col), "%s/%s", zcc_algo_name(a), zcc_proto_name(q));
       o += (size_t)snprintf(head + o, o < sizeof(head) ? sizeof(head) - o : 0, " %9.9s", col);
     }
   ZCC_INFO(TUNING, "predicted us on %d ranks, %d hosts:", p->nranks, p->nnodes);
@@ -348,124 +325,52 @@ void zcc_planner_log_table(const zcc_planner_t *p) {
     }
 }
 
-/* ---- host communicators: direct or ring ---- */
+/* ---- the link classes' measured costs: what a communicator runs ----
+ *
+ * zcc_select_predict costs a communicator's candidates from the class of
+ * link its ranks share: host ranks over shared memory (ZCC_PATH_SELF) or
+ * TCP (ZCC_PATH_NET, ranks on several hosts), constants above; GPUs over
+ * NVLink, constants below. GPU pairs of other classes have no measurement
+ * yet and are charged NVLink's.
+ */
 
-zccResult_t zcc_planner_host_model(int nranks, int nnodes, zcc_coll_t coll, size_t bytes,
-                                   zcc_algo_t *algo, double *times) {
-  if (times) times[ZCC_ALGO_DIRECT] = times[ZCC_ALGO_RING] = 0;
-  if (nranks < 1 || nnodes < 1 || nnodes > nranks)
-    return zcc_error(zccInvalidArgument, "planner: %d ranks on %d hosts", nranks, nnodes);
-  if (coll < 0 || coll >= ZCC_COLL_COUNT)
-    return zcc_error(zccInvalidArgument, "planner: collective %d is invalid", (int)coll);
-  if (nranks == 1 || coll == ZCC_COLL_ALLTOALL || coll == ZCC_COLL_SENDRECV) {
-    *algo = ZCC_ALGO_DIRECT;
-    return zccSuccess;
+static double host_predict(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,
+                           size_t bytes) {
+  int tcp = c->nnodes > 1;
+  double n = c->nranks, S = (double)bytes;
+  if (algo == ZCC_ALGO_ONESHOT) {
+    double a = tcp ? TCP_DIRECT_ALPHA : SHM_DIRECT_ALPHA, bw = tcp ? TCP_DIRECT_BW : SHM_DIRECT_BW;
+    double moved;
+    switch (coll) {
+    case ZCC_COLL_ALLREDUCE: moved = (n - 1) * S; break;
+    case ZCC_COLL_ALLGATHER:
+    case ZCC_COLL_REDUCESCATTER:
+    case ZCC_COLL_ALLTOALL: moved = (n - 1) / n * S; break;
+    case ZCC_COLL_SENDRECV: moved = S; break;
+    default: moved = (n - 1) * S; break; /* broadcast, reduce: the root moves (n-1) copies */
+    }
+    return a + moved / (bw * 1e3);
   }
-  int tcp = nnodes > 1;
-  double ad = tcp ? TCP_DIRECT_ALPHA : SHM_DIRECT_ALPHA, bd = tcp ? TCP_DIRECT_BW : SHM_DIRECT_BW;
-  double ar = tcp ? TCP_RING_ALPHA : SHM_RING_ALPHA, br = tcp ? TCP_RING_BW : SHM_RING_BW;
-  double n = nranks, S = (double)bytes;
-  double direct_bytes, ring_bytes, ring_steps;
+  /* ring */
+  double a = tcp ? TCP_RING_ALPHA : SHM_RING_ALPHA, bw = tcp ? TCP_RING_BW : SHM_RING_BW;
+  double moved, steps;
   switch (coll) {
   case ZCC_COLL_ALLREDUCE:
-    direct_bytes = (n - 1) * S;
-    ring_bytes = 2 * (n - 1) / n * S;
-    ring_steps = 2 * (n - 1);
+    moved = 2 * (n - 1) / n * S;
+    steps = 2 * (n - 1);
     break;
   case ZCC_COLL_ALLGATHER:
   case ZCC_COLL_REDUCESCATTER:
-    direct_bytes = (n - 1) / n * S;
-    ring_bytes = (n - 1) / n * S;
-    ring_steps = n - 1;
+    moved = (n - 1) / n * S;
+    steps = n - 1;
     break;
-  default: /* broadcast, reduce: the root moves (n-1) copies, or scatter + ring */
-    direct_bytes = (n - 1) * S;
-    ring_bytes = 2 * (n - 1) / n * S;
-    ring_steps = n;
+  default: /* broadcast, reduce: scatter and a ring */
+    moved = 2 * (n - 1) / n * S;
+    steps = n;
     break;
   }
-  double td = ad + direct_bytes / (bd * 1e3), tr = ring_steps * ar + ring_bytes / (br * 1e3);
-  *algo = tr < td ? ZCC_ALGO_RING : ZCC_ALGO_DIRECT;
-  if (times) {
-    times[ZCC_ALGO_DIRECT] = td;
-    times[ZCC_ALGO_RING] = tr;
-  }
-  ZCC_TRACE(TUNING, "host %s of %zu bytes, %d ranks on %d hosts: direct %.1f us, ring %.1f us",
-            zcc_coll_name(coll), bytes, nranks, nnodes, td, tr);
-  return zccSuccess;
+  return steps * a + moved / (bw * 1e3);
 }
-
-zccResult_t zcc_planner_pick_host(int nranks, int nnodes, zcc_coll_t coll, size_t bytes,
-                                  zcc_algo_t *algo) {
-  return zcc_planner_host_model(nranks, nnodes, coll, bytes, algo, NULL);
-}
-
-/* ---- what a communicator runs, as one table ---- */
-
-static int gpu_can_run(zcc_gpu_algo_t a, int nranks, size_t bytes);
-static int gpu_auto(zcc_gpu_algo_t a, int staged);
-
-static void emitf(void (*emit)(void *, const char *), void *ctx, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void emitf(void (*emit)(void *, const char *), void *ctx, const char *fmt, ...) {
-  char line[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(line, sizeof(line), fmt, ap);
-  va_end(ap);
-  emit(ctx, line);
-}
-
-zccResult_t zcc_planner_decisions(int gpu, int nranks, int nnodes,
-                                  void (*emit)(void *ctx, const char *line), void *ctx) {
-  static const zcc_coll_t colls[] = {ZCC_COLL_ALLREDUCE, ZCC_COLL_BROADCAST, ZCC_COLL_REDUCE,
-                                     ZCC_COLL_ALLGATHER, ZCC_COLL_REDUCESCATTER,
-                                     ZCC_COLL_ALLTOALL};
-  if (gpu) {
-    emitf(emit, ctx, "GPU communicator, %d ranks: allreduce on unregistered buffers by the "
-          "model (us per candidate; *: only when ZCC_ALGO asks), the others by their rule",
-          nranks);
-  } else {
-    emitf(emit, ctx, "host communicator, %d ranks on %d host(s) (us per candidate)", nranks,
-          nnodes);
-  }
-  for (size_t c = 0; c < sizeof(colls) / sizeof(colls[0]); c++)
-    for (size_t b = 8; b <= ((size_t)8 << 30); b *= 8) {
-      char row[400];
-      size_t o = 0;
-      const char *pick;
-      if (gpu && colls[c] == ZCC_COLL_ALLREDUCE) {
-        zcc_gpu_algo_t a;
-        ZCC_CHECK(zcc_planner_pick_gpu(nranks, b, 1, &a));
-        pick = zcc_gpu_algo_name(a);
-        for (int i = 0; i < ZCC_GPU_ALGO_COUNT; i++) {
-          if (!gpu_can_run(i, nranks, b)) continue;
-          o += (size_t)snprintf(row + o, o < sizeof(row) ? sizeof(row) - o : 0, " %s%s %.1f",
-                                zcc_gpu_algo_name(i), gpu_auto(i, 1) ? "" : "*",
-                                zcc_planner_gpu_predict(i, nranks, b, 1));
-        }
-      } else if (gpu) {
-        int ring = 0;
-        ZCC_CHECK(zcc_planner_pick_gpu_coll(colls[c], &ring));
-        pick = ring ? "ring" : colls[c] == ZCC_COLL_REDUCE || colls[c] == ZCC_COLL_REDUCESCATTER
-                                   ? "staged-oneshot"
-                                   : "staged-gather";
-        snprintf(row, sizeof(row), "%s", colls[c] == ZCC_COLL_ALLTOALL
-                                             ? " (all-pairs by nature)"
-                                             : " (no model yet: ZCC_ALGO=ring runs the ring)");
-      } else {
-        zcc_algo_t a;
-        double t[ZCC_ALGO_COUNT] = {0, 0};
-        ZCC_CHECK(zcc_tuning_choice(nranks, nnodes, colls[c], b, &a, t));
-        pick = zcc_algo_name(a);
-        snprintf(row, sizeof(row), " direct %.1f ring %.1f", t[ZCC_ALGO_DIRECT], t[ZCC_ALGO_RING]);
-      }
-      emitf(emit, ctx, "%-13s %11zu  %-14s%s", zcc_coll_name(colls[c]), b, pick, row);
-    }
-  return zccSuccess;
-}
-
-/* ---- GPU communicators: allreduce ---- */
 
 /*
  * Fitted to allreduce_perf -g 2 on 2x H200 (NV18), 2026-11-29, float32 sum,
@@ -504,12 +409,7 @@ zccResult_t zcc_planner_decisions(int gpu, int nranks, int nnodes,
 #define GPU_PUSH_BW 346.6     /* (k-1) S bytes stored into peers' staging */
 #define GPU_PUSH_LANE_BW 17.7 /* one lane's first chunk, before reductions overlap */
 
-const char *zcc_gpu_algo_name(zcc_gpu_algo_t algo) {
-  static const char *n[] = {"ll", "oneshot", "twoshot", "ce", "push", "ring", "tree"};
-  return algo >= 0 && algo < ZCC_GPU_ALGO_COUNT ? n[algo] : "invalid";
-}
-
-/* Pieces of the copy-engine pipeline for `bytes` (gpu_coll.c cuts the same). */
+/* Pieces of the copy-engine pipeline for `bytes` (exec/gpu.c cuts the same). */
 static double gpu_ce_pieces(size_t bytes) {
   double piece = (double)bytes / 8;
   if (piece < (1 << 20)) piece = 1 << 20;
@@ -518,106 +418,39 @@ static double gpu_ce_pieces(size_t bytes) {
   return n < 1 ? 1 : n;
 }
 
-double zcc_planner_gpu_predict(zcc_gpu_algo_t algo, int nranks, size_t bytes, int staged) {
+/* GPU allreduce over NVLink. */
+static double gpu_allreduce(zcc_algo_t algo, zcc_proto_t proto, int nranks, size_t bytes,
+                            int staged) {
   double k = nranks, S = (double)bytes, us_per_byte = 1e-3;
   double copy = staged ? S / GPU_COPY_BW * us_per_byte : 0;
   switch (algo) {
-  case ZCC_GPU_LL: return GPU_LL_ALPHA + (k - 1) * S / GPU_LL_BW * us_per_byte;
-  case ZCC_GPU_ONESHOT: return GPU_1S_ALPHA + copy + (k - 1) * S / GPU_1S_BW * us_per_byte;
-  case ZCC_GPU_TWOSHOT:
+  case ZCC_ALGO_ONESHOT:
+    if (proto == ZCC_PROTO_LL) return GPU_LL_ALPHA + (k - 1) * S / GPU_LL_BW * us_per_byte;
+    return GPU_1S_ALPHA + copy + (k - 1) * S / GPU_1S_BW * us_per_byte;
+  case ZCC_ALGO_TWOSHOT:
     return GPU_2S_ALPHA + 2 * copy + 2 * (k - 1) / k * S / GPU_2S_BW * us_per_byte;
-  case ZCC_GPU_CE:
+  case ZCC_ALGO_CE:
     return GPU_CE_ALPHA + S / GPU_CE_BW * us_per_byte + gpu_ce_pieces(bytes) * GPU_CE_PIECE_US;
-  case ZCC_GPU_PUSH: {
+  case ZCC_ALGO_PUSH: {
     double chunk = S / 64;
     chunk = chunk < 8192 ? 8192 : chunk > 131072 ? 131072 : chunk;
     return GPU_PUSH_ALPHA + ((k - 1) * S / GPU_PUSH_BW + chunk / GPU_PUSH_LANE_BW) * us_per_byte;
   }
   /* Ring and tree over connectors: 2 (k - 1) steps of a one-way NVLink hop
      each (the LL latency) and the all-pairs stores' bandwidth, a guess until
-     measured between GPUs; they run only when forced (gpu_auto). */
-  case ZCC_GPU_RING:
+     measured between GPUs; they run only when forced (zcc_select_auto). */
+  case ZCC_ALGO_RING:
     return GPU_PUSH_ALPHA + 2 * (k - 1) * GPU_LL_ALPHA + 2 * (k - 1) / k * S / GPU_PUSH_BW * us_per_byte;
-  case ZCC_GPU_TREE:
+  case ZCC_ALGO_TREE:
     return GPU_PUSH_ALPHA + 2 * (k - 1) * GPU_LL_ALPHA + 2 * S / GPU_PUSH_BW * us_per_byte;
-  default: return 1e30;
+  default: return INFINITY;
   }
 }
 
-static int gpu_can_run(zcc_gpu_algo_t a, int nranks, size_t bytes) {
-  if (a == ZCC_GPU_LL) return bytes <= GPU_LL_MAX;
-  if (a == ZCC_GPU_CE) return nranks == 2;
-  return 1;
-}
-
-/*
- * Which algorithms the model may pick. The copy-engine pipeline only when
- * ZCC_ALGO=ce asks for it (docs/perf/h200x2.md: correct since kernels are
- * preloaded, but slower than SM stores). Push only for unregistered
- * buffers: registered ones move zero copy.
- */
-static int gpu_auto(zcc_gpu_algo_t a, int staged) {
-  return a != ZCC_GPU_CE && a != ZCC_GPU_RING && a != ZCC_GPU_TREE &&
-         (a != ZCC_GPU_PUSH || staged);
-}
-
-/* The GPU algorithm ZCC_ALGO names: its index, -1 unset, -2 unknown. */
-static int gpu_algo_forced(const char *fa) {
-  if (!fa || !*fa) return -1;
-  for (int i = ZCC_GPU_ONESHOT; i < ZCC_GPU_ALGO_COUNT; i++)
-    if (strcasecmp(fa, zcc_gpu_algo_name(i)) == 0) return i;
-  return -2;
-}
-
-zccResult_t zcc_planner_pick_gpu_coll(zcc_coll_t coll, int *ring) {
-  const char *fa = zcc_param_algo();
-  int a = gpu_algo_forced(fa);
-  if (a == -2)
-    return zcc_error(zccInvalidArgument,
-                     "ZCC_ALGO=%s: GPU communicators run oneshot, twoshot, ce, push, ring or tree",
-                     fa);
-  *ring = coll != ZCC_COLL_ALLTOALL && (a == ZCC_GPU_RING || a == ZCC_GPU_TREE);
-  return zccSuccess;
-}
-
-zccResult_t zcc_planner_pick_gpu(int nranks, size_t bytes, int staged, zcc_gpu_algo_t *algo) {
-  const char *fa = zcc_param_algo(), *fp = zcc_param_proto();
-  int forced = -1;
-  if (fp && *fp) {
-    if (strcasecmp(fp, "ll") != 0 && strcasecmp(fp, "simple") != 0)
-      return zcc_error(zccInvalidArgument,
-                       "ZCC_PROTO=%s: GPU communicators run ll (<= 64 KiB) or simple", fp);
-    if (strcasecmp(fp, "ll") == 0) forced = ZCC_GPU_LL;
-  }
-  if (fa && *fa) {
-    int a = gpu_algo_forced(fa);
-    if (a < 0)
-      return zcc_error(zccInvalidArgument,
-                       "ZCC_ALGO=%s: GPU communicators run oneshot, twoshot, ce, push, ring or tree",
-                       fa);
-    if (forced < 0 || bytes > GPU_LL_MAX) forced = a;
-  }
-  if (forced >= 0) {
-    if (!gpu_can_run(forced, nranks, bytes)) {
-      if (forced != ZCC_GPU_LL)
-        return zcc_error(zccInvalidArgument, "ZCC_ALGO=%s cannot run on %d GPUs",
-                         zcc_gpu_algo_name(forced), nranks);
-      forced = -1; /* ZCC_PROTO=ll: larger messages take the model's choice */
-    } else {
-      *algo = forced;
-      return zccSuccess;
-    }
-  }
-  zcc_gpu_algo_t best = ZCC_GPU_ONESHOT;
-  double bt = 1e30;
-  for (int a = 0; a < ZCC_GPU_ALGO_COUNT; a++) {
-    if (!gpu_can_run(a, nranks, bytes) || !gpu_auto(a, staged)) continue;
-    double t = zcc_planner_gpu_predict(a, nranks, bytes, staged);
-    if (t < bt) {
-      bt = t;
-      best = a;
-    }
-  }
-  *algo = best;
-  return zccSuccess;
+double zcc_select_predict(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,
+                          zcc_proto_t proto, size_t bytes, int staged) {
+  if (c->nranks <= 1) return 0;
+  if (!c->gpu) return host_predict(c, coll, algo, bytes);
+  if (coll == ZCC_COLL_ALLREDUCE) return gpu_allreduce(algo, proto, c->nranks, bytes, staged);
+  return 0; /* the other GPU collectives: no model yet, the rule picks */
 }

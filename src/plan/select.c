@@ -1,15 +1,38 @@
 /*
- * Algorithm choice for host communicators, behind the planner's interface.
- * Direct (all-pairs, one round) wins on latency for small messages; the
- * ring wins on bandwidth once the per-rank volume dominates.
+ * What a communicator runs: one choice for host and GPU communicators.
+ *
+ * The candidates are the algorithm/protocol pairs this build's executors
+ * run for the communicator and collective (zcc_select_can_run); each is
+ * costed by the model of the link class the ranks share (cost.c:
+ * zcc_select_predict); the fastest that the model may pick wins
+ * (zcc_select_auto: kernels measured slower where they run stay for when
+ * ZCC_ALGO asks). ZCC_ALGO and ZCC_PROTO are parsed here, once, for every
+ * communicator and for the graph planner.
  */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
 #include <strings.h>
 
 #include "check.h"
 #include "coll.h"
 #include "debug.h"
+#include "param.h"
 #include "planner.h"
 
+ZCC_PARAM_STR(algo, "ALGO", NULL,
+              "force an algorithm: ring, tree, oneshot (also 'direct'), twoshot, push, ce "
+              "or hier; host communicators run ring and oneshot, GPU communicators every one "
+              "but hier (push, ce, twoshot and tree for allreduce); a name this communicator "
+              "cannot run is an error that lists the ones it can")
+ZCC_PARAM_STR(proto, "PROTO", NULL,
+              "force a protocol: ll, ll128 or simple; host communicators run simple, GPU "
+              "communicators ll (oneshot allreduce up to 64 KiB) and simple")
+
+static const char *algo_names[ZCC_ALGO_COUNT] = {"ring", "tree", "oneshot", "twoshot",
+                                                 "push", "ce",   "hier"};
+static const char *proto_names[ZCC_PROTO_COUNT] = {"ll", "ll128", "simple"};
 
 const char *zcc_coll_name(zcc_coll_t coll) {
   static const char *names[] = {"allreduce", "broadcast",     "reduce",  "allgather",
@@ -18,43 +41,305 @@ const char *zcc_coll_name(zcc_coll_t coll) {
 }
 
 const char *zcc_algo_name(zcc_algo_t algo) {
-  return algo == ZCC_ALGO_DIRECT ? "direct" : algo == ZCC_ALGO_RING ? "ring" : "invalid";
+  return algo >= 0 && algo < ZCC_ALGO_COUNT ? algo_names[algo] : "invalid";
 }
 
-zccResult_t zcc_tuning_choice(int nranks, int nnodes, zcc_coll_t coll, size_t bytes,
-                              zcc_algo_t *algo, double *times) {
-  if (times) times[ZCC_ALGO_DIRECT] = times[ZCC_ALGO_RING] = 0;
-  /* Alltoall and point-to-point are all-pairs by nature. */
-  if (coll == ZCC_COLL_ALLTOALL || coll == ZCC_COLL_SENDRECV) {
-    *algo = ZCC_ALGO_DIRECT;
+const char *zcc_proto_name(zcc_proto_t proto) {
+  return proto >= 0 && proto < ZCC_PROTO_COUNT ? proto_names[proto] : "invalid";
+}
+
+const char *zcc_algo_names(void) {
+  return "ring, tree, oneshot (or direct), twoshot, push, ce, hier";
+}
+
+int zcc_algo_parse(const char *s) {
+  if (!s) return -1;
+  if (strcasecmp(s, "direct") == 0) return ZCC_ALGO_ONESHOT;
+  for (int i = 0; i < ZCC_ALGO_COUNT; i++)
+    if (strcasecmp(s, algo_names[i]) == 0) return i;
+  return -1;
+}
+
+int zcc_proto_parse(const char *s) {
+  if (!s) return -1;
+  for (int i = 0; i < ZCC_PROTO_COUNT; i++)
+    if (strcasecmp(s, proto_names[i]) == 0) return i;
+  return -1;
+}
+
+const char *zcc_planner_algo_override(void) { return zcc_param_algo(); }
+const char *zcc_planner_proto_override(void) { return zcc_param_proto(); }
+
+/* The LL allreduce's per-rank limit: its buffers hold 64 KiB per peer. */
+#define GPU_LL_MAX (64 * 1024)
+
+static int fail(char *why, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *why, size_t len, const char *fmt, ...) {
+  if (why && len) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, len, fmt, ap);
+    va_end(ap);
+  }
+  return 0;
+}
+
+int zcc_select_can_run(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,
+                       zcc_proto_t proto, size_t bytes, char *why, size_t whylen) {
+  if (why && whylen) why[0] = '\0';
+  if (algo < 0 || algo >= ZCC_ALGO_COUNT || proto < 0 || proto >= ZCC_PROTO_COUNT)
+    return fail(why, whylen, "no such algorithm or protocol");
+  if (coll < 0 || coll >= ZCC_COLL_COUNT) return fail(why, whylen, "no such collective");
+  const char *an = algo_names[algo], *cn = zcc_coll_name(coll);
+  int pairwise = coll == ZCC_COLL_ALLTOALL || coll == ZCC_COLL_SENDRECV;
+  if (pairwise && algo != ZCC_ALGO_ONESHOT)
+    return fail(why, whylen, "%s is all-pairs by nature (oneshot)", cn);
+  if (!c->gpu) {
+    if (algo != ZCC_ALGO_RING && algo != ZCC_ALGO_ONESHOT)
+      return fail(why, whylen, "host communicators run ring and oneshot (direct), not %s", an);
+    if (proto != ZCC_PROTO_SIMPLE)
+      return fail(why, whylen, "host communicators run the simple protocol, not %s",
+                  proto_names[proto]);
+    return 1;
+  }
+  if (c->nnodes > 1)
+    return fail(why, whylen, "GPU communicators run on one host in this version");
+  if (algo == ZCC_ALGO_HIER) return fail(why, whylen, "hier needs several hosts");
+  if (proto == ZCC_PROTO_LL128)
+    return fail(why, whylen, "GPU communicators have no ll128 kernel yet");
+  if (coll == ZCC_COLL_ALLREDUCE) {
+    if (proto == ZCC_PROTO_LL && algo != ZCC_ALGO_ONESHOT)
+      return fail(why, whylen, "ll runs the oneshot allreduce only, not %s", an);
+    if (proto == ZCC_PROTO_LL && bytes > GPU_LL_MAX)
+      return fail(why, whylen, "ll carries at most %d bytes per rank, not %zu", GPU_LL_MAX,
+                  bytes);
+    if (algo == ZCC_ALGO_CE && c->nranks != 2)
+      return fail(why, whylen, "ce pairs the copy engines of 2 ranks, not %d", c->nranks);
+    return 1;
+  }
+  if (proto == ZCC_PROTO_LL) return fail(why, whylen, "ll runs allreduce only, not %s", cn);
+  if (algo == ZCC_ALGO_ONESHOT || (algo == ZCC_ALGO_RING && !pairwise)) return 1;
+  return fail(why, whylen, "GPU %s runs oneshot (staged all-pairs) and ring, not %s", cn, an);
+}
+
+int zcc_select_auto(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,
+                    zcc_proto_t proto, int staged) {
+  (void)proto;
+  if (!c->gpu) return 1; /* both host algorithms are costed from measurements */
+  if (coll != ZCC_COLL_ALLREDUCE) return algo == ZCC_ALGO_ONESHOT; /* the rule, no model */
+  /*
+   * The copy-engine pipeline is correct but slower than SM stores
+   * (docs/perf/h200x2.md); the connector ring and tree are slower than the
+   * all-pairs kernels between GPUs that load and store each other's memory
+   * (docs/perf/h200x1.md). Push only for unregistered buffers: registered
+   * ones move zero copy.
+   */
+  if (algo == ZCC_ALGO_CE || algo == ZCC_ALGO_RING || algo == ZCC_ALGO_TREE) return 0;
+  return algo != ZCC_ALGO_PUSH || staged;
+}
+
+/* "a, b or c": what this communicator runs for coll at `bytes`. */
+static void runnable_list(const zcc_select_ctx_t *c, zcc_coll_t coll, size_t bytes, int protos,
+                          char *buf, size_t len) {
+  size_t o = 0;
+  int n = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < (protos ? ZCC_PROTO_COUNT : ZCC_ALGO_COUNT); i++) {
+    int ok = 0;
+    for (int j = 0; j < (protos ? ZCC_ALGO_COUNT : ZCC_PROTO_COUNT) && !ok; j++)
+      ok = protos ? zcc_select_can_run(c, coll, j, i, bytes, NULL, 0)
+                  : zcc_select_can_run(c, coll, i, j, bytes, NULL, 0);
+    if (!ok) continue;
+    o += (size_t)snprintf(buf + o, o < len ? len - o : 0, "%s%s", n ? ", " : "",
+                          protos ? proto_names[i] : algo_names[i]);
+    n++;
+  }
+}
+
+/* Does the forced algorithm run any collective on this communicator? */
+static int runs_somewhere(const zcc_select_ctx_t *c, int algo, int proto) {
+  for (int coll = 0; coll < ZCC_COLL_COUNT; coll++)
+    for (int a = 0; a < ZCC_ALGO_COUNT; a++)
+      for (int q = 0; q < ZCC_PROTO_COUNT; q++)
+        if ((algo < 0 || a == algo) && (proto < 0 || q == proto) &&
+            zcc_select_can_run(c, coll, a, q, 8, NULL, 0))
+          return 1;
+  return 0;
+}
+
+static const char *kind_of(const zcc_select_ctx_t *c) { return c->gpu ? "GPU" : "host"; }
+
+zccResult_t zcc_select(const zcc_select_ctx_t *c, zcc_coll_t coll, size_t bytes, int staged,
+                       zcc_choice_t *out) {
+  if (!c || !out || c->nranks < 1 || c->nnodes < 1 || c->nnodes > c->nranks)
+    return zcc_error(zccInvalidArgument, "planner: %d ranks on %d hosts", c ? c->nranks : 0,
+                     c ? c->nnodes : 0);
+  if (coll < 0 || coll >= ZCC_COLL_COUNT)
+    return zcc_error(zccInvalidArgument, "planner: collective %d is invalid", (int)coll);
+  const char *fa = zcc_param_algo(), *fp = zcc_param_proto();
+  int want_a = -1, want_p = -1;
+  if (fa && *fa && (want_a = zcc_algo_parse(fa)) < 0)
+    return zcc_error(zccInvalidArgument, "ZCC_ALGO=%s is not an algorithm: use %s", fa,
+                     zcc_algo_names());
+  if (fp && *fp && (want_p = zcc_proto_parse(fp)) < 0)
+    return zcc_error(zccInvalidArgument, "ZCC_PROTO=%s is not a protocol: use ll, ll128 or simple",
+                     fp);
+  char list[160];
+  if (want_a >= 0 && !runs_somewhere(c, want_a, -1)) {
+    runnable_list(c, coll, bytes, 0, list, sizeof(list));
+    return zcc_error(zccInvalidArgument,
+                     "ZCC_ALGO=%s: this %s communicator (%d ranks, %d host%s) cannot run it; "
+                     "for %s it runs %s", fa, kind_of(c), c->nranks, c->nnodes,
+                     c->nnodes == 1 ? "" : "s", zcc_coll_name(coll), list);
+  }
+  if (want_p >= 0 && !runs_somewhere(c, -1, want_p)) {
+    runnable_list(c, coll, bytes, 1, list, sizeof(list));
+    return zcc_error(zccInvalidArgument,
+                     "ZCC_PROTO=%s: this %s communicator cannot run it; for %s it runs %s", fp,
+                     kind_of(c), zcc_coll_name(coll), list);
+  }
+  if (c->nranks == 1) { /* nothing moves: a local copy */
+    *out = (zcc_choice_t){ZCC_ALGO_ONESHOT, ZCC_PROTO_SIMPLE, 0};
     return zccSuccess;
   }
-  /* The cost model, with constants measured for shared memory and TCP: not
-     consulted for a forced choice unless the caller wants the predictions. */
-  const char *forced = zcc_planner_algo_override();
-  int is_forced = forced && *forced;
-  zcc_algo_t model = ZCC_ALGO_DIRECT;
-  if (!is_forced || times)
-    ZCC_CHECK(zcc_planner_host_model(nranks, nnodes > 0 ? nnodes : 1, coll, bytes, &model, times));
-  if (is_forced) {
-    if (strcasecmp(forced, "direct") == 0 || strcasecmp(forced, "oneshot") == 0)
-      *algo = ZCC_ALGO_DIRECT;
-    else if (strcasecmp(forced, "ring") == 0)
-      *algo = ZCC_ALGO_RING;
-    else
-      return zcc_error(zccInvalidArgument,
-                       "ZCC_ALGO=%s: host communicators run 'direct' (or 'oneshot') or "
-                       "'ring'", forced);
-    return zccSuccess;
+  /* What the overrides leave for this collective and size (NCCL's rules). */
+  if (want_p >= 0 && !runs_somewhere(c, want_a, want_p)) {
+    char why[160];
+    zcc_select_can_run(c, coll, want_a, want_p, bytes, why, sizeof(why));
+    return zcc_error(zccInvalidArgument, "ZCC_ALGO=%s with ZCC_PROTO=%s: %s", fa, fp, why);
   }
-  *algo = model;
+  int a_ok = 0, p_ok = 0;
+  for (int a = 0; a < ZCC_ALGO_COUNT; a++)
+    for (int q = 0; q < ZCC_PROTO_COUNT; q++) {
+      if (!zcc_select_can_run(c, coll, a, q, bytes, NULL, 0)) continue;
+      if (want_a < 0 || a == want_a) a_ok = 1;
+      if (want_p < 0 || q == want_p) p_ok = 1;
+    }
+  if (!p_ok) want_p = -1; /* ll beyond its size, or a collective ll does not run */
+  if (!a_ok) {
+    /* tree: the ring, as NCCL's rooted and gathering collectives run chains;
+       an algorithm of other collectives only: the model's choice here */
+    want_a = want_a == ZCC_ALGO_TREE && zcc_select_can_run(c, coll, ZCC_ALGO_RING,
+                                                           ZCC_PROTO_SIMPLE, bytes, NULL, 0)
+                 ? ZCC_ALGO_RING
+                 : -1;
+  }
+  zcc_choice_t best = {ZCC_ALGO_ONESHOT, ZCC_PROTO_SIMPLE, INFINITY};
+  int forced = want_a >= 0 || want_p >= 0;
+  for (int a = 0; a < ZCC_ALGO_COUNT; a++)
+    for (int q = 0; q < ZCC_PROTO_COUNT; q++) {
+      if ((want_a >= 0 && a != want_a) || (want_p >= 0 && q != want_p)) continue;
+      if (!zcc_select_can_run(c, coll, a, q, bytes, NULL, 0)) continue;
+      /* Forced: every candidate that matches; else what the model may pick. */
+      if (!forced && !zcc_select_auto(c, coll, a, q, staged)) continue;
+      if (forced && want_a < 0 && !zcc_select_auto(c, coll, a, q, staged)) continue;
+      double t = zcc_select_predict(c, coll, a, q, bytes, staged);
+      if (t < best.time_us) best = (zcc_choice_t){a, q, t};
+    }
+  if (!isfinite(best.time_us)) {
+    char why[160];
+    runnable_list(c, coll, bytes, 0, list, sizeof(list));
+    zcc_select_can_run(c, coll, want_a >= 0 ? want_a : ZCC_ALGO_ONESHOT,
+                       want_p >= 0 ? want_p : ZCC_PROTO_SIMPLE, bytes, why, sizeof(why));
+    return zcc_error(zccInvalidArgument, "%s%s%s%s: this %s communicator runs %s for %s: %s",
+                     fa && *fa ? "ZCC_ALGO=" : "", fa && *fa ? fa : "",
+                     fp && *fp ? " ZCC_PROTO=" : "", fp && *fp ? fp : "", kind_of(c), list,
+                     zcc_coll_name(coll), why);
+  }
+  *out = best;
   return zccSuccess;
 }
 
-zccResult_t zcc_tuning_pick(const struct zccComm *comm, zcc_coll_t coll, size_t bytes,
-                            zcc_algo_t *algo) {
-  ZCC_CHECK(zcc_tuning_choice(comm->nranks, comm->nnodes, coll, bytes, algo, NULL));
-  ZCC_TRACE(TUNING, "%s of %zu bytes on %d ranks: %s", zcc_coll_name(coll), bytes,
-            comm->nranks, zcc_algo_name(*algo));
+void zcc_select_ctx_of_plan(const zcc_planner_t *p, zcc_select_ctx_t *c) {
+  c->gpu = !p->cpu_ranks;
+  c->nranks = p->nranks;
+  c->nnodes = p->nnodes;
+  c->link_class = p->cpu_ranks ? ZCC_PATH_SELF : p->island_class;
+}
+
+static int size_class(size_t bytes) {
+  int k = 0;
+  while (bytes > 1 && k < ZCC_SELECT_CACHE_SIZES - 1) {
+    bytes >>= 1;
+    k++;
+  }
+  return k;
+}
+
+zccResult_t zcc_select_cached(zcc_select_cache_t *cache, zcc_coll_t coll, size_t bytes,
+                              int staged, zcc_choice_t *out) {
+  /* The overrides are read once per process (zcc_param_reload, in tests,
+     makes a new generation): a kept choice stays right until then. */
+  unsigned gen = zcc_param_generation();
+  if (cache->generation != gen) {
+    memset(cache->e, 0, sizeof(cache->e));
+    cache->generation = gen;
+  }
+  if (coll >= 0 && coll < ZCC_COLL_COUNT && bytes > 0) {
+    zcc_select_cache_entry_t *e = &cache->e[coll][staged ? 1 : 0][size_class(bytes)];
+    if (e->bytes == bytes) {
+      cache->hits++;
+      *out = e->choice;
+      return zccSuccess;
+    }
+    ZCC_CHECK(zcc_select(&cache->ctx, coll, bytes, staged, out));
+    ZCC_TRACE(TUNING, "%s of %zu bytes on %d ranks%s: %s/%s, %.1f us predicted",
+              zcc_coll_name(coll), bytes, cache->ctx.nranks, staged ? " (staged)" : "",
+              algo_names[out->algo], proto_names[out->proto], out->time_us);
+    e->bytes = bytes;
+    e->choice = *out;
+    cache->misses++;
+    return zccSuccess;
+  }
+  return zcc_select(&cache->ctx, coll, bytes, staged, out);
+}
+
+/* ---- the decision table ---- */
+
+static void emitf(void (*emit)(void *, const char *), void *ctx, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void emitf(void (*emit)(void *, const char *), void *ctx, const char *fmt, ...) {
+  char line[640];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof(line), fmt, ap);
+  va_end(ap);
+  emit(ctx, line);
+}
+
+zccResult_t zcc_planner_decisions(const zcc_select_ctx_t *c,
+                                  void (*emit)(void *ctx, const char *line), void *ctx) {
+  static const zcc_coll_t colls[] = {ZCC_COLL_ALLREDUCE, ZCC_COLL_BROADCAST, ZCC_COLL_REDUCE,
+                                     ZCC_COLL_ALLGATHER, ZCC_COLL_REDUCESCATTER,
+                                     ZCC_COLL_ALLTOALL};
+  emitf(emit, ctx, "%s communicator, %d ranks on %d host(s), link class %s: us per candidate "
+        "(algo/proto; *: only when ZCC_ALGO/ZCC_PROTO ask; GPU allreduce on unregistered "
+        "buffers; 'rule': no model yet)", kind_of(c), c->nranks, c->nnodes,
+        zcc_topo_class_name(c->link_class));
+  int staged = 1;
+  for (size_t k = 0; k < sizeof(colls) / sizeof(colls[0]); k++)
+    for (size_t b = 8; b <= ((size_t)8 << 30); b *= 8) {
+      zcc_coll_t coll = colls[k];
+      zcc_choice_t ch;
+      ZCC_CHECK(zcc_select(c, coll, b, staged, &ch));
+      char row[480];
+      size_t o = 0;
+      row[0] = '\0';
+      for (int a = 0; a < ZCC_ALGO_COUNT; a++)
+        for (int q = 0; q < ZCC_PROTO_COUNT; q++) {
+          if (!zcc_select_can_run(c, coll, a, q, b, NULL, 0)) continue;
+          double t = zcc_select_predict(c, coll, a, q, b, staged);
+          const char *mark = zcc_select_auto(c, coll, a, q, staged) ? "" : "*";
+          if (t > 0)
+            o += (size_t)snprintf(row + o, o < sizeof(row) ? sizeof(row) - o : 0,
+                                  " %s/%s%s %.1f", algo_names[a], proto_names[q], mark, t);
+          else
+            o += (size_t)snprintf(row + o, o < sizeof(row) ? sizeof(row) - o : 0,
+                                  " %s/%s%s rule", algo_names[a], proto_names[q], mark);
+        }
+      char pick[32];
+      snprintf(pick, sizeof(pick), "%s/%s", algo_names[ch.algo], proto_names[ch.proto]);
+      emitf(emit, ctx, "%-13s %11zu  %-15s%s", zcc_coll_name(coll), b, pick, row);
+    }
   return zccSuccess;
 }

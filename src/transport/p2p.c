@@ -466,7 +466,7 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
     ZCC_INFO(TUNING, "%s: connectors: %d channel(s), each a ring in rank order and a chain as "
              "its tree (rooted at rank 0 on even channels, at rank %d on odd ones)",
              who, g->conns->nchannels, n - 1);
-    ZCC_CHECK(zcc_planner_decisions(1, n, 1, zcc_log_tuning_line, who));
+    ZCC_CHECK(zcc_planner_decisions(&comm->select->ctx, zcc_log_tuning_line, who));
   }
   ZCC_INFO(INIT,
            "comm %s rank %d: GPU %d (%s), window %zu MiB, staging %zu MiB, %d channel(s) of "

@@ -132,8 +132,8 @@ def case_schema(args, d):
               "rank %d: collective sequence numbers run 1..%d" % (r, len(seqs)))
         check(all(e["args"]["transports"] == "shm" for e in ops if e["args"]["nranks"] > 1),
               "rank %d: every op names the shm transport" % r)
-        check(all(e["args"]["algo"] in ("direct", "ring") for e in ops),
-              "rank %d: every op names direct or ring" % r)
+        check(all(e["args"]["algo"] in ("oneshot", "ring") for e in ops),
+              "rank %d: every op names oneshot or ring" % r)
         p2p = [e for e in ops if e["args"]["p2p"]]
         check(len(p2p) == 3 and all(e["args"]["peer"] == 1 - r for e in p2p)
               and all(e["args"]["bytes"] == 2 * 16384 * 4 for e in p2p),

@@ -39,88 +39,100 @@ static const row_t rows[] = {
     {134217728, 0, 482.2, 0, 401.3}, {536870912, 0, 1908.3, 0, 1562.9},
 };
 
+static zcc_choice_t gpu_pick(int nranks, size_t bytes, int staged) {
+  zcc_select_ctx_t c = {1, nranks, 1, ZCC_PATH_NVL};
+  zcc_choice_t ch;
+  assert_int_equal(zcc_select(&c, ZCC_COLL_ALLREDUCE, bytes, staged, &ch), zccSuccess);
+  return ch;
+}
+
+/* The measured kernels: ll is oneshot with the LL protocol. */
+enum { M_LL, M_ONESHOT, M_TWOSHOT, M_PUSH };
+static int kernel_of(zcc_choice_t ch) {
+  if (ch.proto == ZCC_PROTO_LL) return M_LL;
+  return ch.algo == ZCC_ALGO_ONESHOT ? M_ONESHOT : ch.algo == ZCC_ALGO_TWOSHOT ? M_TWOSHOT
+         : ch.algo == ZCC_ALGO_PUSH  ? M_PUSH : -1;
+}
+
 static void test_predicted_vs_measured(void **state) {
   (void)state;
   unsetenv("ZCC_ALGO");
   unsetenv("ZCC_PROTO");
+  zcc_param_reload();
+  static const char *names[] = {"oneshot/ll", "oneshot/simple", "twoshot/simple", "push/simple"};
   printf("| bytes | algorithm | predicted (us) | measured (us) | predicted / measured |\n");
   printf("|---:|---|---:|---:|---:|\n");
   for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
     const row_t *r = &rows[i];
-    zcc_gpu_algo_t algo;
-    assert_int_equal(zcc_planner_pick_gpu(2, r->bytes, 1, &algo), zccSuccess);
+    zcc_choice_t ch = gpu_pick(2, r->bytes, 1);
     /* the fastest measured */
-    zcc_gpu_algo_t best = ZCC_GPU_LL;
+    int best = M_LL;
     double bt = 1e30;
-    const struct { zcc_gpu_algo_t a; double t; } m[] = {
-        {ZCC_GPU_LL, r->ll}, {ZCC_GPU_ONESHOT, r->oneshot}, {ZCC_GPU_TWOSHOT, r->twoshot},
-        {ZCC_GPU_PUSH, r->push}};
-    for (size_t a = 0; a < sizeof(m) / sizeof(m[0]); a++)
-      if (m[a].t > 0 && m[a].t < bt) {
-        bt = m[a].t;
-        best = m[a].a;
+    const double m[] = {r->ll, r->oneshot, r->twoshot, r->push};
+    for (int a = 0; a < 4; a++)
+      if (m[a] > 0 && m[a] < bt) {
+        bt = m[a];
+        best = a;
       }
-    double pred = zcc_planner_gpu_predict(algo, 2, r->bytes, 1);
-    printf("| %zu | %s | %.2f | %.2f | %.2f |\n", r->bytes, zcc_gpu_algo_name(algo), pred, bt,
-           pred / bt);
-    assert_int_equal(algo, best);
+    double pred = ch.time_us;
+    int k = kernel_of(ch);
+    assert_true(k >= 0);
+    printf("| %zu | %s | %.2f | %.2f | %.2f |\n", r->bytes, names[k], pred, bt, pred / bt);
+    assert_int_equal(k, best);
     assert_true(pred / bt > 0.7 && pred / bt < 1.3);
   }
 }
 
 static void test_choices(void **state) {
   (void)state;
-  zcc_gpu_algo_t algo;
-  assert_int_equal(zcc_planner_pick_gpu(2, 1 << 20, 1, &algo), zccSuccess);
-  assert_int_equal(algo, ZCC_GPU_PUSH);
+  zcc_choice_t ch = gpu_pick(2, 1 << 20, 1);
+  assert_int_equal(ch.algo, ZCC_ALGO_PUSH);
   /* registered buffers move zero copy, never through staging */
-  assert_int_equal(zcc_planner_pick_gpu(2, 1 << 20, 0, &algo), zccSuccess);
-  assert_int_equal(algo, ZCC_GPU_ONESHOT);
-  assert_int_equal(zcc_planner_pick_gpu(2, 1024, 1, &algo), zccSuccess);
-  assert_int_equal(algo, ZCC_GPU_LL);
+  ch = gpu_pick(2, 1 << 20, 0);
+  assert_int_equal(ch.algo, ZCC_ALGO_ONESHOT);
+  assert_int_equal(ch.proto, ZCC_PROTO_SIMPLE);
+  ch = gpu_pick(2, 1024, 1);
+  assert_int_equal(ch.algo, ZCC_ALGO_ONESHOT);
+  assert_int_equal(ch.proto, ZCC_PROTO_LL);
   /* more ranks: two-shot moves fewer bytes per GPU for large messages */
-  assert_int_equal(zcc_planner_pick_gpu(8, (size_t)256 << 20, 1, &algo), zccSuccess);
-  assert_int_equal(algo, ZCC_GPU_TWOSHOT);
+  assert_int_equal(gpu_pick(8, (size_t)256 << 20, 1).algo, ZCC_ALGO_TWOSHOT);
   /* the copy-engine pipeline is never picked on its own */
-  assert_int_equal(zcc_planner_pick_gpu(2, (size_t)1 << 30, 1, &algo), zccSuccess);
-  assert_int_not_equal(algo, ZCC_GPU_CE);
+  assert_int_not_equal(gpu_pick(2, (size_t)1 << 30, 1).algo, ZCC_ALGO_CE);
   /* nor the ring and tree kernels, at any size */
   for (size_t b = 8; b <= ((size_t)8 << 30); b *= 4)
     for (int n = 2; n <= 8; n++) {
-      assert_int_equal(zcc_planner_pick_gpu(n, b, 1, &algo), zccSuccess);
-      assert_true(algo != ZCC_GPU_RING && algo != ZCC_GPU_TREE);
+      zcc_algo_t a = gpu_pick(n, b, 1).algo;
+      assert_true(a != ZCC_ALGO_RING && a != ZCC_ALGO_TREE);
     }
 }
 
-/* ZCC_ALGO=ring|tree force the connector kernels; other names stay errors. */
+/* ZCC_ALGO=ring|tree force the connector kernels; unknown names are errors. */
 static void test_forced(void **state) {
   (void)state;
-  zcc_gpu_algo_t algo;
-  int ring = -1;
+  zcc_select_ctx_t c3 = {1, 3, 1, ZCC_PATH_SELF}, c4 = {1, 4, 1, ZCC_PATH_SELF};
+  zcc_choice_t ch;
   setenv("ZCC_ALGO", "ring", 1);
   zcc_param_reload();
-  assert_int_equal(zcc_planner_pick_gpu(3, 1 << 20, 1, &algo), zccSuccess);
-  assert_int_equal(algo, ZCC_GPU_RING);
-  assert_int_equal(zcc_planner_pick_gpu_coll(ZCC_COLL_BROADCAST, &ring), zccSuccess);
-  assert_int_equal(ring, 1);
+  assert_int_equal(gpu_pick(3, 1 << 20, 1).algo, ZCC_ALGO_RING);
+  assert_int_equal(zcc_select(&c3, ZCC_COLL_BROADCAST, 1 << 20, 1, &ch), zccSuccess);
+  assert_int_equal(ch.algo, ZCC_ALGO_RING);
   /* all-to-all has no ring: it keeps its kernel */
-  assert_int_equal(zcc_planner_pick_gpu_coll(ZCC_COLL_ALLTOALL, &ring), zccSuccess);
-  assert_int_equal(ring, 0);
+  assert_int_equal(zcc_select(&c3, ZCC_COLL_ALLTOALL, 1 << 20, 1, &ch), zccSuccess);
+  assert_int_equal(ch.algo, ZCC_ALGO_ONESHOT);
   setenv("ZCC_ALGO", "tree", 1);
   zcc_param_reload();
-  assert_int_equal(zcc_planner_pick_gpu(4, 1 << 20, 1, &algo), zccSuccess);
-  assert_int_equal(algo, ZCC_GPU_TREE);
-  assert_int_equal(zcc_planner_pick_gpu_coll(ZCC_COLL_REDUCE, &ring), zccSuccess);
-  assert_int_equal(ring, 1);
+  assert_int_equal(gpu_pick(4, 1 << 20, 1).algo, ZCC_ALGO_TREE);
+  assert_int_equal(zcc_select(&c4, ZCC_COLL_REDUCE, 1 << 20, 1, &ch), zccSuccess);
+  assert_int_equal(ch.algo, ZCC_ALGO_RING);
   setenv("ZCC_ALGO", "push", 1);
   zcc_param_reload();
-  assert_int_equal(zcc_planner_pick_gpu_coll(ZCC_COLL_ALLGATHER, &ring), zccSuccess);
-  assert_int_equal(ring, 0);
+  assert_int_equal(zcc_select(&c4, ZCC_COLL_ALLGATHER, 1 << 20, 1, &ch), zccSuccess);
+  assert_int_equal(ch.algo, ZCC_ALGO_ONESHOT);
   setenv("ZCC_ALGO", "rung", 1);
   zcc_param_reload();
-  assert_int_equal(zcc_planner_pick_gpu(2, 1 << 20, 1, &algo), zccInvalidArgument);
-  assert_non_null(strstr(zcc_last_error(), "ring or tree"));
-  assert_int_equal(zcc_planner_pick_gpu_coll(ZCC_COLL_ALLGATHER, &ring), zccInvalidArgument);
+  assert_int_equal(zcc_select(&c4, ZCC_COLL_ALLREDUCE, 1 << 20, 1, &ch), zccInvalidArgument);
+  assert_non_null(strstr(zcc_last_error(), "ring, tree, oneshot"));
+  assert_int_equal(zcc_select(&c4, ZCC_COLL_ALLGATHER, 1 << 20, 1, &ch), zccInvalidArgument);
   unsetenv("ZCC_ALGO");
   zcc_param_reload();
 }

@@ -187,7 +187,7 @@ static zcc_choice_t pick(const zcc_planner_t *p, zcc_coll_t coll, size_t bytes) 
 }
 
 /* Smallest power of two from which the winner is `algo` at every larger size up to 1 GiB. */
-static size_t crossover(const zcc_planner_t *p, zcc_palgo_t algo) {
+static size_t crossover(const zcc_planner_t *p, zcc_algo_t algo) {
   size_t from = 0;
   for (size_t b = 8; b <= ((size_t)1 << 30); b *= 2) {
     zcc_choice_t c = pick(p, ZCC_COLL_ALLREDUCE, b);
@@ -203,12 +203,12 @@ static void test_model_latency_vs_bandwidth(void **s) {
   zcc_topo_t *g = load_fixture("dgx-h100.json");
   zcc_planner_t *p = plan_all(g);
   zcc_choice_t c = pick(p, ZCC_COLL_ALLREDUCE, 8);
-  assert_int_equal(c.algo, ZCC_PALGO_ONESHOT);
+  assert_int_equal(c.algo, ZCC_ALGO_ONESHOT);
   assert_int_equal(c.proto, ZCC_PROTO_LL);
   c = pick(p, ZCC_COLL_ALLREDUCE, (size_t)1 << 30);
-  assert_int_equal(c.algo, ZCC_PALGO_RING);
+  assert_int_equal(c.algo, ZCC_ALGO_RING);
   assert_int_equal(c.proto, ZCC_PROTO_SIMPLE);
-  size_t x = crossover(p, ZCC_PALGO_RING);
+  size_t x = crossover(p, ZCC_ALGO_RING);
   printf("dgx-h100 allreduce: ring (bandwidth) wins from %zu bytes\n", x);
   assert_int_equal(x, (size_t)64 << 20);
   zcc_planner_free(p);
@@ -218,12 +218,12 @@ static void test_model_latency_vs_bandwidth(void **s) {
   g = load_fixture("dgx-h100-x16.json");
   p = plan_all(g);
   c = pick(p, ZCC_COLL_ALLREDUCE, 8);
-  assert_int_equal(c.algo, ZCC_PALGO_TREE);
+  assert_int_equal(c.algo, ZCC_ALGO_TREE);
   assert_int_equal(c.proto, ZCC_PROTO_LL);
   c = pick(p, ZCC_COLL_ALLREDUCE, (size_t)1 << 30);
-  assert_int_equal(c.algo, ZCC_PALGO_RING);
+  assert_int_equal(c.algo, ZCC_ALGO_RING);
   assert_int_equal(c.proto, ZCC_PROTO_SIMPLE);
-  x = crossover(p, ZCC_PALGO_RING);
+  x = crossover(p, ZCC_ALGO_RING);
   printf("dgx-h100 x16 allreduce: ring (bandwidth) wins from %zu bytes\n", x);
   assert_int_equal(x, (size_t)256 << 20);
   zcc_planner_free(p);
@@ -255,7 +255,7 @@ static void test_overrides(void **s) {
   setenv("ZCC_PROTO", "simple", 1);
   zcc_param_reload();
   zcc_choice_t c = pick(p, ZCC_COLL_ALLREDUCE, 8);
-  assert_int_equal(c.algo, ZCC_PALGO_TREE);
+  assert_int_equal(c.algo, ZCC_ALGO_TREE);
   assert_int_equal(c.proto, ZCC_PROTO_SIMPLE);
   /* tree runs no allgather */
   assert_int_equal(zcc_planner_pick(p, ZCC_COLL_ALLGATHER, 8, &c), zccInvalidArgument);
@@ -273,33 +273,135 @@ static void test_overrides(void **s) {
   zcc_topo_free(g);
 }
 
+static zcc_algo_t host_pick(int nranks, int nnodes, zcc_coll_t coll, size_t bytes) {
+  zcc_select_ctx_t c = {0, nranks, nnodes, nnodes > 1 ? ZCC_PATH_NET : ZCC_PATH_SELF};
+  zcc_choice_t ch;
+  assert_int_equal(zcc_select(&c, coll, bytes, 0, &ch), zccSuccess);
+  assert_int_equal(ch.proto, ZCC_PROTO_SIMPLE);
+  return ch.algo;
+}
+
 static void test_host_pick(void **s) {
-  zcc_algo_t a;
-  /* Shared memory (cost.c's measurements): direct below the crossover
-   * (2 ranks: measured between 8 and 16 KiB, modelled at 9 KiB; 4 ranks:
-   * modelled at 7.7 KiB), ring above. */
-  assert_int_equal(zcc_planner_pick_host(2, 1, ZCC_COLL_ALLREDUCE, 8, &a), zccSuccess);
-  assert_int_equal(a, ZCC_ALGO_DIRECT);
-  assert_int_equal(zcc_planner_pick_host(2, 1, ZCC_COLL_ALLREDUCE, 4 << 10, &a), zccSuccess);
-  assert_int_equal(a, ZCC_ALGO_DIRECT);
-  assert_int_equal(zcc_planner_pick_host(2, 1, ZCC_COLL_ALLREDUCE, 16 << 10, &a), zccSuccess);
-  assert_int_equal(a, ZCC_ALGO_RING);
-  assert_int_equal(zcc_planner_pick_host(4, 1, ZCC_COLL_ALLREDUCE, 4 << 10, &a), zccSuccess);
-  assert_int_equal(a, ZCC_ALGO_DIRECT);
-  assert_int_equal(zcc_planner_pick_host(4, 1, ZCC_COLL_ALLREDUCE, 16 << 10, &a), zccSuccess);
-  assert_int_equal(a, ZCC_ALGO_RING);
-  assert_int_equal(zcc_planner_pick_host(4, 1, ZCC_COLL_ALLTOALL, 1 << 20, &a), zccSuccess);
-  assert_int_equal(a, ZCC_ALGO_DIRECT);
-  /* TCP: 2 ranks, direct below the crossover (measured between 64 and
+  /* Shared memory (cost.c's measurements): oneshot (direct) below the
+   * crossover (2 ranks: measured between 8 and 16 KiB, modelled at 9 KiB;
+   * 4 ranks: modelled at 7.7 KiB), ring above. */
+  assert_int_equal(host_pick(2, 1, ZCC_COLL_ALLREDUCE, 8), ZCC_ALGO_ONESHOT);
+  assert_int_equal(host_pick(2, 1, ZCC_COLL_ALLREDUCE, 4 << 10), ZCC_ALGO_ONESHOT);
+  assert_int_equal(host_pick(2, 1, ZCC_COLL_ALLREDUCE, 16 << 10), ZCC_ALGO_RING);
+  assert_int_equal(host_pick(4, 1, ZCC_COLL_ALLREDUCE, 4 << 10), ZCC_ALGO_ONESHOT);
+  assert_int_equal(host_pick(4, 1, ZCC_COLL_ALLREDUCE, 16 << 10), ZCC_ALGO_RING);
+  assert_int_equal(host_pick(4, 1, ZCC_COLL_ALLTOALL, 1 << 20), ZCC_ALGO_ONESHOT);
+  /* TCP: 2 ranks, oneshot below the crossover (measured between 64 and
    * 256 KiB, modelled at 207 KiB), ring above */
-  assert_int_equal(zcc_planner_pick_host(2, 2, ZCC_COLL_ALLREDUCE, 8, &a), zccSuccess);
-  assert_int_equal(a, ZCC_ALGO_DIRECT);
-  assert_int_equal(zcc_planner_pick_host(2, 2, ZCC_COLL_ALLREDUCE, 64 << 10, &a), zccSuccess);
-  assert_int_equal(a, ZCC_ALGO_DIRECT);
-  assert_int_equal(zcc_planner_pick_host(2, 2, ZCC_COLL_ALLREDUCE, 1 << 20, &a), zccSuccess);
-  assert_int_equal(a, ZCC_ALGO_RING);
-  assert_int_equal(zcc_planner_pick_host(0, 1, ZCC_COLL_ALLREDUCE, 8, &a), zccInvalidArgument);
-  assert_int_equal(zcc_planner_pick_host(2, 3, ZCC_COLL_ALLREDUCE, 8, &a), zccInvalidArgument);
+  assert_int_equal(host_pick(2, 2, ZCC_COLL_ALLREDUCE, 8), ZCC_ALGO_ONESHOT);
+  assert_int_equal(host_pick(2, 2, ZCC_COLL_ALLREDUCE, 64 << 10), ZCC_ALGO_ONESHOT);
+  assert_int_equal(host_pick(2, 2, ZCC_COLL_ALLREDUCE, 1 << 20), ZCC_ALGO_RING);
+  zcc_choice_t ch;
+  zcc_select_ctx_t bad0 = {0, 0, 1, ZCC_PATH_SELF}, bad1 = {0, 2, 3, ZCC_PATH_NET};
+  assert_int_equal(zcc_select(&bad0, ZCC_COLL_ALLREDUCE, 8, 0, &ch), zccInvalidArgument);
+  assert_int_equal(zcc_select(&bad1, ZCC_COLL_ALLREDUCE, 8, 0, &ch), zccInvalidArgument);
+}
+
+/*
+ * ZCC_ALGO and ZCC_PROTO mean the same on host and GPU communicators: one
+ * parser; a name a communicator cannot run is an error naming what it can.
+ */
+static void select_env(const char *algo, const char *proto) {
+  if (algo) setenv("ZCC_ALGO", algo, 1);
+  else unsetenv("ZCC_ALGO");
+  if (proto) setenv("ZCC_PROTO", proto, 1);
+  else unsetenv("ZCC_PROTO");
+  zcc_param_reload();
+}
+
+static void expect_select_error(const zcc_select_ctx_t *c, zcc_coll_t coll, size_t bytes,
+                                const char *algo, const char *proto, const char *what) {
+  select_env(algo, proto);
+  zcc_choice_t ch = {ZCC_ALGO_COUNT, ZCC_PROTO_COUNT, -1};
+  zccResult_t r = zcc_select(c, coll, bytes, 1, &ch);
+  if (r != zccInvalidArgument || !strstr(zcc_last_error(), what))
+    fail_msg("ZCC_ALGO=%s ZCC_PROTO=%s: expected an error with '%s', got %d '%s'", algo, proto,
+             what, r, zcc_last_error());
+  assert_int_equal(ch.algo, ZCC_ALGO_COUNT); /* nothing written */
+}
+
+static zcc_choice_t select_with(const zcc_select_ctx_t *c, zcc_coll_t coll, size_t bytes,
+                                const char *algo, const char *proto) {
+  select_env(algo, proto);
+  zcc_choice_t ch;
+  assert_int_equal(zcc_select(c, coll, bytes, 1, &ch), zccSuccess);
+  return ch;
+}
+
+static void test_one_parser(void **s) {
+  (void)s;
+  assert_int_equal(zcc_algo_parse("direct"), ZCC_ALGO_ONESHOT);
+  assert_int_equal(zcc_algo_parse("ONESHOT"), ZCC_ALGO_ONESHOT);
+  for (int a = 0; a < ZCC_ALGO_COUNT; a++) assert_int_equal(zcc_algo_parse(zcc_algo_name(a)), a);
+  for (int q = 0; q < ZCC_PROTO_COUNT; q++)
+    assert_int_equal(zcc_proto_parse(zcc_proto_name(q)), q);
+  assert_int_equal(zcc_algo_parse("rung"), -1);
+  assert_int_equal(zcc_proto_parse("ll256"), -1);
+  zcc_select_ctx_t host = {0, 4, 1, ZCC_PATH_SELF}, gpu = {1, 3, 1, ZCC_PATH_NVL},
+                   gpu2 = {1, 2, 1, ZCC_PATH_SELF};
+  /* unknown names: the same message on both */
+  expect_select_error(&host, ZCC_COLL_ALLREDUCE, 8, "rung", NULL, "ZCC_ALGO=rung is not an algorithm");
+  expect_select_error(&gpu, ZCC_COLL_ALLREDUCE, 8, "rung", NULL, "ZCC_ALGO=rung is not an algorithm");
+  expect_select_error(&gpu, ZCC_COLL_ALLREDUCE, 8, NULL, "ll256", "ZCC_PROTO=ll256 is not a protocol");
+  /* names this communicator cannot run: what it can */
+  expect_select_error(&host, ZCC_COLL_ALLREDUCE, 8, "tree", NULL, "for allreduce it runs ring, oneshot");
+  expect_select_error(&host, ZCC_COLL_ALLREDUCE, 8, NULL, "ll", "for allreduce it runs simple");
+  expect_select_error(&gpu, ZCC_COLL_ALLREDUCE, 8, "ce", NULL, "ZCC_ALGO=ce: this GPU communicator");
+  expect_select_error(&gpu, ZCC_COLL_ALLREDUCE, 8, "hier", NULL, "cannot run it");
+  expect_select_error(&gpu, ZCC_COLL_ALLREDUCE, 8, "ring", "ll", "ll runs the oneshot allreduce only");
+  /* the same name on both kinds */
+  assert_int_equal(select_with(&host, ZCC_COLL_ALLREDUCE, 1 << 20, "oneshot", NULL).algo, ZCC_ALGO_ONESHOT);
+  assert_int_equal(select_with(&host, ZCC_COLL_ALLREDUCE, 8, "ring", NULL).algo, ZCC_ALGO_RING);
+  assert_int_equal(select_with(&gpu, ZCC_COLL_ALLREDUCE, 8, "ring", NULL).algo, ZCC_ALGO_RING);
+  assert_int_equal(select_with(&gpu, ZCC_COLL_ALLREDUCE, 1 << 20, "oneshot", NULL).algo, ZCC_ALGO_ONESHOT);
+  assert_int_equal(select_with(&gpu2, ZCC_COLL_ALLREDUCE, 1 << 20, "ce", NULL).algo, ZCC_ALGO_CE);
+  /* NCCL's rules where a forced choice does not apply */
+  zcc_choice_t ch = select_with(&gpu, ZCC_COLL_ALLREDUCE, 1 << 20, NULL, "ll");
+  assert_int_equal(ch.proto, ZCC_PROTO_SIMPLE); /* beyond ll's 64 KiB */
+  ch = select_with(&gpu, ZCC_COLL_ALLREDUCE, 4096, NULL, "ll");
+  assert_true(ch.algo == ZCC_ALGO_ONESHOT && ch.proto == ZCC_PROTO_LL);
+  assert_int_equal(select_with(&gpu, ZCC_COLL_BROADCAST, 1 << 20, "tree", NULL).algo, ZCC_ALGO_RING);
+  assert_int_equal(select_with(&gpu, ZCC_COLL_ALLGATHER, 1 << 20, "tree", NULL).algo, ZCC_ALGO_RING);
+  assert_int_equal(select_with(&gpu, ZCC_COLL_ALLREDUCE, 1 << 20, "tree", NULL).algo, ZCC_ALGO_TREE);
+  assert_int_equal(select_with(&gpu, ZCC_COLL_REDUCE, 1 << 20, "push", NULL).algo, ZCC_ALGO_ONESHOT);
+  assert_int_equal(select_with(&gpu, ZCC_COLL_ALLTOALL, 1 << 20, "ring", NULL).algo, ZCC_ALGO_ONESHOT);
+  assert_int_equal(select_with(&host, ZCC_COLL_ALLTOALL, 1 << 20, "ring", NULL).algo, ZCC_ALGO_ONESHOT);
+  /* one rank: nothing moves, any valid override is accepted */
+  zcc_select_ctx_t one = {0, 1, 1, ZCC_PATH_SELF};
+  assert_int_equal(select_with(&one, ZCC_COLL_ALLREDUCE, 8, "ring", NULL).algo, ZCC_ALGO_ONESHOT);
+  expect_select_error(&one, ZCC_COLL_ALLREDUCE, 8, "tree", NULL, "cannot run it");
+  select_env(NULL, NULL);
+}
+
+/* The communicator's kept choices: the same as zcc_select, refreshed on reload. */
+static void test_select_cache(void **s) {
+  (void)s;
+  select_env(NULL, NULL);
+  zcc_select_cache_t *cache = calloc(1, sizeof(*cache));
+  assert_non_null(cache);
+  cache->ctx = (zcc_select_ctx_t){0, 2, 1, ZCC_PATH_SELF};
+  for (int round = 0; round < 2; round++)
+    for (size_t b = 8; b <= ((size_t)1 << 30); b = b * 3 + 1) {
+      zcc_choice_t a, want;
+      assert_int_equal(zcc_select_cached(cache, ZCC_COLL_ALLREDUCE, b, 0, &a), zccSuccess);
+      assert_int_equal(zcc_select(&cache->ctx, ZCC_COLL_ALLREDUCE, b, 0, &want), zccSuccess);
+      assert_int_equal(a.algo, want.algo);
+      assert_int_equal(a.proto, want.proto);
+    }
+  assert_true(cache->hits > 0 && cache->misses > 0);
+  zcc_choice_t ch;
+  assert_int_equal(zcc_select_cached(cache, ZCC_COLL_ALLREDUCE, 8, 0, &ch), zccSuccess);
+  assert_int_equal(ch.algo, ZCC_ALGO_ONESHOT);
+  select_env("ring", NULL); /* a reload: kept choices are dropped */
+  assert_int_equal(zcc_select_cached(cache, ZCC_COLL_ALLREDUCE, 8, 0, &ch), zccSuccess);
+  assert_int_equal(ch.algo, ZCC_ALGO_RING);
+  select_env(NULL, NULL);
+  free(cache);
 }
 
 static void test_tuning_table_logged(void **s) {
@@ -418,18 +520,28 @@ static void test_h200_pinned(void **state) {
   assert_int_equal(n, 2);
   zcc_planner_t *p;
   assert_int_equal(zcc_planner_build(g, n, nodes, &p), zccSuccess);
+  zcc_select_ctx_t c;
+  zcc_select_ctx_of_plan(p, &c);
+  assert_true(c.gpu && c.nranks == 2 && c.nnodes == 1 && c.link_class <= ZCC_PATH_NVS);
   for (size_t b = 8; b <= ((size_t)8 << 30); b *= 2)
     for (int staged = 0; staged <= 1; staged++) {
-      zcc_gpu_algo_t a;
-      assert_int_equal(zcc_planner_pick_gpu(p->nranks, b, staged, &a), zccSuccess);
-      zcc_gpu_algo_t want = b <= 65536 ? ZCC_GPU_LL : staged ? ZCC_GPU_PUSH : ZCC_GPU_ONESHOT;
-      if (a != want)
-        fail_msg("h200 %zu bytes %s: %s, pinned %s", b, staged ? "staged" : "registered",
-                 zcc_gpu_algo_name(a), zcc_gpu_algo_name(want));
+      zcc_choice_t ch;
+      assert_int_equal(zcc_select(&c, ZCC_COLL_ALLREDUCE, b, staged, &ch), zccSuccess);
+      zcc_algo_t want = b <= 65536 ? ZCC_ALGO_ONESHOT : staged ? ZCC_ALGO_PUSH : ZCC_ALGO_ONESHOT;
+      zcc_proto_t wantp = b <= 65536 ? ZCC_PROTO_LL : ZCC_PROTO_SIMPLE;
+      if (ch.algo != want || ch.proto != wantp)
+        fail_msg("h200 %zu bytes %s: %s/%s, pinned %s/%s", b, staged ? "staged" : "registered",
+                 zcc_algo_name(ch.algo), zcc_proto_name(ch.proto), zcc_algo_name(want),
+                 zcc_proto_name(wantp));
+      /* the other collectives: the staged all-pairs kernels */
+      for (int k = ZCC_COLL_BROADCAST; k <= ZCC_COLL_ALLTOALL; k++) {
+        assert_int_equal(zcc_select(&c, k, b, staged, &ch), zccSuccess);
+        assert_int_equal(ch.algo, ZCC_ALGO_ONESHOT);
+      }
     }
   /* The table a communicator logs (and zcc_topo prints) says the same. */
   table_t t = {.n = 0};
-  assert_int_equal(zcc_planner_decisions(1, p->nranks, p->nnodes, keep_line, &t), zccSuccess);
+  assert_int_equal(zcc_planner_decisions(&c, keep_line, &t), zccSuccess);
   int rows = 0;
   for (int i = 1; i < t.n; i++) {
     char coll[32], pick[32];
@@ -437,33 +549,63 @@ static void test_h200_pinned(void **state) {
     assert_int_equal(sscanf(t.lines[i], "%31s %zu %31s", coll, &bytes, pick), 3);
     if (strcmp(coll, "allreduce") != 0) continue;
     rows++;
-    assert_string_equal(pick, bytes <= 65536 ? "ll" : "push");
+    assert_string_equal(pick, bytes <= 65536 ? "oneshot/ll" : "push/simple");
   }
   assert_int_equal(rows, 11); /* 8 B .. 8 GiB, x8 */
   zcc_planner_free(p);
   zcc_topo_free(g);
 }
 
-/* The host table: the choice zcc_tuning_pick makes, with both predictions. */
-static void test_host_decisions(void **state) {
-  (void)state;
+/*
+ * The host table: each line's pick is zcc_select's, and the cheapest of
+ * the candidates it lists that the model may pick (no '*').
+ */
+static void check_table(const zcc_select_ctx_t *c) {
   table_t t = {.n = 0};
-  assert_int_equal(zcc_planner_decisions(0, 4, 2, keep_line, &t), zccSuccess);
+  assert_int_equal(zcc_planner_decisions(c, keep_line, &t), zccSuccess);
   assert_int_equal(t.n, 1 + 6 * 11);
   for (int i = 1; i < t.n; i++) {
     char coll[32], pick[32];
     size_t bytes;
-    double td = -1, tr = -1;
-    assert_int_equal(sscanf(t.lines[i], "%31s %zu %31s direct %lf ring %lf", coll, &bytes, pick,
-                            &td, &tr) >= 3, 1);
-    zcc_coll_t c = ZCC_COLL_COUNT;
-    for (int k = 0; k < ZCC_COLL_COUNT; k++)
-      if (strcmp(coll, zcc_coll_name(k)) == 0) c = k;
-    assert_true(c < ZCC_COLL_COUNT);
-    zcc_algo_t a;
-    assert_int_equal(zcc_tuning_choice(4, 2, c, bytes, &a, NULL), zccSuccess);
-    assert_string_equal(pick, zcc_algo_name(a));
+    int used = 0;
+    assert_int_equal(sscanf(t.lines[i], "%31s %zu %31s %n", coll, &bytes, pick, &used), 3);
+    zcc_coll_t k = ZCC_COLL_COUNT;
+    for (int j = 0; j < ZCC_COLL_COUNT; j++)
+      if (strcmp(coll, zcc_coll_name(j)) == 0) k = j;
+    assert_true(k < ZCC_COLL_COUNT);
+    zcc_choice_t ch;
+    assert_int_equal(zcc_select(c, k, bytes, 1, &ch), zccSuccess);
+    char want[32];
+    snprintf(want, sizeof(want), "%s/%s", zcc_algo_name(ch.algo), zcc_proto_name(ch.proto));
+    assert_string_equal(pick, want);
+    /* candidates: "name time" pairs */
+    const char *q = t.lines[i] + used;
+    char name[32], val[32];
+    int m, cands = 0;
+    double best = 1e300;
+    char best_name[32] = "";
+    while (sscanf(q, "%31s %31s%n", name, val, &m) == 2) {
+      q += m;
+      cands++;
+      if (strchr(name, '*') || strcmp(val, "rule") == 0) continue;
+      double v = atof(val);
+      if (v < best) {
+        best = v;
+        snprintf(best_name, sizeof(best_name), "%s", name);
+      }
+    }
+    assert_true(cands >= 1);
+    if (best_name[0]) assert_string_equal(best_name, pick);
   }
+}
+
+static void test_host_decisions(void **state) {
+  (void)state;
+  zcc_select_ctx_t tcp = {0, 4, 2, ZCC_PATH_NET}, shm = {0, 3, 1, ZCC_PATH_SELF},
+                   gpu = {1, 4, 1, ZCC_PATH_NVL};
+  check_table(&tcp);
+  check_table(&shm);
+  check_table(&gpu);
 }
 
 /* Host rings keep each host's ranks together, whatever the rank order. */
@@ -501,6 +643,7 @@ int main(void) {
       cmocka_unit_test(test_rings_multinode), cmocka_unit_test(test_trees),
       cmocka_unit_test(test_model_latency_vs_bandwidth), cmocka_unit_test(test_overrides),
       cmocka_unit_test(test_host_pick),       cmocka_unit_test(test_tuning_table_logged),
+      cmocka_unit_test(test_one_parser),      cmocka_unit_test(test_select_cache),
       cmocka_unit_test(test_scale),           cmocka_unit_test(test_host_ring),
       cmocka_unit_test(test_h200_pinned),     cmocka_unit_test(test_host_decisions),
   };
