@@ -14,7 +14,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "comm.h"
 #include "debug.h"
+#include "param.h"
 #include "planner.h"
 #include "topo.h"
 #include "zcc.h"
@@ -22,7 +24,7 @@
 static void usage(FILE *f) {
   fprintf(f,
           "usage: zcc_topo [--file FILE] [--ranks LIST | --gpus] [--json | --dot | --params]\n"
-          "                [--paths all] [--no-plan]\n"
+          "                [--paths all] [--no-plan] [--measure]\n"
           "  --file FILE   load a saved graph (as ZCC_TOPO_FILE does) instead of detecting\n"
           "  --ranks LIST  plan for ranks on these GPUs, e.g. 0-7 or 0,2,4-6, counted in graph\n"
           "                order over all hosts (CPU nodes when there is no GPU)\n"
@@ -32,7 +34,9 @@ static void usage(FILE *f) {
           "  --params      list every ZCC_* variable with its value, default and help\n"
           "  --paths all   best paths between every pair of devices of every distinct host\n"
           "                (default: devices of the first host)\n"
-          "  --no-plan     show the graph and paths only\n");
+          "  --no-plan     show the graph and paths only\n"
+          "  --measure     measure the host link class as ZCC_TOPO_MEASURE=1 does (two ranks\n"
+          "                of this process) and show it beside the table's figures\n");
 }
 
 static int parse_list(const char *s, int max, int *out, int cap) {
@@ -169,42 +173,13 @@ static void print_decisions(const zcc_planner_t *p) {
     printf("  %s\n", zcc_last_error());
 }
 
+static void print_raw(void *ctx, const char *line) {
+  (void)ctx;
+  printf("%s\n", line);
+}
+
 static void print_plan(const zcc_planner_t *p) {
-  const zcc_topo_t *g = p->g;
-  printf("plan for %d ranks on %d host%s (%s ranks)\n", p->nranks, p->nnodes,
-         p->nnodes == 1 ? "" : "s", p->cpu_ranks ? "cpu" : "gpu");
-  printf("rings: %d channel%s, %.1f GB/s in all, worst step %s\n", p->nchannels,
-         p->nchannels == 1 ? "" : "s", p->ring_bw, zcc_topo_class_name(p->ring_class));
-  int show = p->nranks <= 256 ? p->nchannels : 2;
-  for (int c = 0; c < show; c++) {
-    printf("  ring %2d:", c);
-    for (int i = 0; i < p->nranks; i++) {
-      int r = p->rings[c].order[i], h = p->rank_host[r];
-      if (p->nnodes > 1 && i == p->host_off[h])
-        printf(" [%s in %s]", g->hosts[p->host_of[h]].name, g->nodes[p->rings[c].nic_in[h]].id);
-      printf(" %d", r);
-      if (p->nnodes > 1 && i == p->host_off[h + 1] - 1)
-        printf(" [out %s]", g->nodes[p->rings[c].nic_out[h]].id);
-    }
-    printf("\n");
-  }
-  if (show < p->nchannels) printf("  ... %d more\n", p->nchannels - show);
-  for (int t = 0; t < 2; t++) {
-    const zcc_tree_t *tr = &p->trees[t];
-    printf("tree %d: root %s, depth %d over hosts", t, g->hosts[p->host_of[tr->root]].name,
-           tr->depth);
-    if (p->nnodes > 1 && p->nnodes <= 64) {
-      printf("; parents:");
-      for (int h = 0; h < p->nnodes; h++) printf(" %d", tr->parent[h]);
-    }
-    printf("\n");
-  }
-  printf("  within each host, a chain in ring order; tree bandwidth %.1f GB/s\n", p->tree_bw);
-  if (p->nnodes > 1)
-    printf("all-pairs (oneshot/twoshot): not possible, the ranks span %d hosts\n", p->nnodes);
-  else
-    printf("all-pairs (oneshot/twoshot): %s (worst pair %s)\n",
-           p->island ? "possible" : "not possible", zcc_topo_class_name(p->island_class));
+  if (zcc_planner_describe(p, print_raw, NULL) != zccSuccess) printf("%s\n", zcc_last_error());
   printf("\npredicted time (us) per collective and size; '-' cannot run\n");
   printf("%-13s %11s", "collective", "bytes");
   for (int a = 0; a < ZCC_ALGO_COUNT; a++)
@@ -229,16 +204,56 @@ static void print_plan(const zcc_planner_t *p) {
     printf("\nZCC_ALGO / ZCC_PROTO: %s\n", zcc_last_error());
 }
 
+/*
+ * --measure: what ZCC_TOPO_MEASURE=1 measures at communicator creation, on
+ * two host ranks of this process, beside the table's figures, and the
+ * allreduce choices each gives.
+ */
+static int print_measure(void) {
+  setenv("ZCC_TOPO_MEASURE", "1", 1);
+  setenv("ZCC_DEVICE", "host", 1);
+  zcc_param_reload();
+  zccComm_t comms[2];
+  if (zccCommInitAll(comms, 2, NULL) != zccSuccess) {
+    fprintf(stderr, "zcc_topo: --measure: %s\n", zccGetLastError(NULL));
+    return 1;
+  }
+  zcc_select_ctx_t m = comms[0]->select->ctx, t = m;
+  t.measured = 0;
+  double ta, tb;
+  zcc_select_link_table(&t, &ta, &tb);
+  printf("link class %s (2 host ranks of this process):\n", zcc_topo_class_name(m.link_class));
+  printf("  %-9s %10s %10s\n", "", "latency", "bandwidth");
+  printf("  %-9s %7.2f us %5.2f GB/s\n", "table", ta, tb);
+  printf("  %-9s %7.2f us %5.2f GB/s\n", "measured", m.alpha_us, m.bw_gbs);
+  printf("allreduce on 2 ranks:  %11s  %-26s %s\n", "bytes", "table", "measured");
+  for (size_t b = 8; b <= ((size_t)64 << 20); b *= 8) {
+    zcc_choice_t ct, cm;
+    if (zcc_select(&t, ZCC_COLL_ALLREDUCE, b, 0, &ct) != zccSuccess ||
+        zcc_select(&m, ZCC_COLL_ALLREDUCE, b, 0, &cm) != zccSuccess) {
+      fprintf(stderr, "zcc_topo: %s\n", zcc_last_error());
+      break;
+    }
+    char l[64], r[64];
+    snprintf(l, sizeof(l), "%s %.1f us", zcc_algo_name(ct.algo), ct.time_us);
+    snprintf(r, sizeof(r), "%s %.1f us", zcc_algo_name(cm.algo), cm.time_us);
+    printf("                       %11zu  %-26s %s\n", b, l, r);
+  }
+  for (int i = 0; i < 2; i++) zccCommDestroy(comms[i]);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   static const struct option opts[] = {
       {"file", required_argument, 0, 'f'}, {"ranks", required_argument, 0, 'r'},
       {"gpus", no_argument, 0, 'g'},       {"json", no_argument, 0, 'j'},
       {"dot", no_argument, 0, 'd'},        {"params", no_argument, 0, 'p'},
       {"paths", required_argument, 0, 'a'}, {"no-plan", no_argument, 0, 'n'},
-      {"help", no_argument, 0, 'h'},       {0, 0, 0, 0}};
+      {"measure", no_argument, 0, 'm'},    {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
   const char *file = NULL, *ranks = NULL;
-  int json = 0, dot = 0, params = 0, all_paths = 0, plan = 1;
-  for (int c; (c = getopt_long(argc, argv, "f:r:gjdpa:nh", opts, NULL)) != -1;) {
+  int json = 0, dot = 0, params = 0, all_paths = 0, plan = 1, measure = 0;
+  for (int c; (c = getopt_long(argc, argv, "f:r:gjdpa:nmh", opts, NULL)) != -1;) {
     switch (c) {
     case 'f': file = optarg; break;
     case 'r': ranks = optarg; break;
@@ -254,6 +269,7 @@ int main(int argc, char **argv) {
       all_paths = 1;
       break;
     case 'n': plan = 0; break;
+    case 'm': measure = 1; break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }
@@ -267,6 +283,7 @@ int main(int argc, char **argv) {
     print_params();
     return 0;
   }
+  if (measure) return print_measure();
   zcc_topo_t *g;
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);

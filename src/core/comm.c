@@ -10,6 +10,8 @@
 
 #include "debug.h"
 #include "coll.h"
+#include "planner.h"
+#include "topo.h"
 #include "trace.h"
 #include "transport.h"
 
@@ -119,6 +121,9 @@ void zcc_comm_free(struct zccComm *comm) {
   free(comm->peers);
   free(comm->ring_order);
   free(comm->select);
+  zcc_planner_free(comm->planner);
+  zcc_topo_free(comm->topo_own);
+  zcc_topo_release(comm->topo);
   free(comm->conns);
   comm->magic = 0;
   free(comm);

@@ -81,20 +81,100 @@ zccResult_t zcc_config_resolve(const zccConfig_t *config, int *device_type,
   return zccSuccess;
 }
 
+static void log_tuning_plan(void *ctx, const char *line) {
+  ZCC_INFO(TUNING, "%s: %s", (const char *)ctx, line);
+}
+
 /*
- * Host communicators plan with the host link classes (shared memory, TCP);
- * the machine's graph is loaded or detected when ZCC_TOPO_FILE or
- * ZCC_TOPO_DUMP_FILE asks for it, by the first rank of each host.
+ * The communicator's graph (zcc_topo_acquire: ZCC_TOPO_FILE, or this
+ * machine detected once per process) and its plan on it: the ranks placed
+ * by host and GPU, the rings, trees and all-pairs islands, logged at INFO
+ * TUNING. A bad ZCC_TOPO_FILE is an error; a machine that cannot be
+ * detected leaves the communicator without a plan (its choices then come
+ * from the link classes alone, zcc_select), with a warning.
  */
 static zccResult_t comm_topology(struct zccComm *comm) {
-  if (!zcc_topo_requested()) return zccSuccess;
-  for (int j = 0; j < comm->rank; j++)
-    if (comm->peers[j].host_hash == comm->peers[comm->rank].host_hash) return zccSuccess;
-  zcc_topo_t *g = NULL;
-  ZCC_CHECK(zcc_topo_for_comm(&g));
-  ZCC_INFO(TOPO, "comm %s rank %d: topology of %d host(s), %d nodes", comm->name, comm->rank,
-           g->nhosts, g->nnodes);
-  zcc_topo_free(g);
+  zccResult_t res = zcc_topo_acquire(&comm->topo);
+  if (res != zccSuccess) {
+    if (zcc_topo_requested()) return res;
+    ZCC_WARN("comm %s rank %d: no topology (%s); choosing from link classes only",
+             comm->name, comm->rank, zcc_last_error());
+    comm->topo = NULL;
+    return zccSuccess;
+  }
+  int n = comm->nranks, me = comm->rank;
+  int first_here = 1;
+  for (int j = 0; j < me; j++)
+    if (comm->peers[j].host_hash == comm->peers[me].host_hash) first_here = 0;
+  if (first_here)
+    ZCC_INFO(TOPO, "comm %s rank %d: topology of %d host(s), %d nodes", comm->name, me,
+             comm->topo->nhosts, comm->topo->nnodes);
+  int *host = malloc(sizeof(int) * (size_t)n);
+  const char **bus = malloc(sizeof(char *) * (size_t)n);
+  if (!host || !bus) {
+    free(host);
+    free(bus);
+    return zcc_error(zccSystemError, "init: out of memory");
+  }
+  /* comm hosts in the order of their lowest rank */
+  int hosts = 0, shared_gpu = 0;
+  for (int r = 0; r < n; r++) {
+    host[r] = -1;
+    for (int q = 0; q < r && host[r] < 0; q++)
+      if (comm->peers[q].host_hash == comm->peers[r].host_hash) host[r] = host[q];
+    if (host[r] < 0) host[r] = hosts++;
+    bus[r] = comm->peers[r].gpu_bus_id;
+    for (int q = 0; q < r; q++)
+      if (host[q] == host[r] && strcmp(bus[q], bus[r]) == 0) shared_gpu = 1;
+  }
+  char who[96];
+  snprintf(who, sizeof(who), "comm %s rank %d", comm->name, me);
+  if (comm->device >= 0 && shared_gpu) {
+    /* The graph planner places one rank per GPU; the connectors' rings run
+       in rank order and every pair is on one GPU or NVLink. */
+    ZCC_INFO(TUNING, "%s: ranks share GPUs: no graph plan, rings in rank order", who);
+  } else {
+    res = zcc_planner_for_comm(comm->topo, n, comm->nnodes, host,
+                               comm->device >= 0 ? bus : NULL, &comm->topo_own, &comm->planner);
+    if (res != zccSuccess) {
+      ZCC_WARN("%s: no plan on the graph (%s); choosing from link classes only", who,
+               zcc_last_error());
+      res = zccSuccess;
+    } else if (me == 0 && zcc_log_enabled(ZCC_LOG_INFO, ZCC_TUNING)) {
+      res = zcc_planner_describe(comm->planner, log_tuning_plan, who);
+    }
+  }
+  free(host);
+  free(bus);
+  return res;
+}
+
+/*
+ * The planner's view of this communicator, for zcc_select: from its plan
+ * on the graph when there is one (as zcc_topo --file sees the same ranks),
+ * else from the link classes: host ranks share memory on one host and TCP
+ * across hosts; GPU ranks on one GPU share it (ZCC_PATH_SELF), else
+ * NVLink or PCIe peer access (charged NVLink's measured costs, cost.c).
+ */
+static zccResult_t comm_select(struct zccComm *comm) {
+  comm->select = calloc(1, sizeof(*comm->select));
+  if (!comm->select) return zcc_error(zccSystemError, "init: out of memory");
+  zcc_select_ctx_t *c = &comm->select->ctx;
+  if (comm->planner) {
+    zcc_select_ctx_of_plan(comm->planner, c);
+    return zccSuccess;
+  }
+  c->gpu = comm->device >= 0;
+  c->nranks = comm->nranks;
+  c->nnodes = comm->nnodes;
+  if (!c->gpu) {
+    c->link_class = comm->nnodes > 1 ? ZCC_PATH_NET : ZCC_PATH_SELF;
+    return zccSuccess;
+  }
+  c->link_class = ZCC_PATH_SELF;
+  for (int r = 0; r < comm->nranks; r++)
+    if (strcmp(comm->peers[r].gpu_bus_id, comm->peers[comm->rank].gpu_bus_id) != 0)
+      c->link_class = ZCC_PATH_NVL;
   return zccSuccess;
 }
 
@@ -130,30 +210,6 @@ static zccResult_t comm_ring(struct zccComm *comm) {
     snprintf(who, sizeof(who), "comm %s rank %d", comm->name, comm->rank);
     ZCC_CHECK(zcc_planner_decisions(&comm->select->ctx, zcc_log_tuning_line, who));
   }
-  return zccSuccess;
-}
-
-/*
- * The planner's view of this communicator, for zcc_select: host ranks
- * share memory on one host and TCP across hosts; GPU ranks on one GPU
- * share it (ZCC_PATH_SELF), else NVLink or PCIe peer access (charged
- * NVLink's measured costs, cost.c).
- */
-static zccResult_t comm_select(struct zccComm *comm) {
-  comm->select = calloc(1, sizeof(*comm->select));
-  if (!comm->select) return zcc_error(zccSystemError, "init: out of memory");
-  zcc_select_ctx_t *c = &comm->select->ctx;
-  c->gpu = comm->device >= 0;
-  c->nranks = comm->nranks;
-  c->nnodes = comm->nnodes;
-  if (!c->gpu) {
-    c->link_class = comm->nnodes > 1 ? ZCC_PATH_NET : ZCC_PATH_SELF;
-    return zccSuccess;
-  }
-  c->link_class = ZCC_PATH_SELF;
-  for (int r = 0; r < comm->nranks; r++)
-    if (strcmp(comm->peers[r].gpu_bus_id, comm->peers[comm->rank].gpu_bus_id) != 0)
-      c->link_class = ZCC_PATH_NVL;
   return zccSuccess;
 }
 
@@ -207,6 +263,7 @@ zccResult_t zcc_comm_init(struct zccComm **out, int nranks, const zccUniqueId *i
   ZCC_CHECK_GOTO(zcc_transport_connect_all(comm), res, fail);
   ZCC_CHECK_GOTO(comm_topology(comm), res, fail);
   ZCC_CHECK_GOTO(comm_select(comm), res, fail);
+  ZCC_CHECK_GOTO(zcc_comm_measure(comm), res, fail);
   if (comm->device < 0) ZCC_CHECK_GOTO(comm_ring(comm), res, fail);
   zcc_trace_comm_init(comm);
 #ifdef ZCC_HAVE_CUDA

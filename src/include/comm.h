@@ -72,6 +72,9 @@ struct zccComm {
   struct zcc_plan *spare_plan; /* kept by zcc_plan_free for reuse */
   int *ring_order;             /* host rings: [nranks] rank at each ring position */
   int ring_pos;                /* this rank's position in ring_order */
+  const struct zcc_topo *topo;     /* the graph it plans on (zcc_topo_acquire); NULL: none */
+  struct zcc_topo *topo_own;       /* the graph over several hosts made from it, or NULL */
+  struct zcc_planner *planner;     /* its plan on that graph, or NULL */
   struct zcc_select_cache *select; /* what runs: the planner's context and kept choices */
   struct zcc_trace *trace;      /* flight recorder and trace (trace.h); NULL: off */
 
@@ -126,6 +129,8 @@ zccResult_t zcc_comm_init(struct zccComm **out, int nranks, const zccUniqueId *i
 void zcc_comm_wait_idle(struct zccComm *comm);
 /* Free everything (connections, bootstrap, memory). */
 void zcc_comm_free(struct zccComm *comm);
+/* ZCC_TOPO_MEASURE: measure the link class choices are costed on (measure.c). */
+zccResult_t zcc_comm_measure(struct zccComm *comm);
 
 /* Validate a user config; fills the resolved values. */
 zccResult_t zcc_config_resolve(const zccConfig_t *config, int *device_type,

@@ -84,6 +84,22 @@ void zcc_planner_free(zcc_planner_t *p);
  */
 zccResult_t zcc_planner_place(const zcc_topo_t *g, int nranks, int *rank_node);
 
+/*
+ * place.c: the plan of a communicator. `local` is the graph this process
+ * sees (zcc_topo_acquire): when it holds one host and the communicator
+ * spans more, the others are taken to be alike (a replica, returned in
+ * *own for the caller to free after the plan). rank_host[r]: the comm host
+ * (0 .. nnodes-1) of rank r; rank_bus[r]: the PCI bus id of its GPU, or
+ * rank_bus NULL for host ranks (on the CPUs, round-robin). A GPU whose bus
+ * id the graph does not show is taken in order (VMs hide them).
+ */
+zccResult_t zcc_planner_for_comm(const zcc_topo_t *local, int nranks, int nnodes,
+                                 const int *rank_host, const char *const *rank_bus,
+                                 zcc_topo_t **own, zcc_planner_t **out);
+/* The channels, rings and trees of a plan, one line each (zcc_topo and INFO TUNING). */
+zccResult_t zcc_planner_describe(const zcc_planner_t *p, void (*emit)(void *ctx, const char *line),
+                                 void *ctx);
+
 /* Link-load accounting, shared by the ring, tree and all-pairs builders. */
 typedef struct zcc_flow zcc_flow_t;
 zccResult_t zcc_planner_flow_new(const zcc_planner_t *p, zcc_flow_t **out);
@@ -144,9 +160,16 @@ typedef struct zcc_select_ctx {
   int gpu;        /* ranks on GPUs (else on CPUs) */
   int nranks;
   int nnodes;     /* hosts */
-  int link_class; /* zcc_path_class_t between ranks of one host: ZCC_PATH_SELF for
-                     host ranks (shared memory), the worst GPU pair's class for GPUs */
+  int link_class; /* zcc_path_class_t the model charges: host ranks ZCC_PATH_SELF
+                     (shared memory, one host) or ZCC_PATH_NET (TCP, several hosts);
+                     GPUs the worst pair's class */
+  int measured;    /* 1: ZCC_TOPO_MEASURE measured the class (below), else the table */
+  double alpha_us; /* measured one-way latency of a message */
+  double bw_gbs;   /* measured bandwidth of one connection */
 } zcc_select_ctx_t;
+
+/* The table's latency (us, one ring step) and bandwidth (GB/s) of the class. */
+void zcc_select_link_table(const zcc_select_ctx_t *c, double *alpha_us, double *bw_gbs);
 
 /* 1 if the communicator runs algo/proto for coll on `bytes`; else 0 and why. */
 int zcc_select_can_run(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,

@@ -210,6 +210,12 @@ zccResult_t zcc_topo_detect(zcc_topo_t **out);
  * Finalized; free with zcc_topo_free.
  */
 zccResult_t zcc_topo_for_comm(zcc_topo_t **out);
+/*
+ * The graph communicators of this process share (zcc_topo_for_comm's, made
+ * on first use); hold it until zcc_topo_release.
+ */
+zccResult_t zcc_topo_acquire(const zcc_topo_t **out);
+void zcc_topo_release(const zcc_topo_t *g);
 /* Is ZCC_TOPO_FILE or ZCC_TOPO_DUMP_FILE set? */
 int zcc_topo_requested(void);
 

@@ -334,12 +334,28 @@ void zcc_planner_log_table(const zcc_planner_t *p) {
  * yet and are charged NVLink's.
  */
 
+/*
+ * ZCC_TOPO_MEASURE: the measured link replaces the table's ring step (one
+ * hop of a ring is one message over the link), and the one-round constants
+ * scale by the same ratios.
+ */
+static void host_scale(const zcc_select_ctx_t *c, double *as, double *bs) {
+  *as = *bs = 1;
+  if (!c->measured || c->alpha_us <= 0 || c->bw_gbs <= 0) return;
+  double ta, tb;
+  zcc_select_link_table(c, &ta, &tb);
+  *as = c->alpha_us / ta;
+  *bs = c->bw_gbs / tb;
+}
+
 static double host_predict(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,
                            size_t bytes) {
   int tcp = c->nnodes > 1;
-  double n = c->nranks, S = (double)bytes;
+  double n = c->nranks, S = (double)bytes, as, bs;
+  host_scale(c, &as, &bs);
   if (algo == ZCC_ALGO_ONESHOT) {
-    double a = tcp ? TCP_DIRECT_ALPHA : SHM_DIRECT_ALPHA, bw = tcp ? TCP_DIRECT_BW : SHM_DIRECT_BW;
+    double a = (tcp ? TCP_DIRECT_ALPHA : SHM_DIRECT_ALPHA) * as;
+    double bw = (tcp ? TCP_DIRECT_BW : SHM_DIRECT_BW) * bs;
     double moved;
     switch (coll) {
     case ZCC_COLL_ALLREDUCE: moved = (n - 1) * S; break;
@@ -352,7 +368,8 @@ static double host_predict(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_
     return a + moved / (bw * 1e3);
   }
   /* ring */
-  double a = tcp ? TCP_RING_ALPHA : SHM_RING_ALPHA, bw = tcp ? TCP_RING_BW : SHM_RING_BW;
+  double a = (tcp ? TCP_RING_ALPHA : SHM_RING_ALPHA) * as;
+  double bw = (tcp ? TCP_RING_BW : SHM_RING_BW) * bs;
   double moved, steps;
   switch (coll) {
   case ZCC_COLL_ALLREDUCE:
@@ -453,4 +470,15 @@ double zcc_select_predict(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t
   if (!c->gpu) return host_predict(c, coll, algo, bytes);
   if (coll == ZCC_COLL_ALLREDUCE) return gpu_allreduce(algo, proto, c->nranks, bytes, staged);
   return 0; /* the other GPU collectives: no model yet, the rule picks */
+}
+
+/* The table's link: a ring step's latency and a connection's bandwidth. */
+void zcc_select_link_table(const zcc_select_ctx_t *c, double *alpha_us, double *bw_gbs) {
+  if (c->gpu) {
+    *alpha_us = GPU_LL_ALPHA;
+    *bw_gbs = GPU_PUSH_BW;
+  } else {
+    *alpha_us = c->nnodes > 1 ? TCP_RING_ALPHA : SHM_RING_ALPHA;
+    *bw_gbs = c->nnodes > 1 ? TCP_RING_BW : SHM_RING_BW;
+  }
 }

@@ -254,7 +254,9 @@ void zcc_select_ctx_of_plan(const zcc_planner_t *p, zcc_select_ctx_t *c) {
   c->gpu = !p->cpu_ranks;
   c->nranks = p->nranks;
   c->nnodes = p->nnodes;
-  c->link_class = p->cpu_ranks ? ZCC_PATH_SELF : p->island_class;
+  c->link_class = p->cpu_ranks ? (p->nnodes > 1 ? ZCC_PATH_NET : ZCC_PATH_SELF) : p->island_class;
+  c->measured = 0;
+  c->alpha_us = c->bw_gbs = 0;
 }
 
 static int size_class(size_t bytes) {

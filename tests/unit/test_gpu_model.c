@@ -40,7 +40,7 @@ static const row_t rows[] = {
 };
 
 static zcc_choice_t gpu_pick(int nranks, size_t bytes, int staged) {
-  zcc_select_ctx_t c = {1, nranks, 1, ZCC_PATH_NVL};
+  zcc_select_ctx_t c = {1, nranks, 1, ZCC_PATH_NVL, 0, 0, 0};
   zcc_choice_t ch;
   assert_int_equal(zcc_select(&c, ZCC_COLL_ALLREDUCE, bytes, staged, &ch), zccSuccess);
   return ch;
@@ -109,7 +109,7 @@ static void test_choices(void **state) {
 /* ZCC_ALGO=ring|tree force the connector kernels; unknown names are errors. */
 static void test_forced(void **state) {
   (void)state;
-  zcc_select_ctx_t c3 = {1, 3, 1, ZCC_PATH_SELF}, c4 = {1, 4, 1, ZCC_PATH_SELF};
+  zcc_select_ctx_t c3 = {1, 3, 1, ZCC_PATH_SELF, 0, 0, 0}, c4 = {1, 4, 1, ZCC_PATH_SELF, 0, 0, 0};
   zcc_choice_t ch;
   setenv("ZCC_ALGO", "ring", 1);
   zcc_param_reload();
