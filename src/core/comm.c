@@ -1,8 +1,6 @@
 /* The registry of live communicators, call references, and error state. */
 #include "comm.h"
-#ifdef ZCC_HAVE_CUDA
-#include "gpu.h"
-#endif
+#include "devops.h"
 
 #include <sched.h>
 #include <stdlib.h>
@@ -105,9 +103,7 @@ void zcc_comm_free(struct zccComm *comm) {
   if (!comm) return;
   zcc_plan_release_spare(comm);
   zcc_trace_comm_free(comm);
-#ifdef ZCC_HAVE_CUDA
-  zcc_gpu_comm_free(comm);
-#endif
+  if (comm->dev) comm->dev->free(comm);
   zcc_transport_free_all(comm);
   if (comm->bootstrap) zcc_bootstrap_free(comm->bootstrap);
   zcc_reg_t *r = comm->regs;

@@ -11,9 +11,7 @@
 #include "group.h"
 #include "reduce.h"
 #include "trace.h"
-#ifdef ZCC_HAVE_CUDA
-#include "gpu.h"
-#endif
+#include "devops.h"
 
 static zccResult_t check_type(zccDataType_t t, const char *fn) {
   if ((int)t < 0 || (int)t >= zccNumTypes)
@@ -102,18 +100,16 @@ static zccResult_t run_coll(zcc_coll_args_t *a, zccComm_t comm, zccStream_t stre
             a->sendbuf, a->recvbuf, a->count, zcc_type_name(a->type), zcc_op_name(a->op),
             a->root);
   int trace_root = rooted ? a->root : -1;
-#ifdef ZCC_HAVE_CUDA
-  if (comm->gpu) {
+  if (comm->dev) {
     /* Enqueued on the stream now, also inside a group: nothing waits on the host.
        The record holds what the host knows (the enqueue); the GPU's start and
        end times are for the device side to add. */
     uint64_t tid = zcc_trace_enqueue(comm, a->coll, a->count, a->count * zcc_type_size(a->type),
                                      a->type, a->op, trace_root, -1);
-    res = zcc_gpu_coll(comm, a, stream, fn);
+    res = comm->dev->coll(comm, a, stream, fn);
     zcc_trace_finish_id(comm, tid, res);
     goto fail;
   }
-#endif
   (void)stream;
   zcc_plan_t *plan = NULL;
   ZCC_CHECK_GOTO(zcc_plan_coll(comm, a, &plan), res, fail);
@@ -197,8 +193,7 @@ static zccResult_t run_p2p(int is_recv, void *buf, size_t count, zccDataType_t t
                     "%s: a send to or receive from self must be paired inside a group", fn);
     goto fail;
   }
-#ifdef ZCC_HAVE_CUDA
-  if (comm->gpu) {
+  if (comm->dev) {
     zcc_gpu_p2p_op_t op = {buf, bytes, peer, is_recv, stream};
     zcc_trace_finish_id(comm,
                         zcc_trace_enqueue(comm, ZCC_COLL_SENDRECV, count, bytes, type, zccSum,
@@ -210,10 +205,9 @@ static zccResult_t run_p2p(int is_recv, void *buf, size_t count, zccDataType_t t
       if (res != zccSuccess || !kept) zcc_comm_leave(comm);
       return res;
     }
-    res = zcc_gpu_p2p(comm, &op, 1, fn);
+    res = comm->dev->p2p(comm, &op, 1, fn);
     goto fail;
   }
-#endif
   (void)stream;
   if (zcc_group_active()) {
     zcc_plan_t *plan;

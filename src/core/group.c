@@ -19,7 +19,6 @@ typedef struct group_chain {
   int nplans;
 } group_chain_t;
 
-#ifdef ZCC_HAVE_CUDA
 typedef struct gpu_p2p_list {
   struct zccComm *comm;
   zcc_gpu_p2p_op_t *ops;
@@ -66,7 +65,7 @@ static zccResult_t gpu_p2p_flush(void) {
   zccResult_t res = zccSuccess;
   for (int i = 0; i < ngpu_lists; i++) {
     gpu_p2p_list_t *l = &gpu_lists[i];
-    if (res == zccSuccess) res = zcc_gpu_p2p(l->comm, l->ops, l->n, "zccGroupEnd");
+    if (res == zccSuccess) res = l->comm->dev->p2p(l->comm, l->ops, l->n, "zccGroupEnd");
     free(l->ops);
     zcc_comm_leave(l->comm);
   }
@@ -75,7 +74,6 @@ static zccResult_t gpu_p2p_flush(void) {
   ngpu_lists = cap_gpu_lists = 0;
   return res;
 }
-#endif
 
 static _Thread_local int depth;
 static _Thread_local group_chain_t *chains;
@@ -173,10 +171,8 @@ zccResult_t zccGroupEnd(void) {
       if (p->coll == ZCC_COLL_SENDRECV) res = zcc_plan_p2p_finish(p);
   }
   if (res == zccSuccess && nchains > 0) res = zcc_exec_chains(heads, nchains);
-#ifdef ZCC_HAVE_CUDA
   zccResult_t gres = gpu_p2p_flush();
   if (res == zccSuccess) res = gres;
-#endif
   for (int i = 0; i < nchains; i++) free_chain(chains[i].head);
   free(heads);
   free(chains);

@@ -8,11 +8,7 @@
 #include "check.h"
 #include "comm.h"
 #include "cudawrap.h"
-#ifdef ZCC_HAVE_CUDA
-#include <cuda_runtime_api.h>
-
-#include "gpu.h"
-#endif
+#include "devops.h"
 #include "debug.h"
 #include "param.h"
 #include "planner.h"
@@ -68,12 +64,7 @@ zccResult_t zcc_config_resolve(const zccConfig_t *config, int *device_type,
     return zcc_error(zccInvalidUsage,
                      "%s: GPU communicators need a CUDA GPU and a zcc built with CUDA "
                      "(%s); use host communicators (ZCC_DEVICE=host)", fn,
-#ifdef ZCC_HAVE_CUDA
-                     "no CUDA device is visible"
-#else
-                     "this build has no CUDA"
-#endif
-    );
+                     zcc_device_cuda() ? "no CUDA device is visible" : "this build has no CUDA");
   if (to == ZCC_CONFIG_UNDEF_INT) to = zcc_param_timeout_ms();
   *device_type = dt;
   *timeout_ms = to;
@@ -250,25 +241,19 @@ zccResult_t zcc_comm_init(struct zccComm **out, int nranks, const zccUniqueId *i
     snprintf(comm->name, sizeof(comm->name), "%s", name);
   else
     snprintf(comm->name, sizeof(comm->name), "%016llx", (unsigned long long)comm->hash);
-#ifdef ZCC_HAVE_CUDA
   if (device_type == zccDeviceCuda) {
-    ZCC_CHECK_GOTO(zcc_gpu_current_device(&comm->device), res, fail);
-    char name_buf[64];
-    int arch = 0;
-    if (zcc_cuda_device_info(comm->device, comm->gpu_bus_id, sizeof(comm->gpu_bus_id), name_buf,
-                             sizeof(name_buf), &arch) != 0)
-      snprintf(comm->gpu_bus_id, sizeof(comm->gpu_bus_id), "gpu%d", comm->device);
+    const zcc_device_ops_t *dev = zcc_device_cuda(); /* present: zcc_config_resolve checked */
+    ZCC_CHECK_GOTO(dev->current(&comm->device, comm->gpu_bus_id, sizeof(comm->gpu_bus_id)), res,
+                   fail);
+    comm->dev = dev; /* its free undoes what its setup made, even in part */
   }
-#endif
   ZCC_CHECK_GOTO(zcc_transport_connect_all(comm), res, fail);
   ZCC_CHECK_GOTO(comm_topology(comm), res, fail);
   ZCC_CHECK_GOTO(comm_select(comm), res, fail);
   ZCC_CHECK_GOTO(zcc_comm_measure(comm), res, fail);
   if (comm->device < 0) ZCC_CHECK_GOTO(comm_ring(comm), res, fail);
   zcc_trace_comm_init(comm);
-#ifdef ZCC_HAVE_CUDA
-  if (comm->device >= 0) ZCC_CHECK_GOTO(zcc_gpu_comm_setup(comm), res, fail);
-#endif
+  if (comm->dev) ZCC_CHECK_GOTO(comm->dev->setup(comm), res, fail);
   zcc_comm_register(comm);
   if (comm->device >= 0)
     ZCC_INFO(INIT, "comm %s rank %d nranks %d on GPU %d (%s) ready", comm->name, rank, nranks,
@@ -309,13 +294,11 @@ static void *init_all_thread(void *p) {
   init_all_arg_t *a = p;
   zccConfig_t cfg = ZCC_CONFIG_INITIALIZER;
   cfg.deviceType = a->device_type;
-#ifdef ZCC_HAVE_CUDA
-  if (a->device_type == zccDeviceCuda && cudaSetDevice(a->device) != cudaSuccess) {
-    a->res = zccUnhandledCudaError;
-    snprintf(a->err, sizeof(a->err), "cudaSetDevice(%d) failed", a->device);
+  const zcc_device_ops_t *dev = zcc_device_cuda();
+  if (a->device_type == zccDeviceCuda && dev && (a->res = dev->bind(a->device)) != zccSuccess) {
+    snprintf(a->err, sizeof(a->err), "%s", zcc_last_error());
     return NULL;
   }
-#endif
   a->res = zcc_comm_init(&a->comm, a->nranks, &a->id, a->rank, &cfg, "zccCommInitAll");
   if (a->res != zccSuccess) snprintf(a->err, sizeof(a->err), "%s", zcc_last_error());
   return NULL;
@@ -409,9 +392,7 @@ zccResult_t zccCommAbort(zccComm_t comm) {
                      "aborted or never created)", (void *)comm);
   atomic_store(&comm->abort_flag, 1);
   zcc_comm_set_error(comm, zccRemoteError);
-#ifdef ZCC_HAVE_CUDA
-  zcc_gpu_comm_stop_kernels(comm);
-#endif
+  if (comm->dev) comm->dev->stop(comm);
   zcc_comm_wait_idle(comm);
   ZCC_INFO(INIT, "comm %s rank %d aborted", comm->name, comm->rank);
   zcc_comm_free(comm);

@@ -6,9 +6,7 @@
 #include "comm.h"
 #include "cudawrap.h"
 #include "debug.h"
-#ifdef ZCC_HAVE_CUDA
-#include "gpu.h"
-#endif
+#include "devops.h"
 
 zccResult_t zccCommRegister(const zccComm_t comm, void *buff, size_t size, void **handle) {
   zccResult_t res = zccSuccess;
@@ -18,12 +16,10 @@ zccResult_t zccCommRegister(const zccComm_t comm, void *buff, size_t size, void 
   if ((uintptr_t)buff + size < (uintptr_t)buff)
     return zcc_error(zccInvalidArgument, "zccCommRegister: buff + size overflows");
   ZCC_CHECK(zcc_comm_enter(comm, "zccCommRegister", 0));
-#ifdef ZCC_HAVE_CUDA
-  if (comm->gpu) {
-    res = zcc_gpu_register(comm, buff, size, handle);
+  if (comm->dev) {
+    res = comm->dev->reg(comm, buff, size, handle);
     goto out;
   }
-#endif
   if (comm->device < 0 && zcc_cuda_is_device_ptr(buff)) {
     res = zcc_error(zccInvalidUsage,
                     "zccCommRegister: %p is device memory and comm is a host "
@@ -54,15 +50,13 @@ zccResult_t zccCommDeregister(const zccComm_t comm, void *handle) {
   if (!handle) return zcc_error(zccInvalidArgument, "zccCommDeregister: handle is NULL");
   ZCC_CHECK(zcc_comm_enter(comm, "zccCommDeregister", 0));
   zccResult_t res = zccSuccess;
-#ifdef ZCC_HAVE_CUDA
-  if (comm->gpu) {
+  if (comm->dev) {
     pthread_mutex_lock(&comm->reg_lock);
-    res = zcc_gpu_deregister(comm, handle);
+    res = comm->dev->dereg(comm, handle);
     pthread_mutex_unlock(&comm->reg_lock);
     zcc_comm_leave(comm);
     return res;
   }
-#endif
   pthread_mutex_lock(&comm->reg_lock);
   zcc_reg_t **pp = &comm->regs;
   while (*pp && *pp != handle) pp = &(*pp)->next;

@@ -66,6 +66,7 @@ struct zccComm {
   struct zcc_conn **conns;         /* [nranks]; NULL for self */
   void *transport_state[ZCC_MAX_TRANSPORTS];
 
+  const struct zcc_device_ops *dev; /* GPU communicators: the GPU face (devops.h); host: NULL */
   struct zcc_gpu *gpu;         /* GPU communicators: window, mappings (gpu.h) */
   char gpu_bus_id[32];
 

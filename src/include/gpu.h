@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "coll.h"
+#include "devops.h"
 #include "device.h"
 #include "zcc.h"
 
@@ -100,19 +101,12 @@ void zcc_gpu_comm_stop_kernels(struct zccComm *comm);
 
 /* The device current in the calling thread (for zccCommInitRank). */
 zccResult_t zcc_gpu_current_device(int *dev);
+/* cudaSetDevice for the calling thread. */
+zccResult_t zcc_gpu_bind_device(int dev);
 
 /* Enqueue a validated collective on stream (a cudaStream_t). */
 zccResult_t zcc_gpu_coll(struct zccComm *comm, const zcc_coll_args_t *args,
                          struct CUstream_st *stream, const char *fn);
-
-/* One point-to-point operation of a GPU communicator. */
-typedef struct zcc_gpu_p2p_op {
-  void *buf;
-  size_t bytes;
-  int peer;
-  int is_recv;
-  struct CUstream_st *stream;
-} zcc_gpu_p2p_op_t;
 
 /* Launch a group's point-to-point operations of one communicator. */
 zccResult_t zcc_gpu_p2p(struct zccComm *comm, const zcc_gpu_p2p_op_t *ops, int nops,

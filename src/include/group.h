@@ -14,15 +14,13 @@ zccResult_t zcc_group_add_plan(zcc_plan_t *plan);
  * (*created set: the plan then owns the caller's comm reference).
  */
 zccResult_t zcc_group_p2p_plan(struct zccComm *comm, zcc_plan_t **plan, int *created);
-#ifdef ZCC_HAVE_CUDA
-#include "gpu.h"
+#include "devops.h"
 /*
  * Queue a GPU communicator's send or receive until zccGroupEnd, which
  * launches each communicator's operations together. *kept set: the group
  * took the caller's comm reference (the first operation of that comm).
  */
 zccResult_t zcc_group_gpu_p2p_add(struct zccComm *comm, const zcc_gpu_p2p_op_t *op, int *kept);
-#endif
 /* Run one plan now (outside groups), then free it and leave the comm. */
 zccResult_t zcc_run_plan_now(zcc_plan_t *plan);
 

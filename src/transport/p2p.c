@@ -93,6 +93,14 @@ zccResult_t zcc_gpu_current_device(int *dev) {
   return zccSuccess;
 }
 
+zccResult_t zcc_gpu_bind_device(int dev) {
+  cudaError_t e = cudaSetDevice(dev);
+  if (e != cudaSuccess)
+    return zcc_error(zccUnhandledCudaError, "cudaSetDevice(%d) failed: %s", dev,
+                     cudaGetErrorString(e));
+  return zccSuccess;
+}
+
 static int same_process(const zcc_peer_info_t *a, const zcc_peer_info_t *b) {
   return a->host_hash == b->host_hash && a->pidns == b->pidns && a->pid == b->pid;
 }

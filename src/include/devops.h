@@ -1,0 +1,53 @@
+/*
+ * The one host-versus-GPU fork of core (core/device.c): a communicator on a
+ * GPU holds the GPU face's table (comm->dev), a host communicator holds
+ * none. Core calls through it and includes no CUDA header; the GPU
+ * executor (exec/gpu.c) and the p2p transport fill it.
+ */
+#ifndef ZCC_DEVOPS_H_
+#define ZCC_DEVOPS_H_
+
+#include <stddef.h>
+
+#include "coll.h"
+#include "zcc.h"
+
+struct zccComm;
+struct CUstream_st;
+
+/* One point-to-point operation of a GPU communicator. */
+typedef struct zcc_gpu_p2p_op {
+  void *buf;
+  size_t bytes;
+  int peer;
+  int is_recv;
+  struct CUstream_st *stream;
+} zcc_gpu_p2p_op_t;
+
+typedef struct zcc_device_ops {
+  const char *name;
+  /* The device current in the calling thread, and its PCI bus id. */
+  zccResult_t (*current)(int *dev, char *bus, size_t buslen);
+  /* Make dev current in the calling thread (zccCommInitAll's threads). */
+  zccResult_t (*bind)(int dev);
+  /* The GPU side of a communicator whose peers are known (collective). */
+  zccResult_t (*setup)(struct zccComm *comm);
+  /* Wait for the device's work, unmap, free (also after a failed setup). */
+  void (*free)(struct zccComm *comm);
+  /* Make waiting kernels give up (abort, error state). */
+  void (*stop)(struct zccComm *comm);
+  /* Enqueue a validated collective on the stream. */
+  zccResult_t (*coll)(struct zccComm *comm, const zcc_coll_args_t *args,
+                      struct CUstream_st *stream, const char *fn);
+  /* Launch point-to-point operations of one communicator together. */
+  zccResult_t (*p2p)(struct zccComm *comm, const zcc_gpu_p2p_op_t *ops, int nops,
+                     const char *fn);
+  /* zccCommRegister / zccCommDeregister (collective). */
+  zccResult_t (*reg)(struct zccComm *comm, void *buf, size_t size, void **handle);
+  zccResult_t (*dereg)(struct zccComm *comm, void *handle);
+} zcc_device_ops_t;
+
+/* The GPU face, or NULL when this build has no CUDA. */
+const zcc_device_ops_t *zcc_device_cuda(void);
+
+#endif /* ZCC_DEVOPS_H_ */
