@@ -64,7 +64,10 @@ struct zccComm {
   zcc_peer_info_t *peers;          /* [nranks] */
   int nnodes;                      /* distinct hosts among the ranks */
   struct zcc_conn **conns;         /* [nranks]; NULL for self */
-  void *transport_state[ZCC_MAX_TRANSPORTS];
+  struct {
+    const void *ops; /* the transport table owning the slot */
+    void *state;
+  } transport_state[ZCC_MAX_TRANSPORTS];
 
   const struct zcc_device_ops *dev; /* GPU communicators: the GPU face (devops.h); host: NULL */
   struct zcc_gpu *gpu;         /* GPU communicators: window, mappings (gpu.h) */

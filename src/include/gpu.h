@@ -54,7 +54,6 @@ typedef struct zcc_gpu {
   char *win;                           /* own window */
   size_t win_bytes;
   char *peer_win[ZCC_DEV_MAX_RANKS];   /* each rank's window as this GPU addresses it */
-  int ipc_opened[ZCC_DEV_MAX_RANKS];   /* peer_win[r] came from cudaIpcOpenMemHandle */
   uint32_t *flags[ZCC_DEV_MAX_RANKS];
   void *ll[ZCC_DEV_MAX_RANKS];
   void *p2p[ZCC_DEV_MAX_RANKS];

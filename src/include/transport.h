@@ -1,8 +1,17 @@
 /*
  * Transports: one ops table each, listed in priority order; the first
- * whose can_connect says yes connects a pair of ranks. A connection moves
- * a stream of bytes each way; the executor hands it transfers (zcc_xfer_t)
- * and calls progress, which never blocks.
+ * whose can_connect says yes connects a pair of ranks. The same table
+ * serves host and GPU communicators:
+ *   - host communicators: a connection moves a stream of bytes each way;
+ *     the executor hands it transfers (zcc_xfer_t) and calls progress,
+ *     which never blocks;
+ *   - GPU communicators (entries with a GPU face, `gpu` set): each
+ *     connection sends the peer an opaque blob (blob), takes the peer's
+ *     (attach), and then hands the GPU executor a device view of the peer
+ *     (dev_view): the peer's memory as this GPU addresses it, and whether
+ *     kernels may load from it or only store.
+ * Per-communicator state lives in a slot keyed by the table
+ * (zcc_transport_slot), never in another transport's.
  */
 #ifndef ZCC_TRANSPORT_H_
 #define ZCC_TRANSPORT_H_
@@ -50,8 +59,15 @@ typedef enum {
   ZCC_CONNECT_PHASES = 3
 } zcc_connect_phase_t;
 
+/* What a GPU kernel of this rank may do with a peer through a connection. */
+typedef struct zcc_dev_peer {
+  char *win;   /* the peer's window, as this GPU addresses it */
+  int loads;   /* 1: kernels may load from it as well as store */
+} zcc_dev_peer_t;
+
 typedef struct zcc_transport_ops {
   const char *name;
+  int gpu; /* 1: connects GPU communicators (the GPU face below), 0: host ones */
   /* Can this transport connect self and peer? Must answer the same on both sides. */
   int (*can_connect)(const struct zccComm *comm, const zcc_peer_info_t *self,
                      const zcc_peer_info_t *peer);
@@ -71,13 +87,37 @@ typedef struct zcc_transport_ops {
   void (*fail)(zcc_conn_t *conn);
   void (*free)(zcc_conn_t *conn);
   void (*comm_free)(struct zccComm *comm);
+  /* Why can_connect says no (for the error naming the pair); NULL: no detail. */
+  void (*refusal)(const struct zccComm *comm, const zcc_peer_info_t *self,
+                  const zcc_peer_info_t *peer, char *why, size_t whylen);
+
+  /* ---- the GPU face ---- */
+  size_t blob_bytes; /* size of the blob each side of a connection sends the other */
+  /* This side's blob for conn->peer. */
+  zccResult_t (*blob)(zcc_conn_t *conn, void *out);
+  /* Take the peer's blob: map what it names (after every rank made its own). */
+  zccResult_t (*attach)(zcc_conn_t *conn, const void *peer_blob);
+  /* The device view of the peer (after attach). */
+  zccResult_t (*dev_view)(zcc_conn_t *conn, zcc_dev_peer_t *out);
 } zcc_transport_ops_t;
 
 extern const zcc_transport_ops_t zcc_transport_shm;
 extern const zcc_transport_ops_t zcc_transport_socket;
+extern const zcc_transport_ops_t zcc_transport_p2p; /* GPU builds only */
 
-/* Fill self's transport fields, exchange peer info, connect every pair. */
+/* The per-communicator state slot of a transport (NULL until it sets one). */
+void **zcc_transport_slot(struct zccComm *comm, const zcc_transport_ops_t *ops);
+
+/* Fill self's transport fields, exchange peer info, connect every pair
+   (host communicators; GPU communicators connect in zcc_transport_connect_gpu). */
 zccResult_t zcc_transport_connect_all(struct zccComm *comm);
+/*
+ * GPU communicators, once their own memory exists (called by the GPU
+ * executor's setup): pick a GPU-face transport for every pair, exchange
+ * the blobs and attach. A pair none can connect is zccInvalidUsage naming
+ * the pair and each transport's reason.
+ */
+zccResult_t zcc_transport_connect_gpu(struct zccComm *comm);
 /* Free every connection and transport state. */
 void zcc_transport_free_all(struct zccComm *comm);
 /* Poison every connection (after an error or abort). */

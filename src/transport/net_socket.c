@@ -42,7 +42,6 @@ typedef struct sock_conn {
   size_t stage_cap, stage_fill;
 } sock_conn_t;
 
-static int sock_index(void) { return 1; } /* slot in comm->transport_state */
 
 static int sock_can_connect(const struct zccComm *comm, const zcc_peer_info_t *self,
                             const zcc_peer_info_t *peer) {
@@ -59,7 +58,7 @@ static zccResult_t sock_comm_setup(struct zccComm *comm, zcc_peer_info_t *self) 
     return zcc_error(zccSystemError, "socket: out of memory");
   }
   for (int i = 0; i < comm->nranks; i++) st->pending[i] = -1;
-  comm->transport_state[sock_index()] = st;
+  *zcc_transport_slot(comm, &zcc_transport_socket) = st;
   if (comm->nranks == 1) return zccSuccess;
   zcc_sockaddr_t addr = *zcc_bootstrap_addr(comm->bootstrap);
   zcc_sockaddr_set_port(&addr, 0);
@@ -92,7 +91,7 @@ static zccResult_t accept_one(struct zccComm *comm, sock_state_t *st, const zcc_
 
 static zccResult_t sock_connect(zcc_conn_t *conn, zcc_connect_phase_t phase) {
   struct zccComm *comm = conn->comm;
-  sock_state_t *st = comm->transport_state[sock_index()];
+  sock_state_t *st = *zcc_transport_slot(comm, &zcc_transport_socket);
   if (phase == ZCC_CONNECT_CREATE) {
     sock_conn_t *s = calloc(1, sizeof(*s));
     if (!s) return zcc_error(zccSystemError, "socket: out of memory");
@@ -185,13 +184,13 @@ static void sock_free(zcc_conn_t *conn) {
 }
 
 static void sock_comm_free(struct zccComm *comm) {
-  sock_state_t *st = comm->transport_state[sock_index()];
+  sock_state_t *st = *zcc_transport_slot(comm, &zcc_transport_socket);
   if (!st) return;
   zcc_socket_close(&st->listen_fd);
   for (int i = 0; i < comm->nranks; i++) zcc_socket_close(&st->pending[i]);
   free(st->pending);
   free(st);
-  comm->transport_state[sock_index()] = NULL;
+  *zcc_transport_slot(comm, &zcc_transport_socket) = NULL;
 }
 
 const zcc_transport_ops_t zcc_transport_socket = {

@@ -136,8 +136,9 @@ static void *watchdog_main(void *arg) {
       *g->abort_host = 1;
     } else {
       for (int r = 0; r < comm->nranks; r++) {
-        if (r == comm->rank || same_process(self, &comm->peers[r])) continue;
-        if (!peer_alive(self, &comm->peers[r])) {
+        zcc_conn_t *c = comm->conns[r];
+        if (!c || !c->ops->check || same_process(self, &comm->peers[r])) continue;
+        if (c->ops->check(c) != zccSuccess) {
           ZCC_WARN("comm %s rank %d: rank %d (pid %d) died; its collectives fail with "
                    "zccRemoteError",
                    comm->name, comm->rank, r, comm->peers[r].pid);
@@ -180,95 +181,203 @@ static cudaError_t enable_peer_access(int dev, int peer) {
   return e;
 }
 
-static zccResult_t map_peers(struct zccComm *comm, zcc_gpu_t *g) {
-  int n = comm->nranks, me = comm->rank;
-  const zcc_peer_info_t *self = &comm->peers[me];
-  for (int r = 0; r < n; r++) {
-    const zcc_peer_info_t *p = &comm->peers[r];
-    if (p->host_hash != self->host_hash)
-      return zcc_error(zccInvalidUsage,
-                       "comm %s: GPU communicators need every rank on one host; rank %d is "
-                       "on %s and rank %d on %s (use host communicators, ZCC_DEVICE=host)",
-                       comm->name, me, self->hostname, r, p->hostname);
-  }
-  win_wire_t *wires = calloc((size_t)n, sizeof(*wires));
-  if (!wires) return zcc_error(zccSystemError, "init: out of memory");
+/* ---- the transport table's entry: one connection per peer ---- */
+
+typedef struct {
+  int32_t ok; /* 0: the sender could not describe its window (its log says why) */
+  int32_t pad;
+  win_wire_t w;
+} p2p_blob_t;
+
+typedef struct {
+  char *win; /* the peer's window as this GPU addresses it */
+  int ipc;   /* win came from cudaIpcOpenMemHandle */
+} p2p_conn_t;
+
+static int p2p_can_connect(const struct zccComm *comm, const zcc_peer_info_t *self,
+                           const zcc_peer_info_t *peer) {
+  return comm->device >= 0 && peer->device >= 0 && peer->host_hash == self->host_hash &&
+         !zcc_param_p2p_disable();
+}
+
+static void p2p_refusal(const struct zccComm *comm, const zcc_peer_info_t *self,
+                        const zcc_peer_info_t *peer, char *why, size_t len) {
+  if (zcc_param_p2p_disable())
+    snprintf(why, len, "disabled (ZCC_P2P_DISABLE=1, or NCCL_P2P_DISABLE=1 through the NCCL "
+             "shim), and this zcc has no other transport for GPU communicators yet; unset it, "
+             "or use host communicators (ZCC_DEVICE=host)");
+  else if (peer->host_hash != self->host_hash)
+    snprintf(why, len, "rank %d is on %s and rank %d on %s; GPU communicators need every rank "
+             "on one host in this version (use host communicators, ZCC_DEVICE=host)",
+             self->rank, self->hostname, peer->rank, peer->hostname);
+  else
+    snprintf(why, len, "not a GPU rank");
+}
+
+/* The transport's per-communicator state: what its connections send. */
+static win_wire_t *p2p_state(struct zccComm *comm) {
+  return *zcc_transport_slot(comm, &zcc_transport_p2p);
+}
+
+static zccResult_t p2p_blob(zcc_conn_t *conn, void *out) {
+  const win_wire_t *w = p2p_state(conn->comm);
+  p2p_blob_t *b = out;
+  memset(b, 0, sizeof(*b));
+  if (!w) return zcc_error(zccInternalError, "p2p: the window is not described yet");
+  b->w = *w;
+  b->ok = 1;
+  return zccSuccess;
+}
+
+static void p2p_comm_free(struct zccComm *comm) {
+  void **slot = zcc_transport_slot(comm, &zcc_transport_p2p);
+  free(*slot);
+  *slot = NULL;
+}
+
+static zccResult_t p2p_attach(zcc_conn_t *conn, const void *peer_blob) {
+  struct zccComm *comm = conn->comm;
+  zcc_gpu_t *g = comm->gpu;
+  int me = comm->rank, r = conn->peer;
+  p2p_blob_t b;
+  memcpy(&b, peer_blob, sizeof(b));
+  if (!b.ok)
+    return zcc_error(zccRemoteError, "comm %s rank %d: rank %d could not describe its GPU "
+                     "window (its log says why)", comm->name, me, r);
+  if (b.w.staging_bytes != g->staging_bytes)
+    return zcc_error(zccInvalidUsage,
+                     "comm %s: rank %d has a %llu-byte staging buffer and rank %d one of %llu "
+                     "bytes; set ZCC_GPU_BUFFSIZE alike on every rank",
+                     comm->name, me, (unsigned long long)g->staging_bytes, r,
+                     (unsigned long long)b.w.staging_bytes);
+  if (b.w.slot_bytes != g->conns->slot_bytes || b.w.nslots != g->conns->nslots ||
+      b.w.nchannels != g->conns->nchannels)
+    return zcc_error(zccInvalidUsage,
+                     "comm %s: rank %d has %d channels of %d x %llu-byte connector slots and "
+                     "rank %d %d of %d x %llu; set ZCC_GPU_CHANNELS, ZCC_GPU_CONN_BYTES and "
+                     "ZCC_GPU_CONN_SLOTS alike on every rank (and use GPUs of one kind)",
+                     comm->name, me, g->conns->nchannels, g->conns->nslots,
+                     (unsigned long long)g->conns->slot_bytes, r, b.w.nchannels, b.w.nslots,
+                     (unsigned long long)b.w.slot_bytes);
+  p2p_conn_t *pc = calloc(1, sizeof(*pc));
+  if (!pc) return zcc_error(zccSystemError, "init: out of memory");
+  const zcc_peer_info_t *self = &comm->peers[me], *p = &comm->peers[r];
   zccResult_t res = zccSuccess;
-  cudaError_t e = cudaIpcGetMemHandle(&wires[me].handle, g->win);
+  cudaError_t e;
+  if (same_process(self, p) && p->device == g->dev) {
+    pc->win = (char *)(uintptr_t)b.w.addr; /* the same GPU: one address space */
+  } else if (same_process(self, p)) {
+    int can = 0;
+    cudaDeviceCanAccessPeer(&can, g->dev, p->device);
+    if (!can) {
+      res = zcc_error(zccInvalidUsage,
+                      "comm %s: GPU %d (rank %d) cannot access GPU %d (rank %d) directly; "
+                      "zcc's GPU path needs peer access (NVLink or PCIe P2P)",
+                      comm->name, g->dev, me, p->device, r);
+    } else if ((e = enable_peer_access(g->dev, p->device)) != cudaSuccess) {
+      res = cuda_fail(e, "cudaDeviceEnablePeerAccess", comm);
+    } else {
+      pc->win = (char *)(uintptr_t)b.w.addr;
+    }
+  } else {
+    void *ptr = NULL;
+    e = cudaIpcOpenMemHandle(&ptr, b.w.handle, cudaIpcMemLazyEnablePeerAccess);
+    if (e != cudaSuccess) {
+      res = zcc_error(zccUnhandledCudaError,
+                      "comm %s rank %d: cannot map rank %d's GPU memory (pid %d, GPU %s) "
+                      "with cudaIpcOpenMemHandle: %s; the GPUs need peer access",
+                      comm->name, me, r, p->pid, p->gpu_bus_id, cudaGetErrorString(e));
+    } else {
+      pc->win = ptr;
+      pc->ipc = 1;
+    }
+  }
+  if (res != zccSuccess) {
+    free(pc);
+    return res;
+  }
+  conn->priv = pc;
+  return zccSuccess;
+}
+
+static zccResult_t p2p_view(zcc_conn_t *conn, zcc_dev_peer_t *out) {
+  const p2p_conn_t *pc = conn->priv;
+  if (!pc) return zcc_error(zccInternalError, "p2p: connection to rank %d is not attached",
+                            conn->peer);
+  out->win = pc->win;
+  out->loads = 1; /* peer access and IPC mappings take loads and stores */
+  return zccSuccess;
+}
+
+static zccResult_t p2p_check(zcc_conn_t *conn) {
+  const struct zccComm *comm = conn->comm;
+  if (peer_alive(&comm->peers[comm->rank], &comm->peers[conn->peer])) return zccSuccess;
+  return zcc_error(zccRemoteError, "comm %s rank %d: rank %d (pid %d) is gone", comm->name,
+                   comm->rank, conn->peer, comm->peers[conn->peer].pid);
+}
+
+/* After the device's work is done (zcc_gpu_comm_free ran first). */
+static void p2p_free(zcc_conn_t *conn) {
+  p2p_conn_t *pc = conn->priv;
+  if (!pc) return;
+  if (pc->ipc) cudaIpcCloseMemHandle(pc->win);
+  (void)cudaGetLastError();
+  free(pc);
+  conn->priv = NULL;
+}
+
+const zcc_transport_ops_t zcc_transport_p2p = {
+    .name = "p2p",
+    .gpu = 1,
+    .can_connect = p2p_can_connect,
+    .refusal = p2p_refusal,
+    .check = p2p_check,
+    .free = p2p_free,
+    .comm_free = p2p_comm_free,
+    .blob_bytes = sizeof(p2p_blob_t),
+    .blob = p2p_blob,
+    .attach = p2p_attach,
+    .dev_view = p2p_view,
+};
+
+/* What this rank's connections send: its window and the layout every rank must share. */
+static zccResult_t describe_window(struct zccComm *comm, zcc_gpu_t *g) {
+  void **slot = zcc_transport_slot(comm, &zcc_transport_p2p);
+  win_wire_t *w = *slot ? *slot : calloc(1, sizeof(*w));
+  if (!w) return zcc_error(zccSystemError, "init: out of memory");
+  *slot = w;
+  cudaError_t e = cudaIpcGetMemHandle(&w->handle, g->win);
   if (e != cudaSuccess) {
-    /* In-process peers don't need it; others will fail below with a clear message. */
-    memset(&wires[me].handle, 0, sizeof(wires[me].handle));
+    /* In-process peers don't need it; others fail in attach with a clear message. */
+    memset(&w->handle, 0, sizeof(w->handle));
     (void)cudaGetLastError();
   }
-  wires[me].addr = (uint64_t)(uintptr_t)g->win;
-  wires[me].staging_bytes = g->staging_bytes;
-  wires[me].slot_bytes = g->conns->slot_bytes;
-  wires[me].nslots = g->conns->nslots;
-  wires[me].nchannels = g->conns->nchannels;
-  res = zcc_bootstrap_allgather(comm->bootstrap, wires, sizeof(*wires), comm->timeout_ms);
-  if (res != zccSuccess) goto out;
-  for (int r = 0; r < n; r++) {
-    if (wires[r].staging_bytes != g->staging_bytes) {
-      res = zcc_error(zccInvalidUsage,
-                      "comm %s: rank %d has a %llu-byte staging buffer and rank %d one of %llu "
-                      "bytes; set ZCC_GPU_BUFFSIZE alike on every rank",
-                      comm->name, me, (unsigned long long)g->staging_bytes, r,
-                      (unsigned long long)wires[r].staging_bytes);
-      goto out;
-    }
-    if (wires[r].slot_bytes != g->conns->slot_bytes || wires[r].nslots != g->conns->nslots ||
-        wires[r].nchannels != g->conns->nchannels) {
-      res = zcc_error(zccInvalidUsage,
-                      "comm %s: rank %d has %d channels of %d x %llu-byte connector slots and "
-                      "rank %d %d of %d x %llu; set ZCC_GPU_CHANNELS, ZCC_GPU_CONN_BYTES and "
-                      "ZCC_GPU_CONN_SLOTS alike on every rank (and use GPUs of one kind)",
-                      comm->name, me, g->conns->nchannels, g->conns->nslots,
-                      (unsigned long long)g->conns->slot_bytes, r, wires[r].nchannels,
-                      wires[r].nslots, (unsigned long long)wires[r].slot_bytes);
-      goto out;
-    }
-  }
-  for (int r = 0; r < n && res == zccSuccess; r++) {
-    if (r == me) {
+  w->addr = (uint64_t)(uintptr_t)g->win;
+  w->staging_bytes = g->staging_bytes;
+  w->slot_bytes = g->conns->slot_bytes;
+  w->nslots = g->conns->nslots;
+  w->nchannels = g->conns->nchannels;
+  return zccSuccess;
+}
+
+/* Every peer's window through its connection's device view. */
+static zccResult_t map_peers(struct zccComm *comm, zcc_gpu_t *g) {
+  ZCC_CHECK(describe_window(comm, g));
+  ZCC_CHECK(zcc_transport_connect_gpu(comm));
+  for (int r = 0; r < comm->nranks; r++) {
+    if (r == comm->rank) {
       g->peer_win[r] = g->win;
       continue;
     }
-    const zcc_peer_info_t *p = &comm->peers[r];
-    if (same_process(self, p) && p->device == g->dev) {
-      g->peer_win[r] = (char *)(uintptr_t)wires[r].addr; /* the same GPU: one address space */
-    } else if (same_process(self, p)) {
-      int can = 0;
-      cudaDeviceCanAccessPeer(&can, g->dev, p->device);
-      if (!can) {
-        res = zcc_error(zccInvalidUsage,
-                        "comm %s: GPU %d (rank %d) cannot access GPU %d (rank %d) directly; "
-                        "zcc's GPU path needs peer access (NVLink or PCIe P2P)",
-                        comm->name, g->dev, me, p->device, r);
-        break;
-      }
-      e = enable_peer_access(g->dev, p->device);
-      if (e != cudaSuccess) {
-        res = cuda_fail(e, "cudaDeviceEnablePeerAccess", comm);
-        break;
-      }
-      g->peer_win[r] = (char *)(uintptr_t)wires[r].addr;
-    } else {
-      void *ptr = NULL;
-      e = cudaIpcOpenMemHandle(&ptr, wires[r].handle, cudaIpcMemLazyEnablePeerAccess);
-      if (e != cudaSuccess) {
-        res = zcc_error(zccUnhandledCudaError,
-                        "comm %s rank %d: cannot map rank %d's GPU memory (pid %d, GPU %s) "
-                        "with cudaIpcOpenMemHandle: %s; the GPUs need peer access",
-                        comm->name, me, r, p->pid, p->gpu_bus_id, cudaGetErrorString(e));
-        break;
-      }
-      g->peer_win[r] = ptr;
-      g->ipc_opened[r] = 1;
-    }
+    zcc_dev_peer_t v;
+    ZCC_CHECK(comm->conns[r]->ops->dev_view(comm->conns[r], &v));
+    if (!v.loads)
+      return zcc_error(zccInvalidUsage, "comm %s: the %s connection to rank %d takes stores "
+                       "only; the GPU kernels of this version need loads too", comm->name,
+                       comm->conns[r]->ops->name, r);
+    g->peer_win[r] = v.win;
   }
-out:
-  free(wires);
-  return res;
+  return zccSuccess;
 }
 
 /*
@@ -397,13 +506,6 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
     return zcc_error(zccInvalidUsage,
                      "comm %s: a GPU communicator spans at most %d GPUs in this version "
                      "(asked for %d ranks)", comm->name, ZCC_DEV_MAX_RANKS, n);
-  if (n > 1 && zcc_param_p2p_disable())
-    return zcc_error(zccInvalidUsage,
-                     "comm %s: no transport can connect GPU rank %d to rank %d: p2p is "
-                     "disabled (ZCC_P2P_DISABLE=1, or NCCL_P2P_DISABLE=1 through the NCCL "
-                     "shim) and this zcc has no other transport for GPU communicators yet; "
-                     "unset it, or use host communicators (ZCC_DEVICE=host)",
-                     comm->name, me, me == 0 ? 1 : 0);
   zcc_gpu_t *g = calloc(1, sizeof(*g));
   if (!g) return zcc_error(zccSystemError, "init: out of memory");
   comm->gpu = g;
@@ -514,8 +616,6 @@ void zcc_gpu_comm_free(struct zccComm *comm) {
     reg_unmap(r, g->nranks);
     free(r);
   }
-  for (int r = 0; r < g->nranks; r++)
-    if (g->ipc_opened[r]) cudaIpcCloseMemHandle(g->peer_win[r]);
   if (g->side) cudaStreamDestroy((cudaStream_t)g->side);
   if (g->ev_fork) cudaEventDestroy((cudaEvent_t)g->ev_fork);
   if (g->ev_join) cudaEventDestroy((cudaEvent_t)g->ev_join);

@@ -14,12 +14,28 @@
 ZCC_PARAM_INT(connect_timeout_ms, "CONNECT_TIMEOUT", 60000,
               "ms allowed for connecting the ranks' transports during init")
 
-/* Priority order: the first that can connect a pair wins. */
+/* Priority order: the first that can connect a pair wins (host communicators
+   take the host entries, GPU communicators those with a GPU face). */
 static const zcc_transport_ops_t *const transports[] = {
+#ifdef ZCC_HAVE_CUDA
+    &zcc_transport_p2p,
+#endif
     &zcc_transport_shm,
     &zcc_transport_socket,
 };
 #define NTRANSPORTS ((int)(sizeof(transports) / sizeof(transports[0])))
+_Static_assert(NTRANSPORTS <= ZCC_MAX_TRANSPORTS, "comm->transport_state has a slot per transport");
+
+void **zcc_transport_slot(struct zccComm *comm, const zcc_transport_ops_t *ops) {
+  for (int i = 0; i < ZCC_MAX_TRANSPORTS; i++) {
+    if (comm->transport_state[i].ops == ops) return &comm->transport_state[i].state;
+    if (!comm->transport_state[i].ops) {
+      comm->transport_state[i].ops = ops;
+      return &comm->transport_state[i].state;
+    }
+  }
+  return NULL; /* cannot happen: one slot per entry of transports[] */
+}
 
 static uint64_t fnv1a(uint64_t h, const void *data, size_t bytes) {
   const unsigned char *p = data;
@@ -57,6 +73,74 @@ static void fill_self(struct zccComm *comm, zcc_peer_info_t *self) {
   memcpy(self->gpu_bus_id, comm->gpu_bus_id, sizeof(self->gpu_bus_id));
 }
 
+/* A connection to every peer, through the first entry of the kind that can. */
+static zccResult_t pick_all(struct zccComm *comm, int gpu) {
+  int n = comm->nranks, me = comm->rank;
+  const zcc_peer_info_t *self = &comm->peers[me];
+  for (int j = 0; j < n; j++) {
+    if (j == me) continue;
+    const zcc_transport_ops_t *ops = NULL;
+    for (int t = 0; t < NTRANSPORTS && !ops; t++)
+      if (transports[t]->gpu == gpu && transports[t]->can_connect(comm, self, &comm->peers[j]))
+        ops = transports[t];
+    if (!ops) {
+      char why[600];
+      size_t o = 0;
+      why[0] = '\0';
+      for (int t = 0; t < NTRANSPORTS; t++) {
+        if (transports[t]->gpu != gpu) continue;
+        char w[400] = "cannot";
+        if (transports[t]->refusal)
+          transports[t]->refusal(comm, self, &comm->peers[j], w, sizeof(w));
+        o += (size_t)snprintf(why + o, o < sizeof(why) ? sizeof(why) - o : 0, "%s%s: %s",
+                              o ? "; " : "", transports[t]->name, w);
+      }
+      return zcc_error(gpu ? zccInvalidUsage : zccSystemError,
+                       "comm %s: no transport can connect %srank %d to rank %d (%s)",
+                       comm->name, gpu ? "GPU " : "", me, j, o ? why : "none is built");
+    }
+    zcc_conn_t *c = calloc(1, sizeof(*c));
+    if (!c) return zcc_error(zccSystemError, "init: out of memory");
+    c->ops = ops;
+    c->comm = comm;
+    c->peer = j;
+    comm->conns[j] = c;
+  }
+  return zccSuccess;
+}
+
+zccResult_t zcc_transport_connect_gpu(struct zccComm *comm) {
+  int n = comm->nranks, me = comm->rank;
+  ZCC_CHECK(pick_all(comm, 1));
+  if (n == 1) return zccSuccess;
+  /* One blob per ordered pair: rank r's row holds what it sends each peer. */
+  size_t bb = 0;
+  for (int t = 0; t < NTRANSPORTS; t++)
+    if (transports[t]->gpu && transports[t]->blob_bytes > bb) bb = transports[t]->blob_bytes;
+  bb = (bb + 7) / 8 * 8;
+  char *blobs = calloc((size_t)n * (size_t)n, bb ? bb : 8);
+  if (!blobs) return zcc_error(zccSystemError, "init: out of memory");
+  zccResult_t res = zccSuccess;
+  for (int j = 0; j < n && res == zccSuccess; j++)
+    if (comm->conns[j] && comm->conns[j]->ops->blob)
+      res = comm->conns[j]->ops->blob(comm->conns[j], blobs + ((size_t)me * n + j) * bb);
+  /* Every rank joins the exchange even when its own blob failed, so that
+     none waits for it: the failure then travels as an empty row. */
+  zccResult_t xres = zcc_bootstrap_allgather(comm->bootstrap, blobs, (size_t)n * bb,
+                                             zcc_param_connect_timeout_ms());
+  if (res == zccSuccess) res = xres;
+  for (int j = 0; j < n && res == zccSuccess; j++)
+    if (comm->conns[j])
+      res = comm->conns[j]->ops->attach(comm->conns[j], blobs + ((size_t)j * n + me) * bb);
+  free(blobs);
+  if (res != zccSuccess) return res;
+  for (int j = 0; j < n; j++)
+    if (comm->conns[j])
+      ZCC_INFO(INIT, "comm %s rank %d -> rank %d (GPU %s, pid %d) via %s", comm->name, me, j,
+               comm->peers[j].gpu_bus_id, comm->peers[j].pid, comm->conns[j]->ops->name);
+  return zccSuccess;
+}
+
 zccResult_t zcc_transport_connect_all(struct zccComm *comm) {
   int n = comm->nranks, me = comm->rank;
   int64_t to = zcc_param_connect_timeout_ms();
@@ -65,9 +149,10 @@ zccResult_t zcc_transport_connect_all(struct zccComm *comm) {
   if (!comm->peers || !comm->conns) return zcc_error(zccSystemError, "init: out of memory");
   zcc_peer_info_t *self = &comm->peers[me];
   fill_self(comm, self);
-  if (comm->device < 0)
-    for (int t = 0; t < NTRANSPORTS; t++)
-      if (transports[t]->comm_setup) ZCC_CHECK(transports[t]->comm_setup(comm, self));
+  int gpu = comm->device >= 0;
+  for (int t = 0; t < NTRANSPORTS; t++)
+    if (transports[t]->gpu == gpu && transports[t]->comm_setup)
+      ZCC_CHECK(transports[t]->comm_setup(comm, self));
   ZCC_CHECK(zcc_bootstrap_allgather(comm->bootstrap, comm->peers, sizeof(*comm->peers), to));
   for (int j = 0; j < n; j++)
     if (comm->peers[j].rank != j)
@@ -80,23 +165,9 @@ zccResult_t zcc_transport_connect_all(struct zccComm *comm) {
       if (comm->peers[k].host_hash == comm->peers[j].host_hash) first = 0;
     comm->nnodes += first;
   }
-  /* GPU communicators move data through the p2p transport (gpu.h) only. */
-  if (comm->device >= 0) return zccSuccess;
-  for (int j = 0; j < n; j++) {
-    if (j == me) continue;
-    const zcc_transport_ops_t *ops = NULL;
-    for (int t = 0; t < NTRANSPORTS && !ops; t++)
-      if (transports[t]->can_connect(comm, self, &comm->peers[j])) ops = transports[t];
-    if (!ops)
-      return zcc_error(zccSystemError, "init: no transport can connect rank %d to rank %d",
-                       me, j);
-    zcc_conn_t *c = calloc(1, sizeof(*c));
-    if (!c) return zcc_error(zccSystemError, "init: out of memory");
-    c->ops = ops;
-    c->comm = comm;
-    c->peer = j;
-    comm->conns[j] = c;
-  }
+  /* GPU communicators connect once their memory exists (zcc_transport_connect_gpu). */
+  if (gpu) return zccSuccess;
+  ZCC_CHECK(pick_all(comm, 0));
   for (int phase = 0; phase < ZCC_CONNECT_PHASES; phase++) {
     for (int j = 0; j < n; j++)
       if (comm->conns[j]) ZCC_CHECK(comm->conns[j]->ops->connect(comm->conns[j], phase));
@@ -129,4 +200,5 @@ void zcc_transport_free_all(struct zccComm *comm) {
   }
   for (int t = 0; t < NTRANSPORTS; t++)
     if (transports[t]->comm_free) transports[t]->comm_free(comm);
+  memset(comm->transport_state, 0, sizeof(comm->transport_state));
 }
