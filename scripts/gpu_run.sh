@@ -26,6 +26,10 @@
 # One GPU, several ranks on it (test_gpu_colls --ranks, allreduce_perf --share-gpus 1):
 #   share      the matrix with 2, 3 and 4 ranks on the GPUs there are (threads layout),
 #              default algorithms and ZCC_ALGO=ring and tree; 2 ranks in processes (quick)
+#   plan       what a GPU communicator of 2 ranks on one GPU plans and runs: its
+#              connections (via p2p, through the transport table), its plan and
+#              decision table at creation (INFO TUNING), and the refusals: ZCC_P2P_DISABLE=1 (names the pair), ZCC_ALGO=hier,
+#              ZCC_PROTO=ll128 (name what can run); ZCC_TOPO_MEASURE=1 on a GPU
 #   share-san  compute-sanitizer memcheck and racecheck, 2 ranks, ring and tree, quick
 #   share-perf gpu_membw (the device-copy ceiling), then allreduce -g 2 --share-gpus 1
 #              8 B..SHARE_MAX (default 1G) in graphs: default (push/LL), ring, tree
@@ -177,6 +181,26 @@ for phase in "$@"; do
       run "share-procs-$a" ${SHARE_TIMEOUT:-300} env $v "$bin/test_gpu_colls" --ranks 2 --layout procs \
         --quick --only matrix,graphs --replays 100
     done
+    ;;
+  plan)
+    # expect_refusal NAME TEXT CMD...: the command must fail and print TEXT
+    expect_refusal() {
+      local name=$1 text=$2
+      shift 2
+      run "$name" 120 bash -c '"$@"; rc=$?; echo "rc=$rc"; [ $rc -ne 0 ]' _ "$@"
+      tar xOf "$OUT/logs.tar" "$name.log" 2>/dev/null | grep -qF -- "$text" \
+        && note "$name: refusal says '$text'" || note "$name: MISSING '$text'"
+    }
+    run plan-tuning 180 env ZCC_DEBUG=INFO ZCC_DEBUG_SUBSYS=INIT,TUNING "$bin/allreduce_perf" \
+      -b 8 -e 64M -f 8 -g 2 --share-gpus 1 -w 2 -n 5 -c 1
+    run plan-measure 120 env ZCC_TOPO_MEASURE=1 ZCC_DEBUG=INFO ZCC_DEBUG_SUBSYS=TUNING \
+      "$bin/allreduce_perf" -b 8 -e 8 -g 2 --share-gpus 1 -w 1 -n 1 -c 1
+    expect_refusal plan-p2p-off "no transport can connect GPU rank" env ZCC_P2P_DISABLE=1 \
+      "$bin/allreduce_perf" -b 8 -e 8 -g 2 --share-gpus 1 -w 0 -n 1
+    expect_refusal plan-hier "ZCC_ALGO=hier" env ZCC_ALGO=hier \
+      "$bin/allreduce_perf" -b 8 -e 8 -g 2 --share-gpus 1 -w 0 -n 1
+    expect_refusal plan-ll128 "ZCC_PROTO=ll128" env ZCC_PROTO=ll128 \
+      "$bin/allreduce_perf" -b 8 -e 8 -g 2 --share-gpus 1 -w 0 -n 1
     ;;
   share-san)
     for a in ring tree; do
