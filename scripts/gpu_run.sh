@@ -25,7 +25,11 @@
 #              Python wheel (ZCC_NCCL_LIB pointing at its libnccl.so.2)
 # One GPU, several ranks on it (test_gpu_colls --ranks, allreduce_perf --share-gpus 1):
 #   share      the matrix with 2, 3 and 4 ranks on the GPUs there are (threads layout),
-#              default algorithms and ZCC_ALGO=ring and tree; 2 ranks in processes (quick)
+#              default algorithms and ZCC_ALGO=ring and tree; 2 ranks in processes (quick);
+#              send/receive and alltoall over the per-peer connectors
+#              (ZCC_P2P_DIRECT_DISABLE=1: 3 ranks at every size, 2 and 4 with 4 KiB slots,
+#              2 in processes); pre-multiplied reduce and reduce-scatter, every datatype,
+#              3 ranks, default and ring, 1 MiB staging (several pieces)
 #   share-san  compute-sanitizer memcheck and racecheck, 2 ranks, ring and tree, quick
 #   share-perf gpu_membw (the device-copy ceiling), then allreduce -g 2 --share-gpus 1
 #              8 B..SHARE_MAX (default 1G) in graphs: default (push/LL), ring, tree
@@ -176,6 +180,26 @@ for phase in "$@"; do
       v=; [ $a = default ] || v="ZCC_ALGO=$a"
       run "share-procs-$a" ${SHARE_TIMEOUT:-300} env $v "$bin/test_gpu_colls" --ranks 2 --layout procs \
         --quick --only matrix,graphs --replays 100
+    done
+    # Send/receive and alltoall over the per-peer connectors: 3 ranks at every size
+    # (1M+3 elements run through the 1 MiB FIFOs many times), 2 and 4 ranks with 4 KiB
+    # slots (many wraps and short last slots at small sizes), 2 ranks in processes.
+    p2pc="sendrecv_ring,sendrecv_pairs,sendrecv_mix,alltoall"
+    run share-n3-p2pconn ${SHARE_TIMEOUT:-300} env ZCC_P2P_DIRECT_DISABLE=1 ZCC_TIMEOUT=20000 \
+      "$bin/test_gpu_colls" --ranks 3 --layout threads --only matrix,graphs --coll $p2pc --replays 100
+    for n in 2 4; do
+      run "share-n$n-p2pconn-4k" ${SHARE_TIMEOUT:-300} env ZCC_P2P_DIRECT_DISABLE=1 ZCC_GPU_CONN_BYTES=16384 \
+        ZCC_TIMEOUT=20000 "$bin/test_gpu_colls" --ranks $n --layout threads --quick --only matrix,graphs \
+        --coll $p2pc --replays 100
+    done
+    run share-procs-p2pconn ${SHARE_TIMEOUT:-300} env ZCC_P2P_DIRECT_DISABLE=1 ZCC_TIMEOUT=20000 \
+      "$bin/test_gpu_colls" --ranks 2 --layout procs --quick --only matrix --coll $p2pc
+    # Pre-multiplied sums in reduce and reduce-scatter (the quick runs above hold four
+    # datatypes): every datatype, 3 ranks, staged one-shot and ring, in pieces.
+    for a in default ring; do
+      v=; [ $a = default ] || v="ZCC_ALGO=$a"
+      run "share-n3-premul-$a" ${SHARE_TIMEOUT:-300} env $v ZCC_GPU_BUFFSIZE=1048576 ZCC_TIMEOUT=20000 \
+        "$bin/test_gpu_colls" --ranks 3 --layout threads --only matrix --premul-only
     done
     ;;
   share-san)

@@ -85,6 +85,9 @@ typedef struct zcc_gpu {
   int gpu_share;
   int block_cap;
   int share_local; /* ranks of this process on this GPU, this one included */
+  /* ZCC_P2P_DIRECT_DISABLE=1: send/receive and all-to-all run over the
+     per-peer connectors (zcc_dev_conn_p2p) instead of the p2p outboxes. */
+  int p2p_conn;
 } zcc_gpu_t;
 
 /*
