@@ -28,7 +28,7 @@
  *            65541 (for compute-sanitizer). Then pre-multiplied sums
  *            (zccRedOpCreatePreMulSum, a scalar per rank) in reduce and
  *            reducescatter: every datatype (--quick: the four), scalar
- *            host-immediate and in device memory, in and out of place,
+ *            host-immediate or in device memory by turns, in and out of place,
  *            against zcc_reduce_scale then a rank-order sum.
  *            sendrecv_ring: send to rank+1, receive from rank-1;
  *            sendrecv_pairs: every peer both ways in one group;
@@ -188,8 +188,11 @@ static long enumerate(int n, case_fn fn, void *ctx) {
     }
   }
   /* Pre-multiplied sums (after the rest: the cases above keep their indices):
-     reduce and reducescatter x datatype x scalar on the host or on the device
-     x count x in/out of place; reduce to one root per case, rotating. */
+     reduce and reducescatter x datatype x count (0, 7, 65541; not --quick:
+     also 1M+3; --full: also 64 MiB) x in/out of place, the scalar on the
+     host or on the device by turns; reduce to one root per case, rotating. */
+  static const size_t premul_sizes[] = {0, 7, 65536 + 5, MIB + 3, 0 /* 64 MiB */};
+  int npsizes = opt.quick ? 3 : opt.full ? 5 : 4;
   for (int pc = 0; pc < 2; pc++) {
     coll_t c = pc ? C_REDUCESCATTER : C_REDUCE;
     for (int ti = 0; ti < ntypes; ti++) {
@@ -197,33 +200,32 @@ static long enumerate(int n, case_fn fn, void *ctx) {
       size_t es = esize(t);
       int skip = (opt.only_colls && !(opt.only_colls >> c & 1)) ||
                  (opt.only_type >= 0 && (int)t != opt.only_type);
-      for (int res = PREMUL_HOST; res <= PREMUL_DEVICE; res++)
-        for (int si = 0; si < nsizes; si++)
-          for (int inplace = 0; inplace < 2; inplace++) {
-            case_t k;
-            memset(&k, 0, sizeof(k));
-            k.index = index++;
-            if (skip)
-              continue;
-            int big = si == 6;
-            size_t count = opt.quick ? sizes_quick[si] : sizes_all[si];
-            if (big)
-              count = c == C_REDUCESCATTER ? BIG_BYTES / es / (size_t)n : BIG_BYTES / es;
-            k.c.coll = c;
-            k.c.type = t;
-            k.c.op = zccSum;
-            k.c.premul = res;
-            k.c.root = c == C_REDUCE ? (int)(k.index % n) : 0;
-            k.c.count = count;
-            k.inplace = inplace;
-            uint64_t h = mix3(opt.seed, (uint64_t)k.index, 0x0ff5e7);
-            size_t choice[4] = {0, 0, es, 1};
-            k.soff = choice[h & 3];
-            k.roff = choice[(h >> 8) & 3];
-            k.reg = (int)((h >> 16) & 1);
-            if (fn(&k, ctx))
-              return index;
-          }
+      for (int si = 0; si < npsizes; si++)
+        for (int inplace = 0; inplace < 2; inplace++) {
+          case_t k;
+          memset(&k, 0, sizeof(k));
+          k.index = index++;
+          if (skip)
+            continue;
+          int big = si == 4;
+          size_t count = premul_sizes[si];
+          if (big)
+            count = c == C_REDUCESCATTER ? BIG_BYTES / es / (size_t)n : BIG_BYTES / es;
+          k.c.coll = c;
+          k.c.type = t;
+          k.c.op = zccSum;
+          k.c.premul = (pc + ti + si + inplace) & 1 ? PREMUL_DEVICE : PREMUL_HOST;
+          k.c.root = c == C_REDUCE ? (int)(k.index % n) : 0;
+          k.c.count = count;
+          k.inplace = inplace;
+          uint64_t h = mix3(opt.seed, (uint64_t)k.index, 0x0ff5e7);
+          size_t choice[4] = {0, 0, es, 1};
+          k.soff = choice[h & 3];
+          k.roff = choice[(h >> 8) & 3];
+          k.reg = (int)((h >> 16) & 1);
+          if (fn(&k, ctx))
+            return index;
+        }
     }
   }
   return index;
