@@ -194,6 +194,13 @@ for phase in "$@"; do
     done
     run share-procs-p2pconn ${SHARE_TIMEOUT:-300} env ZCC_P2P_DIRECT_DISABLE=1 ZCC_TIMEOUT=20000 \
       "$bin/test_gpu_colls" --ranks 2 --layout procs --quick --only matrix --coll $p2pc
+    # ... and that the variable took that path: zcc's COLL lines say "over connectors".
+    run share-p2pconn-path 120 sh -c 'out=$(ZCC_P2P_DIRECT_DISABLE=1 ZCC_DEBUG=INFO ZCC_DEBUG_SUBSYS=COLL \
+      ZCC_TIMEOUT=20000 "$1" --ranks 2 --layout threads --quick --only matrix \
+      --coll sendrecv_pairs,alltoall 2>&1); echo "$out" | grep -m2 "over connectors";
+      echo "$out" | tail -1; echo "$out" | tail -1 | grep -q " 0 failed" &&
+      echo "$out" | grep -q "point-to-point op(s), .* over connectors" &&
+      echo "$out" | grep -q "zccAlltoAll .* over connectors"' sh "$bin/test_gpu_colls"
     # Pre-multiplied sums in reduce and reduce-scatter (the quick runs above hold four
     # datatypes): every datatype, 3 ranks, staged one-shot and ring, in pieces.
     for a in default ring; do

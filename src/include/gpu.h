@@ -4,7 +4,8 @@
  * one process or across processes.
  *
  * The p2p transport (transport/p2p.c) gives each rank one device "window"
- * (flags, LL area, point-to-point area, staging buffer), zeroed once and
+ * (flags, LL area, point-to-point area, staging buffer, the channels' and
+ * the per-peer connectors), its flags zeroed once and
  * mapped into every peer GPU: by peer access within a process, by CUDA IPC
  * handles (exchanged over the bootstrap) across processes. Collectives
  * (exec/gpu.c) enqueue copies and the kernels of src/device/ on
