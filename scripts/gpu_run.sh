@@ -30,7 +30,8 @@
 #              (ZCC_P2P_DIRECT_DISABLE=1: 3 ranks at every size, 2 and 4 with 4 KiB slots,
 #              2 in processes); pre-multiplied reduce and reduce-scatter, every datatype,
 #              3 ranks, default and ring, 1 MiB staging (several pieces)
-#   share-san  compute-sanitizer memcheck and racecheck, 2 ranks, ring and tree, quick
+#   share-san  compute-sanitizer memcheck and racecheck, 2 ranks, ring and tree, quick;
+#              send/receive, alltoall and reduce(-scatter) with ZCC_P2P_DIRECT_DISABLE=1
 #   share-perf gpu_membw (the device-copy ceiling), then allreduce -g 2 --share-gpus 1
 #              8 B..SHARE_MAX (default 1G) in graphs: default (push/LL), ring, tree
 #   nccl       zcc's libnccl.so.2 (lib/nccl/ of the carry) on one GPU: its exports
@@ -216,6 +217,13 @@ for phase in "$@"; do
           --error-exitcode 9 --target-processes all "$bin/test_gpu_colls" --ranks 2 --layout threads \
           --quick --only matrix,graphs --replays 20
       done
+    done
+    # Send/receive and alltoall over the per-peer connectors, and the pre-multiplied cases.
+    for tool in memcheck racecheck; do
+      run "share-san-p2pconn-$tool" ${SANITIZE_TIMEOUT:-300} env ZCC_P2P_DIRECT_DISABLE=1 compute-sanitizer \
+        --tool $tool --error-exitcode 9 --target-processes all "$bin/test_gpu_colls" --ranks 2 \
+        --layout threads --quick --only matrix,graphs --coll sendrecv_mix,alltoall,reduce,reducescatter \
+        --replays 20
     done
     ;;
   share-perf)
