@@ -25,12 +25,18 @@
 #              Python wheel (ZCC_NCCL_LIB pointing at its libnccl.so.2)
 # One GPU, several ranks on it (test_gpu_colls --ranks, allreduce_perf --share-gpus 1):
 #   share      the matrix with 2, 3 and 4 ranks on the GPUs there are (threads layout),
-#              default algorithms and ZCC_ALGO=ring and tree; 2 ranks in processes (quick)
+#              default algorithms and ZCC_ALGO=ring and tree; 2 ranks in processes (quick);
+#              send/receive and alltoall over the per-peer connectors
+#              (ZCC_P2P_DIRECT_DISABLE=1: 3 ranks at every size, 2 and 4 with 4 KiB slots,
+#              2 in processes); pre-multiplied reduce and reduce-scatter, every datatype,
+#              3 ranks, default and ring, 1 MiB staging (several pieces)
 #   plan       what a GPU communicator of 2 ranks on one GPU plans and runs: its
 #              connections (via p2p, through the transport table), its plan and
-#              decision table at creation (INFO TUNING), and the refusals: ZCC_P2P_DISABLE=1 (names the pair), ZCC_ALGO=hier,
-#              ZCC_PROTO=ll128 (name what can run); ZCC_TOPO_MEASURE=1 on a GPU
-#   share-san  compute-sanitizer memcheck and racecheck, 2 ranks, ring and tree, quick
+#              decision table at creation (INFO TUNING), and the refusals:
+#              ZCC_P2P_DISABLE=1 (names the pair), ZCC_ALGO=hier, ZCC_PROTO=ll128 (name
+#              what can run); ZCC_TOPO_MEASURE=1 on a GPU
+#   share-san  compute-sanitizer memcheck and racecheck, 2 ranks, ring and tree, quick;
+#              send/receive, alltoall and reduce(-scatter) with ZCC_P2P_DIRECT_DISABLE=1
 #   share-perf gpu_membw (the device-copy ceiling), then allreduce -g 2 --share-gpus 1
 #              8 B..SHARE_MAX (default 1G) in graphs: default (push/LL), ring, tree
 #   nccl       zcc's libnccl.so.2 (lib/nccl/ of the carry) on one GPU: its exports
@@ -181,6 +187,33 @@ for phase in "$@"; do
       run "share-procs-$a" ${SHARE_TIMEOUT:-300} env $v "$bin/test_gpu_colls" --ranks 2 --layout procs \
         --quick --only matrix,graphs --replays 100
     done
+    # Send/receive and alltoall over the per-peer connectors: 3 ranks at every size
+    # (1M+3 elements run through the 1 MiB FIFOs many times), 2 and 4 ranks with 4 KiB
+    # slots (many wraps and short last slots at small sizes), 2 ranks in processes.
+    p2pc="sendrecv_ring,sendrecv_pairs,sendrecv_mix,alltoall"
+    run share-n3-p2pconn ${SHARE_TIMEOUT:-300} env ZCC_P2P_DIRECT_DISABLE=1 ZCC_TIMEOUT=20000 \
+      "$bin/test_gpu_colls" --ranks 3 --layout threads --only matrix,graphs --coll $p2pc --replays 100
+    for n in 2 4; do
+      run "share-n$n-p2pconn-4k" ${SHARE_TIMEOUT:-300} env ZCC_P2P_DIRECT_DISABLE=1 ZCC_GPU_CONN_BYTES=16384 \
+        ZCC_TIMEOUT=20000 "$bin/test_gpu_colls" --ranks $n --layout threads --quick --only matrix,graphs \
+        --coll $p2pc --replays 100
+    done
+    run share-procs-p2pconn ${SHARE_TIMEOUT:-300} env ZCC_P2P_DIRECT_DISABLE=1 ZCC_TIMEOUT=20000 \
+      "$bin/test_gpu_colls" --ranks 2 --layout procs --quick --only matrix --coll $p2pc
+    # ... and that the variable took that path: zcc's COLL lines say "over connectors".
+    run share-p2pconn-path 120 sh -c 'out=$(ZCC_P2P_DIRECT_DISABLE=1 ZCC_DEBUG=INFO ZCC_DEBUG_SUBSYS=COLL \
+      ZCC_TIMEOUT=20000 "$1" --ranks 2 --layout threads --quick --only matrix \
+      --coll sendrecv_pairs,alltoall 2>&1); echo "$out" | grep -m2 "over connectors";
+      echo "$out" | tail -1; echo "$out" | tail -1 | grep -q " 0 failed" &&
+      echo "$out" | grep -q "point-to-point op(s), .* over connectors" &&
+      echo "$out" | grep -q "zccAlltoAll .* over connectors"' sh "$bin/test_gpu_colls"
+    # Pre-multiplied sums in reduce and reduce-scatter (the quick runs above hold four
+    # datatypes): every datatype, 3 ranks, staged one-shot and ring, in pieces.
+    for a in default ring; do
+      v=; [ $a = default ] || v="ZCC_ALGO=$a"
+      run "share-n3-premul-$a" ${SHARE_TIMEOUT:-300} env $v ZCC_GPU_BUFFSIZE=1048576 ZCC_TIMEOUT=20000 \
+        "$bin/test_gpu_colls" --ranks 3 --layout threads --only matrix --premul-only
+    done
     ;;
   plan)
     # expect_refusal NAME TEXT CMD...: the command must fail and print TEXT
@@ -209,6 +242,13 @@ for phase in "$@"; do
           --error-exitcode 9 --target-processes all "$bin/test_gpu_colls" --ranks 2 --layout threads \
           --quick --only matrix,graphs --replays 20
       done
+    done
+    # Send/receive and alltoall over the per-peer connectors, and the pre-multiplied cases.
+    for tool in memcheck racecheck; do
+      run "share-san-p2pconn-$tool" ${SANITIZE_TIMEOUT:-300} env ZCC_P2P_DIRECT_DISABLE=1 compute-sanitizer \
+        --tool $tool --error-exitcode 9 --target-processes all "$bin/test_gpu_colls" --ranks 2 \
+        --layout threads --quick --only matrix,graphs --coll sendrecv_mix,alltoall,reduce,reducescatter \
+        --replays 20
     done
     ;;
   share-perf)

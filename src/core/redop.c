@@ -2,7 +2,9 @@
  * Pre-multiplied sums: reduction ops made per communicator by
  * zccRedOpCreatePreMulSum (op zccNumOps + slot), resolved by each
  * collective into a sum of scaled inputs: host plans scale into their own
- * buffer; GPU allreduce scales into recvbuff, then sums in place.
+ * buffer; GPU allreduce scales into recvbuff, then sums in place; GPU
+ * reduce and reduce-scatter scale each piece into the staging buffer, then
+ * reduce from there (exec/gpu.c).
  */
 #include <stdlib.h>
 #include <string.h>

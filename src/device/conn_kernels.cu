@@ -308,6 +308,144 @@ template <typename T, typename Op> __global__ void __launch_bounds__(ZD_CONN_THR
   }
 }
 
+// ---- point-to-point over the per-peer connectors (zcc_dev_conn_p2p) ----
+//
+// Block g runs group g: the ops of one (peer, direction), in the caller's
+// order, each cut into slots of p.slot bytes. A send waits until its FIFO
+// has a free slot (freed, own word), stores the piece into the slot in the
+// receiver's memory, __syncthreads, and publishes it (ready, the receiver's
+// word, st.release.sys). A receive waits for its ready word, copies the
+// slot out (local loads through L2: the slot is rewritten while this SM
+// may hold lines of its last use), __syncthreads (every load has returned:
+// its value is stored), and frees the slot (freed, the sender's word).
+
+#define ZD_CP2P_UNROLL 8
+#define ZD_CP2P_GROUPS (2 * ZCC_DEV_MAX_RANKS)
+
+struct ConnP2pOp {
+  char *buf;
+  size_t bytes;
+};
+
+struct ConnP2pGroup {
+  int peer;
+  int is_send;
+  int first_op;
+  int nops;
+};
+
+struct ConnP2pParams {
+  ConnP2pOp ops[ZCC_DEV_P2P_MAX_OPS]; // grouped, each group's in the caller's order
+  ConnP2pGroup groups[ZD_CP2P_GROUPS];
+  const zcc_dev_conns_t *conns;
+  const volatile uint32_t *abort_flag;
+  size_t slot;
+  int nslots;
+};
+
+// len bytes from src to dst by the whole block; ws, wd: access widths that
+// divide the alignment of src and dst. FROM_FIFO: src is a FIFO slot (16-byte
+// aligned), read through L2 only.
+template <bool FROM_FIFO>
+ZD_INLINE void cp2p_copy(char *dst, int wd, const char *src, int ws, size_t len) {
+  enum { U = ZD_CP2P_UNROLL };
+  const size_t packs = len / 16;
+  const size_t nth = blockDim.x;
+  for (size_t c0 = threadIdx.x; c0 < packs; c0 += nth * U) {
+    uint4 v[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const size_t c = c0 + u * nth;
+      if (c < packs) v[u] = FROM_FIFO ? __ldcg((const uint4 *)(src + c * 16)) : zd_ld16(src + c * 16, ws);
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const size_t c = c0 + u * nth;
+      if (c < packs) zd_st16(dst + c * 16, wd, v[u]);
+    }
+  }
+  const size_t t = threadIdx.x;
+  if (t < len % 16) dst[packs * 16 + t] = FROM_FIFO ? __ldcg(src + packs * 16 + t) : src[packs * 16 + t];
+}
+
+__global__ void __launch_bounds__(ZD_CONN_THREADS) conn_p2p_kernel(const __grid_constant__ ConnP2pParams p) {
+  const ConnP2pGroup &g = p.groups[blockIdx.x];
+  const int send = g.is_send;
+  Side s = side_load(send ? p.conns->peer_send[g.peer] : p.conns->peer_recv[g.peer]);
+  __syncthreads(); // every thread has read the step before thread 0 may write it
+  const uint32_t nslots = (uint32_t)p.nslots;
+  for (int i = 0; i < g.nops; i++) {
+    const ConnP2pOp &op = p.ops[g.first_op + i];
+    const int wbuf = zd_width(op.buf); // pieces start at multiples of 16
+    for (size_t off = 0; off < op.bytes; off += p.slot) {
+      const size_t len = op.bytes - off < p.slot ? op.bytes - off : p.slot;
+      char *const sl = s.fifo + (size_t)(s.step % nslots) * p.slot;
+      if (send) {
+        if (threadIdx.x == 0) zd_wait_reach(s.freed, s.step + 1 - nslots, p.abort_flag);
+        __syncthreads();
+        cp2p_copy<false>(sl, 16, op.buf + off, wbuf, len);
+        __syncthreads();
+        if (threadIdx.x == 0) zd_st_release_sys(s.ready, s.step + 1);
+      } else {
+        if (threadIdx.x == 0) zd_wait_reach(s.ready, s.step + 1, p.abort_flag);
+        __syncthreads();
+        cp2p_copy<true>(op.buf + off, wbuf, sl, 16, len);
+        __syncthreads();
+        if (threadIdx.x == 0) zd_st_release_sys(s.freed, s.step + 1);
+      }
+      s.step++;
+    }
+  }
+  __syncthreads();
+  side_store(s);
+}
+
+int conn_p2p_prepare(const zcc_dev_conn_p2p_t *a, ConnP2pParams *p, int *blocks) {
+  if (!a || !a->conns || !a->host) return cudaErrorInvalidValue;
+  const zcc_dev_conns_t *h = a->host;
+  if (h->nranks < 1 || h->nranks > ZCC_DEV_MAX_RANKS || h->rank < 0 || h->rank >= h->nranks ||
+      h->nslots < 2 || h->slot_bytes < 16 || h->slot_bytes % 16 != 0)
+    return cudaErrorInvalidValue;
+  if (a->nops < 0 || a->nops > ZCC_DEV_P2P_MAX_OPS) return cudaErrorInvalidValue;
+  *p = ConnP2pParams();
+  int ngroups = 0, nops = 0;
+  int key_group[2 * ZCC_DEV_MAX_RANKS];
+  for (int i = 0; i < 2 * ZCC_DEV_MAX_RANKS; i++) key_group[i] = -1;
+  for (int i = 0; i < a->nops; i++) {
+    const zcc_dev_p2p_op_t *op = &a->ops[i];
+    if (op->peer < 0 || op->peer >= h->nranks || op->peer == h->rank) return cudaErrorInvalidValue;
+    if (op->bytes > (SIZE_MAX >> 1)) return cudaErrorInvalidValue;
+    if (op->bytes && !op->buf) return cudaErrorInvalidValue;
+    const zcc_dev_conn_t &c = op->is_send ? h->peer_send[op->peer] : h->peer_recv[op->peer];
+    if (op->bytes && (!c.fifo || !c.ready || !c.freed || !c.step)) return cudaErrorInvalidValue;
+    const int key = op->peer * 2 + (op->is_send != 0);
+    if (op->bytes && key_group[key] < 0) {
+      ConnP2pGroup *g = &p->groups[ngroups];
+      g->peer = op->peer;
+      g->is_send = op->is_send != 0;
+      key_group[key] = ngroups++;
+    }
+  }
+  for (int gi = 0; gi < ngroups; gi++) {
+    ConnP2pGroup *g = &p->groups[gi];
+    g->first_op = nops;
+    for (int i = 0; i < a->nops; i++) {
+      const zcc_dev_p2p_op_t *op = &a->ops[i];
+      if (!op->bytes || op->peer != g->peer || (op->is_send != 0) != g->is_send) continue;
+      p->ops[nops].buf = (char *)op->buf;
+      p->ops[nops].bytes = op->bytes;
+      nops++;
+    }
+    g->nops = nops - g->first_op;
+  }
+  p->conns = a->conns;
+  p->abort_flag = a->abort_flag;
+  p->slot = h->slot_bytes;
+  p->nslots = h->nslots;
+  *blocks = ngroups;
+  return cudaSuccess;
+}
+
 int conn_prepare(const zcc_dev_conn_args_t *a, ConnParams *p) {
   if (!a || !a->conns || !a->host || (int)a->coll < 0 || a->coll >= ZCC_DEV_CONN_COLLS)
     return cudaErrorInvalidValue;
@@ -375,11 +513,23 @@ extern "C" __attribute__((visibility("hidden"))) int zcc_dev_conn_coll(
   return cudaGetLastError();
 }
 
+extern "C" __attribute__((visibility("hidden"))) int zcc_dev_conn_p2p(
+    const zcc_dev_conn_p2p_t *a, struct CUstream_st *stream) {
+  ConnP2pParams p;
+  int blocks = 0;
+  int err = conn_p2p_prepare(a, &p, &blocks);
+  if (err != cudaSuccess) return err;
+  if (blocks == 0) return cudaSuccess; // nothing but zero-byte ops: nothing to do
+  conn_p2p_kernel<<<blocks, ZD_CONN_THREADS, 0, (cudaStream_t)stream>>>(p);
+  return cudaGetLastError();
+}
+
 // Load every kernel of this file now (see zcc_dev_preload in device.h).
 extern "C" __attribute__((visibility("hidden"))) int zcc_dev_preload_conn(void) {
   int err = cudaSuccess;
   cudaFuncAttributes fa;
   cudaError_t e0 = cudaFuncGetAttributes(&fa, ring_kernel<uint8_t, ZdSum>);
+  if (e0 == cudaSuccess) e0 = cudaFuncGetAttributes(&fa, conn_p2p_kernel);
   if (e0 != cudaSuccess) return e0;
 #define ZD_LOAD_CONN(T, Op)                                                    \
   do {                                                                        \

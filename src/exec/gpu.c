@@ -30,9 +30,14 @@
  *   alltoall                   needs from the peers' staging (gather kernel)
  *   reduce, reducescatter      staged, one-shot reduction of the own slice
  *   send/recv                  the p2p kernel (sender's outbox, receiver pulls)
+ *   ZCC_P2P_DIRECT_DISABLE=1   send/recv and alltoall over the per-peer connectors
+ *                              (sender stores into the receiver's FIFO)
  *   ZCC_ALGO=ring|tree         allreduce, broadcast, reduce, all-gather and
  *                              reduce-scatter over the connectors (device.h):
  *                              one kernel, no staging copy, any transport
+ *   pre-multiplied sums        allreduce: scaled into recvbuff, then summed there;
+ *                              reduce, reducescatter: scaled into the own staging
+ *                              piece by piece, then reduced (staged or ring)
  * Where ranks share a GPU, grids are capped (zcc_gpu_t.block_cap) so that
  * every rank's blocks run at once.
  */
@@ -257,6 +262,67 @@ static zccResult_t conn_coll(struct zccComm *comm, const zcc_coll_args_t *x, cud
 }
 
 /*
+ * Pre-multiplied sums of reduce and reduce-scatter: the piece at `off` (n
+ * bytes) of each of the input's `blocks` blocks of `bytes` scaled by this
+ * rank's scalar into the own staging buffer, block r at r * n. Only
+ * recvbuff is written afterwards, so in place works as out of place.
+ */
+static zccResult_t stage_scaled(zcc_gpu_t *g, const zcc_coll_args_t *x, size_t off, size_t n,
+                                size_t bytes, int blocks, cudaStream_t s, const char *fn) {
+  size_t es = zcc_type_size(x->type);
+  for (int r = 0; r < blocks; r++)
+    DEV(zcc_dev_scale(g->staging[g->rank] + (size_t)r * n,
+                      (const char *)x->sendbuf + (size_t)r * bytes + off, n / es, x->type,
+                      x->scalar_ptr, x->scalar, s));
+  return zccSuccess;
+}
+
+/*
+ * Pre-multiplied reduce and reduce-scatter over the connectors: each piece
+ * of the input is scaled into the own staging buffer (stage_scaled) and the
+ * ring kernel reduces it from there into recvbuff. Every rank cuts alike
+ * (count and staging size are shared). The sequence ends with a barrier:
+ * the push kernel writes into peers' staging without one, so every rank
+ * must be done reading its own first.
+ */
+static zccResult_t conn_premul(struct zccComm *comm, const zcc_coll_args_t *x, cudaStream_t s,
+                               const char *fn) {
+  zcc_gpu_t *g = comm->gpu;
+  int k = g->nranks, me = g->rank, scatter = x->coll == ZCC_COLL_REDUCESCATTER;
+  size_t es = zcc_type_size(x->type), bytes = x->count * es; /* per rank's output */
+  if (k == 1) { /* the result is the scaled input */
+    DEV(zcc_dev_scale(x->recvbuf, x->sendbuf, x->count, x->type, x->scalar_ptr, x->scalar, s));
+    ZCC_INFO(COLL, "%s %zu bytes: one rank, pre-multiplied: scaled", fn, bytes);
+    return zccSuccess;
+  }
+  size_t piece = piece_bytes(scatter ? g->staging_bytes / (size_t)k : g->staging_bytes);
+  zcc_dev_conn_args_t a;
+  memset(&a, 0, sizeof(a));
+  a.conns = g->conns_dev;
+  a.host = g->conns;
+  a.coll = scatter ? ZCC_DEV_CONN_REDUCESCATTER : ZCC_DEV_CONN_REDUCE;
+  a.type = x->type;
+  a.op = x->op;
+  a.root = x->root;
+  a.abort_flag = g->abort_dev;
+  size_t npieces = 0;
+  for (size_t off = 0; off < bytes; off += piece, npieces++) {
+    size_t n = bytes - off < piece ? bytes - off : piece;
+    ZCC_CHECK(stage_scaled(g, x, off, n, bytes, scatter ? k : 1, s, fn));
+    a.input = g->staging[me];
+    a.output = x->recvbuf ? (char *)x->recvbuf + off : NULL; /* reduce: unused off the root */
+    a.count = n / es;
+    DEV(zcc_dev_conn_coll(&a, s));
+  }
+  zcc_dev_allreduce_t b;
+  ar_base(g, &b);
+  DEV(zcc_dev_barrier(&b, s));
+  ZCC_INFO(COLL, "%s %zu bytes: pre-multiplied, scaled into staging, ring over connectors, "
+           "%zu piece(s)", fn, bytes, npieces);
+  return zccSuccess;
+}
+
+/*
  * The allreduce algorithm for x, and whether its buffers are read in place;
  * *rs / *rr: the registrations holding sendbuff / recvbuff, or NULL.
  */
@@ -375,7 +441,10 @@ static zccResult_t allreduce(struct zccComm *comm, const zcc_coll_args_t *x, cud
   return zccSuccess;
 }
 
-/* Reduce (root) and reducescatter: the one-shot kernel over staged inputs. */
+/*
+ * Reduce (root) and reducescatter: the one-shot kernel over staged inputs
+ * (pre-multiplied sums: scaled into staging instead of copied).
+ */
 static zccResult_t reduce_like(struct zccComm *comm, const zcc_coll_args_t *x, cudaStream_t s,
                                const char *fn) {
   zcc_gpu_t *g = comm->gpu;
@@ -387,11 +456,13 @@ static zccResult_t reduce_like(struct zccComm *comm, const zcc_coll_args_t *x, c
   ar_base(g, &a);
   a.type = x->type;
   a.op = x->op;
-  ZCC_INFO(COLL, "%s %zu bytes: one-shot, staged (one copy), %zu piece(s)", fn, bytes,
-            (bytes + piece - 1) / piece);
+  ZCC_INFO(COLL, "%s %zu bytes: one-shot, staged (%s), %zu piece(s)", fn, bytes,
+           x->scale ? "scaled, pre-multiplied" : "one copy", (bytes + piece - 1) / piece);
   for (size_t off = 0; off < bytes; off += piece) {
     size_t n = bytes - off < piece ? bytes - off : piece;
-    if (scatter)
+    if (x->scale)
+      ZCC_CHECK(stage_scaled(g, x, off, n, bytes, scatter ? k : 1, s, fn));
+    else if (scatter)
       CU(cudaMemcpy2DAsync(g->staging[me], n, (const char *)x->sendbuf + off, bytes, n,
                            (size_t)k, cudaMemcpyDeviceToDevice, s));
     else
@@ -457,6 +528,87 @@ static zccResult_t gather_like(struct zccComm *comm, const zcc_coll_args_t *x, c
   return zccSuccess;
 }
 
+/*
+ * Sends and receives with peers (ops to self skipped) in one launch of the
+ * connector kernel (ZCC_P2P_DIRECT_DISABLE=1): the sender stores into the
+ * receiver's FIFO, the receiver reads locally.
+ */
+static zccResult_t p2p_conn_launch(struct zccComm *comm, const zcc_gpu_p2p_op_t *ops, int nops,
+                                   cudaStream_t s, const char *fn) {
+  zcc_gpu_t *g = comm->gpu;
+  zcc_dev_conn_p2p_t a;
+  memset(&a, 0, sizeof(a));
+  a.conns = g->conns_dev;
+  a.host = g->conns;
+  a.abort_flag = g->abort_dev;
+  for (int i = 0; i < nops; i++) {
+    if (ops[i].peer == g->rank) continue;
+    if (a.nops == ZCC_DEV_P2P_MAX_OPS)
+      /* Split into launches, one rank's second launch could hold what a peer's
+         first one waits for: refuse rather than risk a deadlock. */
+      return zcc_error(zccInvalidUsage,
+                       "%s: a group holds more than %d sends and receives with peers on one "
+                       "GPU communicator", fn, ZCC_DEV_P2P_MAX_OPS);
+    zcc_dev_p2p_op_t *o = &a.ops[a.nops++];
+    o->buf = ops[i].buf;
+    o->bytes = ops[i].bytes;
+    o->peer = ops[i].peer;
+    o->is_send = !ops[i].is_recv;
+  }
+  DEV(zcc_dev_conn_p2p(&a, s));
+  return zccSuccess;
+}
+
+/*
+ * All-to-all over the per-peer connectors (ZCC_P2P_DIRECT_DISABLE=1): one
+ * launch per piece of the blocks, sending block j's piece to rank j and
+ * receiving rank j's into block j. Every rank cuts the blocks alike (from
+ * the count and the staging size, which all share), so the n-th send from
+ * one rank to another always meets a receive of the same size. In place,
+ * each piece of every block is first copied into the own staging buffer and
+ * sent from there (the receives overwrite the blocks); the sequence ends
+ * with a barrier on every rank (in place or not, so the flag areas stay in
+ * step), after which no rank reads its staging any more (the push kernel
+ * writes into peers' staging without one).
+ */
+static zccResult_t alltoall_conn(struct zccComm *comm, const zcc_coll_args_t *x, cudaStream_t s,
+                                 const char *fn) {
+  zcc_gpu_t *g = comm->gpu;
+  int k = g->nranks, me = g->rank;
+  size_t es = zcc_type_size(x->type), bytes = x->count * es; /* per block */
+  size_t piece = piece_bytes(g->staging_bytes / (size_t)k);
+  const char *in = x->sendbuf;
+  char *out = x->recvbuf;
+  int inplace = x->sendbuf == x->recvbuf;
+  if (!inplace)
+    CU(cudaMemcpyAsync(out + (size_t)me * bytes, in + (size_t)me * bytes, bytes,
+                       cudaMemcpyDeviceToDevice, s));
+  size_t npieces = 0;
+  for (size_t off = 0; off < bytes; off += piece, npieces++) {
+    size_t n = bytes - off < piece ? bytes - off : piece;
+    zcc_gpu_p2p_op_t ops[2 * ZCC_DEV_MAX_RANKS];
+    int nops = 0;
+    if (inplace)
+      CU(cudaMemcpy2DAsync(g->staging[me], n, in + off, bytes, n, (size_t)k,
+                           cudaMemcpyDeviceToDevice, s));
+    for (int r = 0; r < k; r++) {
+      if (r == me) continue;
+      ops[nops++] = (zcc_gpu_p2p_op_t){
+          inplace ? g->staging[me] + (size_t)r * n : (char *)(in + (size_t)r * bytes + off), n, r,
+          0, (struct CUstream_st *)s};
+      ops[nops++] = (zcc_gpu_p2p_op_t){out + (size_t)r * bytes + off, n, r, 1,
+                                       (struct CUstream_st *)s};
+    }
+    ZCC_CHECK(p2p_conn_launch(comm, ops, nops, s, fn));
+  }
+  zcc_dev_allreduce_t b;
+  ar_base(g, &b);
+  DEV(zcc_dev_barrier(&b, s));
+  ZCC_INFO(COLL, "%s %zu bytes: over connectors (send/receive), %zu piece(s)%s", fn, bytes,
+           npieces, inplace ? ", in place through staging" : "");
+  return zccSuccess;
+}
+
 static zccResult_t dispatch(struct zccComm *comm, const zcc_coll_args_t *x, cudaStream_t s,
                             const char *fn) {
   if (x->coll != ZCC_COLL_ALLREDUCE) {
@@ -467,8 +619,11 @@ static zccResult_t dispatch(struct zccComm *comm, const zcc_coll_args_t *x, cuda
       bytes *= (size_t)comm->nranks;
     zcc_choice_t ch;
     ZCC_CHECK(zcc_select_cached(comm->select, x->coll, bytes, 1, &ch));
-    if (ch.algo == ZCC_ALGO_RING) return conn_coll(comm, x, s, 0, fn);
+    if (ch.algo == ZCC_ALGO_RING)
+      return x->scale ? conn_premul(comm, x, s, fn) : conn_coll(comm, x, s, 0, fn);
   }
+  if (x->coll == ZCC_COLL_ALLTOALL && comm->gpu->p2p_conn && comm->gpu->nranks > 1)
+    return alltoall_conn(comm, x, s, fn);
   switch (x->coll) {
   case ZCC_COLL_ALLREDUCE: return allreduce(comm, x, s, fn);
   case ZCC_COLL_REDUCE:
@@ -513,14 +668,9 @@ zccResult_t zcc_gpu_coll(struct zccComm *comm, const zcc_coll_args_t *x,
   if (prev != comm->device) CU(cudaSetDevice(comm->device));
   zccResult_t res = zccSuccess;
   zcc_coll_args_t scaled;
-  if (x->scale) {
-    /* Pre-multiplied sum: scale into recvbuff, then sum there in place. */
-    if (x->coll != ZCC_COLL_ALLREDUCE) {
-      res = zcc_error(zccInvalidUsage,
-                      "%s: pre-multiplied sums run on GPU communicators in allreduce only so "
-                      "far (the input is scaled into recvbuff first)", fn);
-      goto out;
-    }
+  if (x->scale && x->coll == ZCC_COLL_ALLREDUCE) {
+    /* Pre-multiplied sum: scale into recvbuff, then sum there in place. (Reduce
+       and reducescatter scale into staging as they stage: reduce_like, conn_premul.) */
     int e = zcc_dev_scale(x->recvbuf, x->sendbuf, x->count, x->type, x->scalar_ptr, x->scalar,
                           stream);
     if (e != 0) {
@@ -599,6 +749,13 @@ zccResult_t zcc_gpu_p2p(struct zccComm *comm, const zcc_gpu_p2p_op_t *ops, int n
     }
     si++;
     ri++;
+  }
+  if (g->p2p_conn) { /* ZCC_P2P_DIRECT_DISABLE=1: through the per-peer connectors */
+    if (res == zccSuccess) res = p2p_conn_launch(comm, ops, nops, s, fn);
+    ZCC_INFO(COLL, "%s: %d point-to-point op(s), %d self copy(ies), over connectors", fn, nops,
+             nself_s);
+    if (prev != comm->device) cudaSetDevice(prev);
+    return res;
   }
   zcc_dev_p2p_t a;
   memset(&a, 0, sizeof(a));

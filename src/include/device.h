@@ -332,12 +332,29 @@ typedef struct zcc_dev_channel {
   int tree_nchildren;               /* 0 .. ZCC_DEV_TREE_ARITY */
 } zcc_dev_channel_t;
 
+/*
+ * Per-peer connectors, for point-to-point (zcc_dev_conn_p2p): one FIFO each
+ * way per pair of ranks, nslots x slot_bytes like the channels' FIFOs. A
+ * rank's own words for peer r are four flag lines (ZCC_DEV_PEER_LINE(r, i))
+ * in its window: the ready word and step of its FIFO from r, the freed word
+ * and step of its sends to r.
+ */
+#define ZCC_DEV_PEER_RECV_READY 0
+#define ZCC_DEV_PEER_RECV_STEP 1
+#define ZCC_DEV_PEER_SEND_FREED 2
+#define ZCC_DEV_PEER_SEND_STEP 3
+#define ZCC_DEV_PEER_LINES 4
+#define ZCC_DEV_PEER_LINE(r, i) ((r) * ZCC_DEV_PEER_LINES + (i))
+#define ZCC_DEV_PEER_FLAG_BYTES (ZCC_DEV_MAX_RANKS * ZCC_DEV_PEER_LINES * ZCC_DEV_CONN_LINE * 4)
+
 typedef struct zcc_dev_conns {
   int nchannels;
   int nranks, rank;
   int nslots;        /* per FIFO, 2 .. 64 */
   size_t slot_bytes; /* a multiple of 16 */
   zcc_dev_channel_t ch[ZCC_DEV_MAX_CHANNELS];
+  zcc_dev_conn_t peer_send[ZCC_DEV_MAX_RANKS]; /* to rank r (fifo NULL for self) */
+  zcc_dev_conn_t peer_recv[ZCC_DEV_MAX_RANKS]; /* from rank r */
 } zcc_dev_conns_t;
 
 typedef enum {
@@ -377,6 +394,31 @@ typedef struct zcc_dev_conn_args {
 int zcc_dev_conn_coll(const zcc_dev_conn_args_t *args, struct CUstream_st *stream);
 /* Channels a launch would use (the same rule every rank applies); -1: bad arguments. */
 int zcc_dev_conn_channels(const zcc_dev_conn_args_t *args);
+
+/*
+ * Point-to-point over the per-peer connectors (ZCC_P2P_DIRECT_DISABLE=1):
+ * the same contract as zcc_dev_p2p (one launch runs all of one rank's
+ * sends and receives of a group concurrently; ops with the same peer and
+ * direction run in the order given and pair with the peer's in its order;
+ * paired byte counts equal; zero-byte ops skipped on both sides; sends to
+ * self not passed here), but no loads from a peer's memory: the sender
+ * stores each slot of its data into the FIFO in the receiver's memory and
+ * advances the receiver's ready word, the receiver copies the slot out
+ * locally into its buffer and advances the sender's freed word. An op is
+ * cut into slots of slot_bytes (the last one shorter), so both sides cut
+ * alike from the byte count. One block per (peer, direction) with work,
+ * at most 2 (nranks - 1), all resident at once. The steps stay in the
+ * connectors' step words across launches (graph replays work). A send
+ * completes once its last slot is in the receiver's FIFO.
+ */
+typedef struct zcc_dev_conn_p2p {
+  const zcc_dev_conns_t *conns; /* device memory */
+  const zcc_dev_conns_t *host;  /* its host copy */
+  zcc_dev_p2p_op_t ops[ZCC_DEV_P2P_MAX_OPS];
+  int nops;
+  const volatile uint32_t *abort_flag;
+} zcc_dev_conn_p2p_t;
+int zcc_dev_conn_p2p(const zcc_dev_conn_p2p_t *args, struct CUstream_st *stream);
 
 /*
  * Stream-ordered flags between two GPUs, for pipelines that move data with

@@ -4,7 +4,8 @@
  * one process or across processes.
  *
  * The p2p transport (transport/p2p.c) gives each rank one device "window"
- * (flags, LL area, point-to-point area, staging buffer), zeroed once and
+ * (flags, LL area, point-to-point area, staging buffer, the channels' and
+ * the per-peer connectors), its flags zeroed once and
  * mapped into every peer GPU: by peer access within a process, by CUDA IPC
  * handles (exchanged over the bootstrap) across processes. Collectives
  * (exec/gpu.c) enqueue copies and the kernels of src/device/ on
@@ -85,6 +86,9 @@ typedef struct zcc_gpu {
   int gpu_share;
   int block_cap;
   int share_local; /* ranks of this process on this GPU, this one included */
+  /* ZCC_P2P_DIRECT_DISABLE=1: send/receive and all-to-all run over the
+     per-peer connectors (zcc_dev_conn_p2p) instead of the p2p outboxes. */
+  int p2p_conn;
 } zcc_gpu_t;
 
 /*

@@ -96,6 +96,7 @@ static const alias_t aliases[] = {
     {"COMM_ID", "NCCL_COMM_ID", NULL},
     {"SHM_DISABLE", "NCCL_SHM_DISABLE", NULL},
     {"P2P_DISABLE", "NCCL_P2P_DISABLE", NULL},
+    {"P2P_DIRECT_DISABLE", "NCCL_P2P_DIRECT_DISABLE", NULL},
     {"ALGO", "NCCL_ALGO", map_algo},
     {"PROTO", "NCCL_PROTO", map_proto},
 };

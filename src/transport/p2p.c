@@ -12,6 +12,9 @@
  *   staging  ZCC_GPU_BUFFSIZE      where unregistered inputs are copied
  *   conns    per channel: its flag lines (zeroed), then its five receive
  *            FIFOs of ZCC_GPU_CONN_BYTES (device.h: connectors)
+ *   peers    per-peer connectors for send/receive: their flag lines
+ *            (ZCC_DEV_PEER_FLAG_BYTES, zeroed), then one receive FIFO of
+ *            ZCC_GPU_CONN_BYTES per source rank (its own unused)
  *
  * Several ranks may share one GPU: within a process they address each
  * other's windows directly, across processes through IPC handles as for
@@ -54,6 +57,11 @@ ZCC_PARAM_INT(gpu_conn_bytes, "GPU_CONN_BYTES", 1 << 20,
               "bytes of each GPU connector FIFO (ring and tree kernels), split into "
               "ZCC_GPU_CONN_SLOTS slots")
 ZCC_PARAM_INT(gpu_conn_slots, "GPU_CONN_SLOTS", 4, "slots per GPU connector FIFO (2 to 64)")
+ZCC_PARAM_INT(p2p_direct_disable, "P2P_DIRECT_DISABLE", 0,
+              "1: GPU send/receive and all-to-all move data through per-peer connector "
+              "FIFOs in the receiver's memory (the sender stores, the receiver reads "
+              "locally; no loads from a peer's memory), as NCCL_P2P_DIRECT_DISABLE; 0: the "
+              "receiver copies from the sender's outbox. Equal on every rank")
 
 #define ALIGN_UP(x, a) (((x) + (a)-1) / (a) * (a))
 
@@ -112,6 +120,8 @@ typedef struct {
   uint64_t staging_bytes; /* every rank must agree: kernels lay slots out in peers' staging */
   uint64_t slot_bytes;    /* connectors: every rank must agree on the layout */
   int32_t nslots, nchannels;
+  int32_t p2p_conn;       /* ZCC_P2P_DIRECT_DISABLE: the send/receive kernels must match */
+  int32_t pad;
 } win_wire_t;
 
 /* Some peer lives in another process (needs IPC handles). */
@@ -259,6 +269,12 @@ static zccResult_t p2p_attach(zcc_conn_t *conn, const void *peer_blob) {
                      comm->name, me, g->conns->nchannels, g->conns->nslots,
                      (unsigned long long)g->conns->slot_bytes, r, b.w.nchannels, b.w.nslots,
                      (unsigned long long)b.w.slot_bytes);
+  if (b.w.p2p_conn != g->p2p_conn)
+    return zcc_error(zccInvalidUsage,
+                     "comm %s: rank %d runs send/receive %s and rank %d %s; set "
+                     "ZCC_P2P_DIRECT_DISABLE alike on every rank",
+                     comm->name, me, g->p2p_conn ? "over connectors" : "direct", r,
+                     b.w.p2p_conn ? "over connectors" : "direct");
   p2p_conn_t *pc = calloc(1, sizeof(*pc));
   if (!pc) return zcc_error(zccSystemError, "init: out of memory");
   const zcc_peer_info_t *self = &comm->peers[me], *p = &comm->peers[r];
@@ -357,6 +373,7 @@ static zccResult_t describe_window(struct zccComm *comm, zcc_gpu_t *g) {
   w->slot_bytes = g->conns->slot_bytes;
   w->nslots = g->conns->nslots;
   w->nchannels = g->conns->nchannels;
+  w->p2p_conn = g->p2p_conn;
   return zccSuccess;
 }
 
@@ -433,6 +450,21 @@ static size_t conns_bytes(const zcc_gpu_t *g) {
          (size_t)g->conns->nchannels * ZCC_DEV_RECV_CONNS * conn_fifo_bytes(g);
 }
 
+/* The per-peer connectors after the channels': flag lines, then one FIFO per source rank. */
+static size_t off_peers(const zcc_gpu_t *g) { return off_conns(g) + conns_bytes(g); }
+static size_t peers_bytes(const zcc_gpu_t *g) {
+  return ALIGN_UP((size_t)ZCC_DEV_PEER_FLAG_BYTES, 4096) + (size_t)g->nranks * conn_fifo_bytes(g);
+}
+/* Rank r's flag line for peer q (ZCC_DEV_PEER_*), and its FIFO fed by rank q. */
+static uint32_t *peer_line(const zcc_gpu_t *g, int r, int q, int i) {
+  return (uint32_t *)(g->peer_win[r] + off_peers(g) +
+                      (size_t)ZCC_DEV_PEER_LINE(q, i) * ZCC_DEV_CONN_LINE * 4);
+}
+static char *peer_fifo(const zcc_gpu_t *g, int r, int q) {
+  return g->peer_win[r] + off_peers(g) + ALIGN_UP((size_t)ZCC_DEV_PEER_FLAG_BYTES, 4096) +
+         (size_t)q * conn_fifo_bytes(g);
+}
+
 /* Rank r's flag line L of channel c, and its receive FIFO i, as this GPU addresses them. */
 static uint32_t *conn_line(const zcc_gpu_t *g, int r, int c, int line) {
   return (uint32_t *)(g->peer_win[r] + off_conns(g) + (size_t)c * ZCC_DEV_CHAN_FLAG_BYTES +
@@ -493,6 +525,19 @@ static zccResult_t conns_bind(struct zccComm *comm, zcc_gpu_t *g) {
                 &ch->send[ZCC_DEV_SEND_DOWN]);
     }
   }
+  /* Per peer q: my sends store into q's FIFO from me; q's into mine from q. */
+  for (int q = 0; q < n; q++) {
+    if (q == me) continue;
+    zcc_dev_conn_t *sd = &t->peer_send[q], *rv = &t->peer_recv[q];
+    sd->fifo = peer_fifo(g, q, me);
+    sd->ready = peer_line(g, q, me, ZCC_DEV_PEER_RECV_READY);
+    sd->freed = peer_line(g, me, q, ZCC_DEV_PEER_SEND_FREED);
+    sd->step = peer_line(g, me, q, ZCC_DEV_PEER_SEND_STEP);
+    rv->fifo = peer_fifo(g, me, q);
+    rv->ready = peer_line(g, me, q, ZCC_DEV_PEER_RECV_READY);
+    rv->freed = peer_line(g, q, me, ZCC_DEV_PEER_SEND_FREED);
+    rv->step = peer_line(g, me, q, ZCC_DEV_PEER_RECV_STEP);
+  }
   void *d = NULL;
   CUDA_TRY(cudaMalloc(&d, sizeof(*t)), comm);
   g->conns_dev = d;
@@ -527,12 +572,18 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
                      (long long)sb);
   g->staging_bytes = ALIGN_UP((size_t)sb, 4096);
   ZCC_CHECK(conns_plan(comm, g));
-  g->win_bytes = off_conns(g) + conns_bytes(g);
+  int64_t pdd = zcc_param_p2p_direct_disable();
+  if (pdd != 0 && pdd != 1)
+    return zcc_error(zccInvalidArgument, "ZCC_P2P_DIRECT_DISABLE=%lld: expected 0 or 1",
+                     (long long)pdd);
+  g->p2p_conn = (int)pdd;
+  g->win_bytes = off_peers(g) + peers_bytes(g);
   void *win = NULL;
   CUDA_TRY(cudaMalloc(&win, g->win_bytes), comm);
   g->win = win;
   CUDA_TRY(cudaMemset(g->win, 0, off_p2p() + ZCC_DEV_P2P_FLAG_BYTES), comm);
   CUDA_TRY(cudaMemset(g->win + off_conns(g), 0, conn_flag_bytes(g->conns->nchannels)), comm);
+  CUDA_TRY(cudaMemset(g->win + off_peers(g), 0, ZCC_DEV_PEER_FLAG_BYTES), comm);
   CUDA_TRY(cudaDeviceSynchronize(), comm);
   void *ab = NULL;
   CUDA_TRY(cudaHostAlloc(&ab, 64, cudaHostAllocMapped | cudaHostAllocPortable), comm);

@@ -342,11 +342,77 @@ static void ref_reduce(zccDataType_t t, zccRedOp_t op, int n, const unsigned cha
     zcc_reduce_finish_avg(out, out, count, t, n);
 }
 
+/* Pre-multiplied sum: every input scaled by its rank's scalar (zcc_reduce_scale), then summed. */
+static void ref_premul(zccDataType_t t, int n, const unsigned char *const *in, unsigned char *out,
+                       size_t count) {
+  size_t b = count * esize(t);
+  unsigned char *tmp = malloc((size_t)n * b + 1);
+  const unsigned char *sc[MAX_RANKS];
+  if (!tmp)
+    die("out of host memory");
+  for (int j = 0; j < n; j++) {
+    unsigned char s[8];
+    premul_scalar(t, j, s);
+    zcc_reduce_scale(tmp + (size_t)j * b, in[j], count, t, s);
+    sc[j] = tmp + (size_t)j * b;
+  }
+  ref_reduce(t, zccSum, n, sc, out, count);
+  free(tmp);
+}
+
 /* ---- collectives ---- */
 
-const char *const coll_names[C_NUM] = {"allreduce",     "broadcast",     "reduce",
-                                       "allgather",     "reducescatter", "alltoall",
-                                       "sendrecv_ring", "sendrecv_pairs"};
+const char *const coll_names[C_NUM] = {"allreduce",     "broadcast",      "reduce",
+                                       "allgather",     "reducescatter",  "alltoall",
+                                       "sendrecv_ring", "sendrecv_pairs", "sendrecv_mix"};
+
+void *premul_dev[MAX_RANKS];
+
+/*
+ * Rank r's pre-multiplied sum scalar, as the type's bits: floats 1.5, -0.5,
+ * 2, -1 by r % 4 (with opt.order_free, where the ring reduces in ring order,
+ * 1, -1, -1, 1: exact in any order on order-free inputs); integers 3, -1, 5,
+ * 7 (wrapping products and sums are exact in any order).
+ */
+void premul_scalar(zccDataType_t t, int r, unsigned char out[8]) {
+  static const double fv[4] = {1.5, -0.5, 2.0, -1.0}, fo[4] = {1.0, -1.0, -1.0, 1.0};
+  static const uint16_t h16[2][4] = {{0x3E00, 0xB800, 0x4000, 0xBC00}, {0x3C00, 0xBC00, 0xBC00, 0x3C00}};
+  static const uint16_t b16[2][4] = {{0x3FC0, 0xBF00, 0x4000, 0xBF80}, {0x3F80, 0xBF80, 0xBF80, 0x3F80}};
+  static const uint8_t e4[2][4] = {{0x3C, 0xB0, 0x40, 0xB8}, {0x38, 0xB8, 0xB8, 0x38}};
+  static const uint8_t e5[2][4] = {{0x3E, 0xB8, 0x40, 0xBC}, {0x3C, 0xBC, 0xBC, 0x3C}};
+  static const int64_t iv[4] = {3, -1, 5, 7};
+  int o = opt.order_free != 0, i = r % 4;
+  memset(out, 0, 8);
+  switch (t) {
+  case zccFloat32: {
+    float f = (float)(o ? fo[i] : fv[i]);
+    memcpy(out, &f, 4);
+    break;
+  }
+  case zccFloat64: {
+    double d = o ? fo[i] : fv[i];
+    memcpy(out, &d, 8);
+    break;
+  }
+  case zccFloat16: memcpy(out, &h16[o][i], 2); break;
+  case zccBfloat16: memcpy(out, &b16[o][i], 2); break;
+  case zccFloat8e4m3: out[0] = e4[o][i]; break;
+  case zccFloat8e5m2: out[0] = e5[o][i]; break;
+  default: memcpy(out, &iv[i], esize(t)); break; /* little endian: the low bytes */
+  }
+}
+
+/* The device scalars of this process's ranks for c (before the call or its capture). */
+void premul_prepare(world_t *w, const call_t *c) {
+  if (c->premul != PREMUL_DEVICE)
+    return;
+  for (int i = 0; i < w->nlocal; i++) {
+    unsigned char sc[8];
+    premul_scalar(c->type, w->rk[i].rank, sc);
+    setdev(w, i);
+    CK(cudaMemcpy(premul_dev[w->rk[i].rank], sc, esize(c->type), cudaMemcpyHostToDevice));
+  }
+}
 
 int is_reducing(coll_t c) {
   return c == C_ALLREDUCE || c == C_REDUCE || c == C_REDUCESCATTER;
@@ -357,21 +423,75 @@ int is_rooted(coll_t c) {
 
 /* Elements of sendbuff and recvbuff for a call of `count` (the API's unit). */
 size_t send_elems(coll_t c, size_t count, int n) {
-  return c == C_REDUCESCATTER || c == C_ALLTOALL || c == C_PAIRS ? (size_t)n * count : count;
+  return c == C_REDUCESCATTER || c == C_ALLTOALL || c == C_PAIRS || c == C_MIX ? (size_t)n * count
+                                                                                : count;
 }
 size_t recv_elems(coll_t c, size_t count, int n) {
-  return c == C_ALLGATHER || c == C_ALLTOALL || c == C_PAIRS ? (size_t)n * count : count;
+  return c == C_ALLGATHER || c == C_ALLTOALL || c == C_PAIRS || c == C_MIX ? (size_t)n * count
+                                                                            : count;
+}
+
+/*
+ * "mix": one group per rank r with a send and a receive of block r to and
+ * from itself, and with every peer j block j both ways in two ops each (the
+ * first count/2 elements, then the rest: the second starts unaligned), in
+ * the order receive 1, send 1, send 2, receive 2. The result is alltoall's.
+ */
+static zccResult_t call_mix(const call_t *c, zccComm_t comm, int r, int n, const void *sp,
+                            void *rp, cudaStream_t s) {
+  zccResult_t res = zccSuccess, q;
+  size_t es = esize(c->type), b = c->count * es, h = c->count / 2, hb = h * es;
+  const char *in = sp;
+  char *out = rp;
+#define MIX_OP(call)                                                                               \
+  do {                                                                                             \
+    if ((q = (call)) != zccSuccess && res == zccSuccess)                                           \
+      res = q;                                                                                     \
+  } while (0)
+  MIX_OP(zccSend(in + (size_t)r * b, c->count, c->type, r, comm, s));
+  MIX_OP(zccRecv(out + (size_t)r * b, c->count, c->type, r, comm, s));
+  for (int d = 1; d < n; d++) {
+    int j = (r + d) % n;
+    MIX_OP(zccRecv(out + (size_t)j * b, h, c->type, j, comm, s));
+    MIX_OP(zccSend(in + (size_t)j * b, h, c->type, j, comm, s));
+    MIX_OP(zccSend(in + (size_t)j * b + hb, c->count - h, c->type, j, comm, s));
+    MIX_OP(zccRecv(out + (size_t)j * b + hb, c->count - h, c->type, j, comm, s));
+  }
+#undef MIX_OP
+  return res;
+}
+
+/* A reduce or reducescatter with rank r's pre-multiplied sum (made and destroyed around it). */
+static zccResult_t call_premul(const call_t *c, zccComm_t comm, int r, const void *sp, void *rp,
+                               cudaStream_t s) {
+  unsigned char sc[8];
+  zccRedOp_t op;
+  premul_scalar(c->type, r, sc);
+  int dev = c->premul == PREMUL_DEVICE;
+  zccResult_t res = zccRedOpCreatePreMulSum(&op, dev ? premul_dev[r] : (void *)sc, c->type,
+                                            dev ? zccScalarDevice : zccScalarHostImmediate, comm);
+  if (res != zccSuccess)
+    return res;
+  if (c->coll == C_REDUCE)
+    res = zccReduce(sp, rp, c->count, c->type, op, c->root, comm, s);
+  else
+    res = zccReduceScatter(sp, rp, c->count, c->type, op, comm, s);
+  zccResult_t res2 = zccRedOpDestroy(op, comm);
+  return res != zccSuccess ? res : res2;
 }
 
 /*
  * One rank's call. Send/recv: the ring sends to rank+1 and receives from
  * rank-1; "pairs" exchanges block j with every rank j != rank, both
- * directions at once. grouped: already inside the caller's group.
+ * directions at once; "mix" see call_mix. grouped: already inside the
+ * caller's group.
  */
 static zccResult_t call_rank(const call_t *c, zccComm_t comm, int r, int n, const void *sp,
                              void *rp, cudaStream_t s, int grouped) {
   zccResult_t res = zccSuccess, res2;
   size_t b = c->count * esize(c->type);
+  if (c->premul && (c->coll == C_REDUCE || c->coll == C_REDUCESCATTER))
+    return call_premul(c, comm, r, sp, rp, s);
   switch (c->coll) {
   case C_ALLREDUCE: return zccAllReduce(sp, rp, c->count, c->type, c->op, comm, s);
   case C_BROADCAST: return zccBroadcast(sp, rp, c->count, c->type, c->root, comm, s);
@@ -381,9 +501,12 @@ static zccResult_t call_rank(const call_t *c, zccComm_t comm, int r, int n, cons
   case C_ALLTOALL: return zccAlltoAll(sp, rp, c->count, c->type, comm, s);
   case C_RING:
   case C_PAIRS:
+  case C_MIX:
     if (!grouped && (res = zccGroupStart()) != zccSuccess)
       return res;
-    if (c->coll == C_RING) {
+    if (c->coll == C_MIX) {
+      res = call_mix(c, comm, r, n, sp, rp, s);
+    } else if (c->coll == C_RING) {
       res = zccSend(sp, c->count, c->type, c->bad_peer ? n : (r + 1) % n, comm, s);
       res2 = zccRecv(rp, c->count, c->type, c->bad_peer ? -1 : (r + n - 1) % n, comm, s);
       if (res == zccSuccess)
@@ -422,7 +545,9 @@ void expect_out(const call_t *c, int inplace, int n, int r, const unsigned char 
   case C_ALLREDUCE: ref_reduce(c->type, c->op, n, ins, out, cnt); break;
   case C_BROADCAST: memcpy(out, ins[c->root], b); break;
   case C_REDUCE:
-    if (r == c->root)
+    if (r == c->root && c->premul)
+      ref_premul(c->type, n, ins, out, cnt);
+    else if (r == c->root)
       ref_reduce(c->type, c->op, n, ins, out, cnt);
     else if (inplace)
       memcpy(out, ins[r], b);
@@ -436,10 +561,14 @@ void expect_out(const call_t *c, int inplace, int n, int r, const unsigned char 
   case C_REDUCESCATTER:
     for (int j = 0; j < n; j++)
       blk[j] = ins[j] + (size_t)r * b;
-    ref_reduce(c->type, c->op, n, blk, out, cnt);
+    if (c->premul)
+      ref_premul(c->type, n, blk, out, cnt);
+    else
+      ref_reduce(c->type, c->op, n, blk, out, cnt);
     break;
   case C_ALLTOALL:
   case C_PAIRS:
+  case C_MIX:
     for (int j = 0; j < n; j++) {
       if (c->coll == C_PAIRS && j == r)
         memset(out + (size_t)j * b, poison, b);
@@ -713,6 +842,7 @@ void world_alloc(world_t *w, int set1) {
     CK(cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking));
     CK(cudaMalloc((void **)&x->dsend[0], w->priv));
     CK(cudaMalloc((void **)&x->drecv[0], w->priv));
+    CK(cudaMalloc(&premul_dev[x->rank], 16));
     if (set1) {
       zccResult_t r1 = zccMemAlloc((void **)&x->dsend[1], w->priv);
       zccResult_t r2 = r1 == zccSuccess ? zccMemAlloc((void **)&x->drecv[1], w->priv) : r1;
@@ -762,6 +892,8 @@ void world_free(world_t *w) {
     setdev(w, i);
     CK(cudaFree(x->dsend[0]));
     CK(cudaFree(x->drecv[0]));
+    CK(cudaFree(premul_dev[x->rank]));
+    premul_dev[x->rank] = NULL;
     CK(cudaStreamDestroy(x->stream));
     free(x->hout);
     free(x->hsend);
@@ -879,18 +1011,20 @@ void usage(void) {
   printf(
       "usage: test_gpu_colls [--layout threads|procs|both] [--ngpus N | --ranks N] [--quick]\n"
       "                      [--full] (--ranks N: N ranks on the GPUs there are, round-robin)\n"
+      "                      [--premul-only] (the matrix's pre-multiplied sum cases only)\n"
       "                      [--only matrix,graphs,errors,lifetime,abort,deadpeer]\n"
-      "                      [--coll NAME] [--type NAME] [--replays N]\n"
+      "                      [--coll NAME,...] [--type NAME] [--replays N]\n"
       "                      [--capture global|thread|relaxed] [--seed N]\n"
       "collectives: allreduce broadcast reduce allgather reducescatter alltoall sendrecv_ring\n"
-      "             sendrecv_pairs; types: int8 uint8 int32 uint32 int64 uint64 float16 float32\n"
+      "             sendrecv_pairs sendrecv_mix; types: int8 uint8 int32 uint32 int64 uint64 float16 float32\n"
       "             float64 bfloat16 float8e4m3 float8e5m2. ZCC_TEST_SEED=N as --seed.\n");
 }
 
 int parse_args(int argc, char **argv) {
   opt.threads = opt.procs = 1;
   opt.parts = PART_ALL;
-  opt.only_coll = opt.only_type = -1;
+  opt.only_colls = 0;
+  opt.only_type = -1;
   opt.replays = 1000;
   opt.capture = cudaStreamCaptureModeGlobal;
   const char *s = getenv("ZCC_TEST_SEED");
@@ -899,6 +1033,8 @@ int parse_args(int argc, char **argv) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(a, "--quick") == 0) {
       opt.quick = 1;
+    } else if (strcmp(a, "--premul-only") == 0) {
+      opt.premul_only = 1;
     } else if (strcmp(a, "--full") == 0) {
       opt.full = 1;
     } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -953,12 +1089,19 @@ int parse_args(int argc, char **argv) {
       }
       i++;
     } else if (strcmp(a, "--coll") == 0) {
-      for (int c = 0; c < C_NUM; c++)
-        if (strcmp(v, coll_names[c]) == 0)
-          opt.only_coll = c;
-      if (opt.only_coll < 0) {
-        printf("test_gpu_colls: --coll %s: not a collective's name\n", v);
-        return -1;
+      char buf[256];
+      snprintf(buf, sizeof(buf), "%s", v);
+      for (char *save = NULL, *p = strtok_r(buf, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+        int found = 0;
+        for (int c = 0; c < C_NUM; c++)
+          if (strcmp(p, coll_names[c]) == 0) {
+            opt.only_colls |= 1u << c;
+            found = 1;
+          }
+        if (!found) {
+          printf("test_gpu_colls: --coll %s: not a collective's name\n", p);
+          return -1;
+        }
       }
       i++;
     } else if (strcmp(a, "--type") == 0) {

@@ -38,8 +38,10 @@ typedef struct {
   int ndev;         /* GPUs used */
   int order_free;   /* inputs whose reduction is exact in any order (ring, tree) */
   int quick, full;
+  int premul_only;  /* --premul-only: the matrix's pre-multiplied sum cases only */
   int parts;
-  int only_coll, only_type;
+  unsigned only_colls; /* --coll: bit c for collective c; 0: all */
+  int only_type;
   int replays;
   enum cudaStreamCaptureMode capture;
   uint64_t seed;
@@ -123,6 +125,7 @@ typedef enum {
   C_ALLTOALL,
   C_RING,
   C_PAIRS,
+  C_MIX,
   C_NUM
 } coll_t;
 
@@ -140,7 +143,15 @@ typedef struct {
   int root;
   size_t count;
   int bad_peer; /* send/recv: peers out of range */
+  int premul;   /* reduce, reducescatter: a pre-multiplied sum, PREMUL_HOST or PREMUL_DEVICE */
 } call_t;
+
+/* Pre-multiplied sums (zccRedOpCreatePreMulSum, op zccSum in call_t): each
+   rank r's scalar premul_scalar(type, r), host-immediate or in device memory
+   (premul_dev[r], written by premul_prepare before the call or capture). */
+enum { PREMUL_NONE = 0, PREMUL_HOST = 1, PREMUL_DEVICE = 2 };
+void premul_scalar(zccDataType_t t, int r, unsigned char out[8]);
+extern void *premul_dev[MAX_RANKS];
 
 void expect_out(const call_t *c, int inplace, int n, int r, const unsigned char *const *ins,
                 unsigned char poison, unsigned char *out);
@@ -199,6 +210,7 @@ int comms_init(world_t *w, zccComm_t *comms, int cuda_cfg, int timeout_ms, const
 void comms_free(world_t *w, zccComm_t *comms, int abort_them, const char *what);
 int reg_local(world_t *w, zccComm_t *comms, void **bufs, size_t size, void **handles, int dereg,
               const char *what);
+void premul_prepare(world_t *w, const call_t *c);
 void call_all(world_t *w, zccComm_t *comms, const call_t *c, const void *const *sps,
               void *const *rps, int null_stream);
 cudaError_t wait_stream(cudaStream_t s, double limit_s, const char *what);

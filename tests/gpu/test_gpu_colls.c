@@ -3,7 +3,7 @@
  * reference of misc/reduce.c for the expected results).
  *
  *   test_gpu_colls [--layout threads|procs|both] [--ngpus N] [--quick] [--full]
- *                  [--only PART,...] [--coll NAME] [--type NAME]
+ *                  [--only PART,...] [--coll NAME,...] [--type NAME] [--premul-only]
  *                  [--replays N] [--capture global|thread|relaxed] [--seed N]
  *
  * Layouts:
@@ -25,7 +25,17 @@
  *            and out-of-place send buffers untouched; a non-root's reduce
  *            recvbuff untouched; allreduce outputs bitwise equal across ranks.
  *            --quick: float32/int32/bfloat16/int8, sum/max/avg, counts 0, 7,
- *            65541 (for compute-sanitizer).
+ *            65541 (for compute-sanitizer). Then pre-multiplied sums
+ *            (zccRedOpCreatePreMulSum, a scalar per rank) in reduce and
+ *            reducescatter: every datatype (--quick: the four), scalar
+ *            host-immediate or in device memory by turns, in and out of place,
+ *            against zcc_reduce_scale then a rank-order sum.
+ *            sendrecv_ring: send to rank+1, receive from rank-1;
+ *            sendrecv_pairs: every peer both ways in one group;
+ *            sendrecv_mix: self and every peer both ways, each peer's block
+ *            in two ops per direction (the second one unaligned).
+ *            ZCC_P2P_DIRECT_DISABLE=1 runs send/receive and alltoall over
+ *            the per-peer connectors.
  *   graphs   one call per collective captured on each rank's stream, replayed
  *            --replays times (1000) with new inputs copied in before each
  *            replay (outside the graph); every replay's output checked.
@@ -106,7 +116,11 @@ static const char *case_str(const case_t *k, int n, char *buf, size_t len) {
     snprintf(root, sizeof(root), " root=%d", k->c.root);
   snprintf(buf, len, "#%ld %s nranks=%d type=%s op=%s count=%zu%s %s soff=%zu roff=%zu %s",
            k->index, coll_names[k->c.coll], n, zcc_type_name(k->c.type),
-           is_reducing(k->c.coll) ? zcc_op_name(k->c.op) : "-", k->c.count, root,
+           k->c.premul == PREMUL_HOST     ? "premulsum(host scalar)"
+           : k->c.premul == PREMUL_DEVICE ? "premulsum(device scalar)"
+           : is_reducing(k->c.coll)       ? zcc_op_name(k->c.op)
+                                          : "-",
+           k->c.count, root,
            k->inplace ? "in-place" : "out-of-place", k->soff, k->roff,
            k->reg ? "registered" : "plain");
   return buf;
@@ -132,8 +146,8 @@ static long enumerate(int n, case_fn fn, void *ctx) {
       zccDataType_t t = opt.quick ? quick_types[ti] : (zccDataType_t)ti;
       size_t es = esize(t);
       /* Filtered cases keep their index, so that a case's inputs do not depend on the filter. */
-      int skip = (opt.only_coll >= 0 && c != opt.only_coll) ||
-                 (opt.only_type >= 0 && (int)t != opt.only_type);
+      int skip = (opt.only_colls && !(opt.only_colls >> c & 1)) ||
+                 (opt.only_type >= 0 && (int)t != opt.only_type) || opt.premul_only;
       int nops = is_reducing((coll_t)c) ? (opt.quick ? 3 : zccNumOps) : 1;
       for (int oi = 0; oi < nops; oi++) {
         for (int si = 0; si < nsizes; si++) {
@@ -143,7 +157,7 @@ static long enumerate(int n, case_fn fn, void *ctx) {
             count = send_elems((coll_t)c, 1, n) > 1 || c == C_ALLGATHER ? BIG_BYTES / es / (size_t)n
                                                                         : BIG_BYTES / es;
           for (int inplace = 0; inplace < 2; inplace++) {
-            if ((c == C_RING || c == C_PAIRS) && inplace)
+            if ((c == C_RING || c == C_PAIRS || c == C_MIX) && inplace)
               continue;
             int nroots = is_rooted((coll_t)c) ? n : 1;
             for (int root = 0; root < nroots; root++) {
@@ -171,6 +185,47 @@ static long enumerate(int n, case_fn fn, void *ctx) {
           }
         }
       }
+    }
+  }
+  /* Pre-multiplied sums (after the rest: the cases above keep their indices):
+     reduce and reducescatter x datatype x count (0, 7, 65541; not --quick:
+     also 1M+3; --full: also 64 MiB) x in/out of place, the scalar on the
+     host or on the device by turns; reduce to one root per case, rotating. */
+  static const size_t premul_sizes[] = {0, 7, 65536 + 5, MIB + 3, 0 /* 64 MiB */};
+  int npsizes = opt.quick ? 3 : opt.full ? 5 : 4;
+  for (int pc = 0; pc < 2; pc++) {
+    coll_t c = pc ? C_REDUCESCATTER : C_REDUCE;
+    for (int ti = 0; ti < ntypes; ti++) {
+      zccDataType_t t = opt.quick ? quick_types[ti] : (zccDataType_t)ti;
+      size_t es = esize(t);
+      int skip = (opt.only_colls && !(opt.only_colls >> c & 1)) ||
+                 (opt.only_type >= 0 && (int)t != opt.only_type);
+      for (int si = 0; si < npsizes; si++)
+        for (int inplace = 0; inplace < 2; inplace++) {
+          case_t k;
+          memset(&k, 0, sizeof(k));
+          k.index = index++;
+          if (skip)
+            continue;
+          int big = si == 4;
+          size_t count = premul_sizes[si];
+          if (big)
+            count = c == C_REDUCESCATTER ? BIG_BYTES / es / (size_t)n : BIG_BYTES / es;
+          k.c.coll = c;
+          k.c.type = t;
+          k.c.op = zccSum;
+          k.c.premul = (pc + ti + si + inplace) & 1 ? PREMUL_DEVICE : PREMUL_HOST;
+          k.c.root = c == C_REDUCE ? (int)(k.index % n) : 0;
+          k.c.count = count;
+          k.inplace = inplace;
+          uint64_t h = mix3(opt.seed, (uint64_t)k.index, 0x0ff5e7);
+          size_t choice[4] = {0, 0, es, 1};
+          k.soff = choice[h & 3];
+          k.roff = choice[(h >> 8) & 3];
+          k.reg = (int)((h >> 16) & 1);
+          if (fn(&k, ctx))
+            return index;
+        }
     }
   }
   return index;
@@ -252,6 +307,7 @@ static int run_case(const case_t *k, void *ctx) {
     sps[i] = x->sp;
     rps[i] = x->rp;
   }
+  premul_prepare(w, &k->c);
   sync_all(w, cs); /* every input slot written */
 
   call_all(w, w->comms, &k->c, sps, rps, 0);
@@ -363,21 +419,35 @@ typedef struct {
 
 #define ROOT_LAST (-1)
 static const gcase_t gcases[] = {
-    {"allreduce float32 sum, 1027", {C_ALLREDUCE, zccFloat32, zccSum, 0, 1027, 0}, 0, 0},
+    {"allreduce float32 sum, 1027", {C_ALLREDUCE, zccFloat32, zccSum, 0, 1027, 0, 0}, 0, 0},
     {"allreduce float32 sum, 17001 (past LL), registered",
-     {C_ALLREDUCE, zccFloat32, zccSum, 0, 17001, 0},
+     {C_ALLREDUCE, zccFloat32, zccSum, 0, 17001, 0, 0},
      0,
      1},
-    {"allreduce bfloat16 avg in place, 1027", {C_ALLREDUCE, zccBfloat16, zccAvg, 0, 1027, 0}, 1, 0},
+    {"allreduce bfloat16 avg in place, 1027", {C_ALLREDUCE, zccBfloat16, zccAvg, 0, 1027, 0, 0}, 1, 0},
     {"broadcast int32 from the last rank",
-     {C_BROADCAST, zccInt32, zccSum, ROOT_LAST, 1027, 0},
+     {C_BROADCAST, zccInt32, zccSum, ROOT_LAST, 1027, 0, 0},
      0,
      0},
-    {"reduce float32 max to rank 0", {C_REDUCE, zccFloat32, zccMax, 0, 1027, 0}, 0, 0},
-    {"allgather int8", {C_ALLGATHER, zccInt8, zccSum, 0, 1027, 0}, 0, 0},
-    {"reducescatter int32 sum", {C_REDUCESCATTER, zccInt32, zccSum, 0, 1027, 0}, 0, 0},
-    {"alltoall float64", {C_ALLTOALL, zccFloat64, zccSum, 0, 1027, 0}, 0, 0},
-    {"sendrecv ring float16", {C_RING, zccFloat16, zccSum, 0, 1027, 0}, 0, 0},
+    {"reduce float32 max to rank 0", {C_REDUCE, zccFloat32, zccMax, 0, 1027, 0, 0}, 0, 0},
+    {"allgather int8", {C_ALLGATHER, zccInt8, zccSum, 0, 1027, 0, 0}, 0, 0},
+    {"reducescatter int32 sum", {C_REDUCESCATTER, zccInt32, zccSum, 0, 1027, 0, 0}, 0, 0},
+    {"alltoall float64", {C_ALLTOALL, zccFloat64, zccSum, 0, 1027, 0, 0}, 0, 0},
+    {"sendrecv ring float16", {C_RING, zccFloat16, zccSum, 0, 1027, 0, 0}, 0, 0},
+    {"sendrecv mix int32 (self, both ways, split ops)", {C_MIX, zccInt32, zccSum, 0, 1027, 0, 0}, 0, 0},
+    {"alltoall uint8 in place", {C_ALLTOALL, zccUint8, zccSum, 0, 1027, 0, 0}, 1, 0},
+    {"reducescatter float32 premulsum, device scalar",
+     {C_REDUCESCATTER, zccFloat32, zccSum, 0, 1027, 0, PREMUL_DEVICE},
+     0,
+     0},
+    {"reducescatter bfloat16 premulsum, host scalar",
+     {C_REDUCESCATTER, zccBfloat16, zccSum, 0, 1027, 0, PREMUL_HOST},
+     0,
+     0},
+    {"reduce float16 premulsum to the last rank, device scalar",
+     {C_REDUCE, zccFloat16, zccSum, ROOT_LAST, 1027, 0, PREMUL_DEVICE},
+     0,
+     0},
 };
 #define NGCASES ((int)(sizeof(gcases) / sizeof(gcases[0])))
 
@@ -448,6 +518,7 @@ static void run_graph(world_t *w, int gi) {
     regd = ok = agree(w, ok, what);
   }
 
+  premul_prepare(w, &c); /* device scalars: written once, read by every replay */
   /* One eager call first (with replay 0's input): lazy set-up happens outside the capture. */
   if (ok) {
     watch(opt.step_s, "%s: eager call", what);
@@ -631,77 +702,77 @@ static void run_errors(world_t *w) {
   size_t ovf = SIZE_MAX / (4 * (size_t)n) + 1; /* n * ovf * 4 overflows, ovf * 4 does not */
   const bad_t bads[] = {
       {"allreduce, sendbuff in host memory",
-       {C_ALLREDUCE, zccFloat32, zccSum, 0, 1024, 0},
+       {C_ALLREDUCE, zccFloat32, zccSum, 0, 1024, 0, 0},
        1,
        0,
        1},
       {"allreduce, recvbuff in host memory",
-       {C_ALLREDUCE, zccFloat32, zccSum, 0, 1024, 0},
+       {C_ALLREDUCE, zccFloat32, zccSum, 0, 1024, 0, 0},
        0,
        1,
        1},
-      {"broadcast, buffers in host memory", {C_BROADCAST, zccInt8, zccSum, 0, 1000, 0}, 1, 1, 1},
-      {"reduce, sendbuff in host memory", {C_REDUCE, zccInt32, zccMax, 0, 1000, 0}, 1, 0, 1},
+      {"broadcast, buffers in host memory", {C_BROADCAST, zccInt8, zccSum, 0, 1000, 0, 0}, 1, 1, 1},
+      {"reduce, sendbuff in host memory", {C_REDUCE, zccInt32, zccMax, 0, 1000, 0, 0}, 1, 0, 1},
       {"allgather, recvbuff in host memory",
-       {C_ALLGATHER, zccFloat32, zccSum, 0, 1000, 0},
+       {C_ALLGATHER, zccFloat32, zccSum, 0, 1000, 0, 0},
        0,
        1,
        1},
       {"reducescatter, sendbuff in host memory",
-       {C_REDUCESCATTER, zccFloat32, zccSum, 0, 1000, 0},
+       {C_REDUCESCATTER, zccFloat32, zccSum, 0, 1000, 0, 0},
        1,
        0,
        1},
-      {"alltoall, sendbuff in host memory", {C_ALLTOALL, zccInt64, zccSum, 0, 500, 0}, 1, 0, 1},
-      {"send/recv ring, buffers in host memory", {C_RING, zccFloat32, zccSum, 0, 1000, 0}, 1, 1, 1},
+      {"alltoall, sendbuff in host memory", {C_ALLTOALL, zccInt64, zccSum, 0, 500, 0, 0}, 1, 0, 1},
+      {"send/recv ring, buffers in host memory", {C_RING, zccFloat32, zccSum, 0, 1000, 0, 0}, 1, 1, 1},
       {"allreduce, count * 4 overflows",
-       {C_ALLREDUCE, zccFloat32, zccSum, 0, SIZE_MAX / 2, 0},
+       {C_ALLREDUCE, zccFloat32, zccSum, 0, SIZE_MAX / 2, 0, 0},
        0,
        0,
        0},
       {"allreduce, count SIZE_MAX of float64",
-       {C_ALLREDUCE, zccFloat64, zccSum, 0, SIZE_MAX, 0},
+       {C_ALLREDUCE, zccFloat64, zccSum, 0, SIZE_MAX, 0, 0},
        0,
        0,
        0},
       {"broadcast, count * 4 overflows",
-       {C_BROADCAST, zccFloat32, zccSum, 0, SIZE_MAX / 2, 0},
+       {C_BROADCAST, zccFloat32, zccSum, 0, SIZE_MAX / 2, 0, 0},
        0,
        0,
        0},
-      {"reduce, count * 4 overflows", {C_REDUCE, zccFloat32, zccSum, 0, SIZE_MAX / 2, 0}, 0, 0, 0},
+      {"reduce, count * 4 overflows", {C_REDUCE, zccFloat32, zccSum, 0, SIZE_MAX / 2, 0, 0}, 0, 0, 0},
       {"allgather, nranks * count * 4 overflows",
-       {C_ALLGATHER, zccFloat32, zccSum, 0, ovf, 0},
+       {C_ALLGATHER, zccFloat32, zccSum, 0, ovf, 0, 0},
        0,
        0,
        0},
       {"reducescatter, nranks * count * 4 overflows",
-       {C_REDUCESCATTER, zccFloat32, zccSum, 0, ovf, 0},
+       {C_REDUCESCATTER, zccFloat32, zccSum, 0, ovf, 0, 0},
        0,
        0,
        0},
       {"alltoall, nranks * count * 4 overflows",
-       {C_ALLTOALL, zccFloat32, zccSum, 0, ovf, 0},
+       {C_ALLTOALL, zccFloat32, zccSum, 0, ovf, 0, 0},
        0,
        0,
        0},
-      {"send/recv, count * 4 overflows", {C_RING, zccFloat32, zccSum, 0, SIZE_MAX / 2, 0}, 0, 0, 0},
-      {"broadcast, root -1", {C_BROADCAST, zccFloat32, zccSum, -1, 1000, 0}, 0, 0, 0},
-      {"broadcast, root nranks", {C_BROADCAST, zccFloat32, zccSum, n, 1000, 0}, 0, 0, 0},
-      {"reduce, root nranks", {C_REDUCE, zccFloat32, zccSum, n, 1000, 0}, 0, 0, 0},
-      {"reduce, root -1", {C_REDUCE, zccFloat32, zccSum, -1, 1000, 0}, 0, 0, 0},
-      {"send/recv, peers nranks and -1", {C_RING, zccFloat32, zccSum, 0, 1000, 1}, 0, 0, 0},
+      {"send/recv, count * 4 overflows", {C_RING, zccFloat32, zccSum, 0, SIZE_MAX / 2, 0, 0}, 0, 0, 0},
+      {"broadcast, root -1", {C_BROADCAST, zccFloat32, zccSum, -1, 1000, 0, 0}, 0, 0, 0},
+      {"broadcast, root nranks", {C_BROADCAST, zccFloat32, zccSum, n, 1000, 0, 0}, 0, 0, 0},
+      {"reduce, root nranks", {C_REDUCE, zccFloat32, zccSum, n, 1000, 0, 0}, 0, 0, 0},
+      {"reduce, root -1", {C_REDUCE, zccFloat32, zccSum, -1, 1000, 0, 0}, 0, 0, 0},
+      {"send/recv, peers nranks and -1", {C_RING, zccFloat32, zccSum, 0, 1000, 1, 0}, 0, 0, 0},
       {"allreduce, datatype zccNumTypes",
-       {C_ALLREDUCE, (zccDataType_t)zccNumTypes, zccSum, 0, 1000, 0},
+       {C_ALLREDUCE, (zccDataType_t)zccNumTypes, zccSum, 0, 1000, 0, 0},
        0,
        0,
        0},
       {"allreduce, op zccNumOps",
-       {C_ALLREDUCE, zccFloat32, (zccRedOp_t)zccNumOps, 0, 1000, 0},
+       {C_ALLREDUCE, zccFloat32, (zccRedOp_t)zccNumOps, 0, 1000, 0, 0},
        0,
        0,
        0},
-      {"reducescatter, op -1", {C_REDUCESCATTER, zccFloat32, (zccRedOp_t)-1, 0, 1000, 0}, 0, 0, 0},
+      {"reducescatter, op -1", {C_REDUCESCATTER, zccFloat32, (zccRedOp_t)-1, 0, 1000, 0, 0}, 0, 0, 0},
   };
   unsigned char *hsrc[MAX_RANKS], *hdst[MAX_RANKS], *ref_src, *ref_dst;
   const unsigned char pat = 0x3c, dpoison = 0x5a;
@@ -764,7 +835,7 @@ static void run_errors(world_t *w) {
      and that stream would run them one after the other). */
   watch(opt.step_s, "%s errors: allreduce on the NULL stream", w->name);
   {
-    call_t c = {C_ALLREDUCE, zccFloat32, zccSum, 0, 4097, 0};
+    call_t c = {C_ALLREDUCE, zccFloat32, zccSum, 0, 4097, 0, 0};
     size_t bytes = c.count * 4;
     const void *sps[MAX_RANKS];
     void *rps[MAX_RANKS];
@@ -884,8 +955,8 @@ static void lifetime_cycle(world_t *w, int cyc) {
   const void *sps[MAX_RANKS];
   void *rps[MAX_RANKS];
   const unsigned char *ins[MAX_RANKS];
-  call_t ar = {C_ALLREDUCE, zccFloat32, zccSum, 0, 65536 + 5, 0};
-  call_t ag = {C_ALLGATHER, zccInt8, zccSum, 0, 4097, 0};
+  call_t ar = {C_ALLREDUCE, zccFloat32, zccSum, 0, 65536 + 5, 0, 0};
+  call_t ag = {C_ALLGATHER, zccInt8, zccSum, 0, 4097, 0, 0};
   size_t arb = ar.count * 4;
   char what[64];
   int n = w->n;
@@ -1120,7 +1191,7 @@ static void run_deadpeer(world_t *w) {
   zccComm_t comm[1] = {NULL};
   rank_t *x = &w->rk[0];
   const unsigned char *ins[MAX_RANKS];
-  call_t c = {C_ALLREDUCE, zccFloat32, zccSum, 0, 4097, 0};
+  call_t c = {C_ALLREDUCE, zccFloat32, zccSum, 0, 4097, 0, 0};
   size_t bytes = c.count * 4;
   char what[64];
   snprintf(what, sizeof(what), "deadpeer");
@@ -1471,10 +1542,12 @@ int main(int argc, char **argv) {
   plan.priv = sz.priv < MIB + 2 * GUARD + 64 ? MIB + 2 * GUARD + 64 : sz.priv;
   plan.cases = sz.cases;
 
-  printf("test_gpu_colls: %d ranks on %d GPU(s), ZCC_ALGO=%s%s, layouts:%s%s, %s mode, "
-         "%ld matrix cases per layout, "
+  const char *pdd = getenv("ZCC_P2P_DIRECT_DISABLE");
+  printf("test_gpu_colls: %d ranks on %d GPU(s), ZCC_ALGO=%s%s, ZCC_P2P_DIRECT_DISABLE=%s, "
+         "layouts:%s%s, %s mode, %ld matrix cases per layout, "
          "ZCC_TEST_SEED=%" PRIu64 ", ZCC_TIMEOUT=%.0f ms\n",
          opt.ngpus, opt.ndev, algo ? algo : "(default)", opt.order_free ? " (order-free inputs)" : "",
+         pdd && *pdd ? pdd : "(unset)",
          opt.threads ? " threads" : "", opt.procs ? " procs" : "",
          opt.quick  ? "quick"
          : opt.full ? "full"

@@ -71,8 +71,9 @@ static int run_all(ncclComm_t comm, cudaStream_t s, float *d_in, float *d_out, f
   float *h = malloc(sizeof(float) * N * 2);
   const char *names[] = {"allreduce", "broadcast", "reduce", "allgather", "reducescatter",
                          "alltoall", "sendrecv-self", "allreduce-avg", "allreduce-max",
-                         "allreduce-premulsum-host", "allreduce-premulsum-device"};
-  const float factor[] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 0.5f, 2.0f};
+                         "allreduce-premulsum-host", "allreduce-premulsum-device",
+                         "reducescatter-premulsum-host", "reduce-premulsum-device"};
+  const float factor[] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 0.5f, 2.0f, 0.5f, 2.0f};
   /* Pre-multiplied sums: a host-immediate scalar, and one in device memory. */
   float half = 0.5f, two = 2.0f, *d_two = NULL;
   ncclRedOp_t op_host, op_dev;
@@ -83,7 +84,7 @@ static int run_all(ncclComm_t comm, cudaStream_t s, float *d_in, float *d_out, f
   float *want = malloc(sizeof(float) * N);
   cudaGraph_t g = NULL;
   cudaGraphExec_t ge = NULL;
-  for (int k = 0; k < 11; k++) {
+  for (int k = 0; k < 13; k++) {
     CUDA_OK(cudaMemsetAsync(d_out, 0xff, sizeof(float) * N, s));
     if (graph) CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     switch (k) {
@@ -103,6 +104,8 @@ static int run_all(ncclComm_t comm, cudaStream_t s, float *d_in, float *d_out, f
     case 8: NCCL_OK(ncclAllReduce(d_in, d_out, N, ncclFloat, ncclMax, comm, s)); break;
     case 9: NCCL_OK(ncclAllReduce(d_in, d_out, N, ncclFloat, op_host, comm, s)); break;
     case 10: NCCL_OK(ncclAllReduce(d_in, d_out, N, ncclFloat, op_dev, comm, s)); break;
+    case 11: NCCL_OK(ncclReduceScatter(d_in, d_out, N, ncclFloat, op_host, comm, s)); break;
+    case 12: NCCL_OK(ncclReduce(d_in, d_out, N, ncclFloat, op_dev, 0, comm, s)); break;
     }
     if (graph) {
       CUDA_OK(cudaStreamEndCapture(s, &g));
