@@ -101,6 +101,7 @@ for phase in "$@"; do
       echo "nccl: $nccl_dir"; ls "$nccl_dir" 2>/dev/null | grep nccl
       python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count(), "nccl", torch.cuda.nccl.version())' 2>&1
       which compute-sanitizer
+      df -h /dev/shm; ulimit -l
       ldd "$bin/allreduce_perf" | grep -E "not found|zcc|hwloc|json"
     } > "$OUT/info.log" 2>&1
     cat "$OUT/info.log"
