@@ -35,6 +35,12 @@
 #              decision table at creation (INFO TUNING), and the refusals:
 #              ZCC_P2P_DISABLE=1 (names the pair), ZCC_ALGO=hier, ZCC_PROTO=ll128 (name
 #              what can run); ZCC_TOPO_MEASURE=1 on a GPU
+#   gshm       the shm transport for GPU communicators (ZCC_P2P_DISABLE=1: windows in
+#              pinned shared memory mapped into the GPU): the matrix with 2 and 3 ranks
+#              on one GPU in threads (default, ring, tree) and 2 in processes with 1000
+#              graph replays, the log naming shm, /dev/shm left empty; then the
+#              pinned-host ceilings (gpu_membw -m host) and allreduce over GPU shm,
+#              each algorithm forced, 8 B..GSHM_MAX (default 256M), in graphs
 #   share-san  compute-sanitizer memcheck and racecheck, 2 ranks, ring and tree, quick;
 #              send/receive, alltoall and reduce(-scatter) with ZCC_P2P_DIRECT_DISABLE=1
 #   share-perf gpu_membw (the device-copy ceiling), then allreduce -g 2 --share-gpus 1
@@ -235,6 +241,29 @@ for phase in "$@"; do
       "$bin/allreduce_perf" -b 8 -e 8 -g 2 --share-gpus 1 -w 0 -n 1
     expect_refusal plan-ll128 "ZCC_PROTO=ll128" env ZCC_PROTO=ll128 \
       "$bin/allreduce_perf" -b 8 -e 8 -g 2 --share-gpus 1 -w 0 -n 1
+    ;;
+  gshm)
+    export ZCC_TIMEOUT=${ZCC_TIMEOUT:-20000}
+    for n in 2 3; do
+      for a in default ring tree; do
+        v=; [ $a = default ] || v="ZCC_ALGO=$a"
+        run "gshm-n$n-$a" 300 env ZCC_P2P_DISABLE=1 $v "$bin/test_gpu_colls" --ranks $n \
+          --layout threads --quick
+      done
+    done
+    run gshm-procs 300 env ZCC_P2P_DISABLE=1 "$bin/test_gpu_colls" --ranks 2 --layout procs \
+      --quick --only matrix,graphs --replays 1000
+    run gshm-path 120 bash -c 'ZCC_P2P_DISABLE=1 ZCC_DEBUG=INFO ZCC_DEBUG_SUBSYS=INIT,SHM,TUNING \
+      "$0" -b 8 -e 1M -f 32 -g 2 --share-gpus 1 -w 1 -n 2 -c 1 2>&1 | tee /dev/stderr | \
+      grep -q "via shm" && echo "path: via shm"' "$bin/allreduce_perf"
+    left=$(ls /dev/shm 2>/dev/null | grep -c zcc-gw); note "gshm: /dev/shm holds $left zcc-gw segment(s) after the runs"
+    e=${GSHM_MAX:-256M}
+    run gshm-membw 120 "$bin/gpu_membw" -m host -b 1M -e $e -n 20
+    for a in default oneshot twoshot push ring tree; do
+      v=; [ $a = default ] || v="ZCC_ALGO=$a"
+      run "gshm-perf-$a" 300 env ZCC_P2P_DISABLE=1 $v "$bin/allreduce_perf" -b 8 -e $e -f 8 -g 2 \
+        --share-gpus 1 -w 5 -n 20 -c 1 -G 10
+    done
     ;;
   share-san)
     for a in ring tree; do

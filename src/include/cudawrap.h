@@ -30,5 +30,11 @@ int zcc_cuda_can_access_peer(int a, int b);
 int zcc_cuda_mem_range(const void *ptr, void **base, size_t *size);
 /* Is ptr device (or managed) memory known to the driver? */
 int zcc_cuda_is_device_ptr(const void *ptr);
+/*
+ * Pin host memory [ptr, ptr + size) for every context and map it into the
+ * current device: *dev is its device address (kernels load and store it).
+ */
+zccResult_t zcc_cuda_host_register(void *ptr, size_t size, void **dev);
+zccResult_t zcc_cuda_host_unregister(void *ptr);
 
 #endif /* ZCC_CUDAWRAP_H_ */

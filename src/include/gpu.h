@@ -47,12 +47,15 @@ typedef struct zcc_gpu_reg {
   char *peer[ZCC_DEV_MAX_RANKS];   /* each rank's registered buffer as this GPU addresses it */
   int opened[ZCC_DEV_MAX_RANKS];   /* peer[r] came from cudaIpcOpenMemHandle */
   int index;                       /* registration order on this communicator */
+  int mapped;                      /* 0: kept, but peers see nothing (not p2p) */
 } zcc_gpu_reg_t;
 
 typedef struct zcc_gpu {
   int dev;
   int nranks, rank;
-  char *win;                           /* own window */
+  char *win;                           /* own window (device address) */
+  int win_host;                        /* 1: in pinned host memory, the transport's */
+  const struct zcc_transport_ops *tp;  /* the transport connecting every peer */
   size_t win_bytes;
   char *peer_win[ZCC_DEV_MAX_RANKS];   /* each rank's window as this GPU addresses it */
   uint32_t *flags[ZCC_DEV_MAX_RANKS];

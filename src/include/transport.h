@@ -5,11 +5,12 @@
  *   - host communicators: a connection moves a stream of bytes each way;
  *     the executor hands it transfers (zcc_xfer_t) and calls progress,
  *     which never blocks;
- *   - GPU communicators (entries with a GPU face, `gpu` set): each
- *     connection sends the peer an opaque blob (blob), takes the peer's
- *     (attach), and then hands the GPU executor a device view of the peer
- *     (dev_view): the peer's memory as this GPU addresses it, and whether
- *     kernels may load from it or only store.
+ *   - GPU communicators (entries with a GPU face, `gpu`): the face may
+ *     place the communicator's window (win_alloc: a memory every peer it
+ *     connects can map), each connection sends the peer an opaque blob
+ *     (blob), takes the peer's (attach), and then hands the GPU executor a
+ *     device view of the peer (view): the peer's window as this GPU
+ *     addresses it, and whether kernels may load from it or only store.
  * Per-communicator state lives in a slot keyed by the table
  * (zcc_transport_slot), never in another transport's.
  */
@@ -65,9 +66,31 @@ typedef struct zcc_dev_peer {
   int loads;   /* 1: kernels may load from it as well as store */
 } zcc_dev_peer_t;
 
+/* The GPU face of a transport (NULL in a host-only entry). */
+typedef struct zcc_transport_gpu {
+  size_t blob_bytes; /* size of the blob each side of a connection sends the other */
+  /*
+   * The window's memory when this transport connects the communicator:
+   * `bytes` that every peer can map, *dev its device address (zeroed).
+   * NULL: device memory (cudaMalloc), as p2p maps it.
+   */
+  zccResult_t (*win_alloc)(struct zccComm *comm, size_t bytes, char **dev);
+  void (*win_free)(struct zccComm *comm);
+  /* This side's blob for conn->peer. */
+  zccResult_t (*blob)(zcc_conn_t *conn, void *out);
+  /* Take the peer's blob: map what it names (after every rank made its own). */
+  zccResult_t (*attach)(zcc_conn_t *conn, const void *peer_blob);
+  /* Every rank attached every connection (after a barrier): drop names. */
+  void (*ready)(struct zccComm *comm);
+  /* The device view of the peer (after attach). */
+  zccResult_t (*view)(zcc_conn_t *conn, zcc_dev_peer_t *out);
+  /* Is the peer still there? (the GPU watchdog asks) */
+  zccResult_t (*check)(zcc_conn_t *conn);
+  void (*free)(zcc_conn_t *conn);
+} zcc_transport_gpu_t;
+
 typedef struct zcc_transport_ops {
   const char *name;
-  int gpu; /* 1: connects GPU communicators (the GPU face below), 0: host ones */
   /* Can this transport connect self and peer? Must answer the same on both sides. */
   int (*can_connect)(const struct zccComm *comm, const zcc_peer_info_t *self,
                      const zcc_peer_info_t *peer);
@@ -90,20 +113,14 @@ typedef struct zcc_transport_ops {
   /* Why can_connect says no (for the error naming the pair); NULL: no detail. */
   void (*refusal)(const struct zccComm *comm, const zcc_peer_info_t *self,
                   const zcc_peer_info_t *peer, char *why, size_t whylen);
-
-  /* ---- the GPU face ---- */
-  size_t blob_bytes; /* size of the blob each side of a connection sends the other */
-  /* This side's blob for conn->peer. */
-  zccResult_t (*blob)(zcc_conn_t *conn, void *out);
-  /* Take the peer's blob: map what it names (after every rank made its own). */
-  zccResult_t (*attach)(zcc_conn_t *conn, const void *peer_blob);
-  /* The device view of the peer (after attach). */
-  zccResult_t (*dev_view)(zcc_conn_t *conn, zcc_dev_peer_t *out);
+  /* The GPU face; NULL: host communicators only. (progress NULL: GPU only.) */
+  const zcc_transport_gpu_t *gpu;
 } zcc_transport_ops_t;
 
 extern const zcc_transport_ops_t zcc_transport_shm;
 extern const zcc_transport_ops_t zcc_transport_socket;
 extern const zcc_transport_ops_t zcc_transport_p2p; /* GPU builds only */
+extern const zcc_transport_gpu_t zcc_shm_gpu_face; /* shm's GPU face (shm_gpu.c) */
 
 /* The per-communicator state slot of a transport (NULL until it sets one). */
 void **zcc_transport_slot(struct zccComm *comm, const zcc_transport_ops_t *ops);
@@ -112,12 +129,14 @@ void **zcc_transport_slot(struct zccComm *comm, const zcc_transport_ops_t *ops);
    (host communicators; GPU communicators connect in zcc_transport_connect_gpu). */
 zccResult_t zcc_transport_connect_all(struct zccComm *comm);
 /*
- * GPU communicators, once their own memory exists (called by the GPU
- * executor's setup): pick a GPU-face transport for every pair, exchange
- * the blobs and attach. A pair none can connect is zccInvalidUsage naming
- * the pair and each transport's reason.
+ * GPU communicators (the GPU executor's setup): pick the transport, the
+ * first GPU-face entry that connects every pair (the window is one memory
+ * for all peers); *out is it. A pair none can connect is zccInvalidUsage
+ * naming the pair and each transport's reason.
  */
-zccResult_t zcc_transport_connect_gpu(struct zccComm *comm);
+zccResult_t zcc_transport_pick_gpu(struct zccComm *comm, const zcc_transport_ops_t **out);
+/* Then, once the window exists: exchange the blobs, attach, and wait for every rank. */
+zccResult_t zcc_transport_attach_gpu(struct zccComm *comm);
 /* Free every connection and transport state. */
 void zcc_transport_free_all(struct zccComm *comm);
 /* Poison every connection (after an error or abort). */

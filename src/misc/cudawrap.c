@@ -28,6 +28,9 @@ static struct {
   CUresult_ (*pointer_get_attribute)(void *, int, CUdeviceptr_);
   CUresult_ (*mem_range)(CUdeviceptr_ *, size_t *, CUdeviceptr_);
   CUresult_ (*get_error_string)(CUresult_, const char **);
+  CUresult_ (*host_register)(void *, size_t, unsigned int);
+  CUresult_ (*host_unregister)(void *);
+  CUresult_ (*host_dev_ptr)(CUdeviceptr_ *, void *, unsigned int);
   int count;
 } cu;
 
@@ -53,6 +56,9 @@ static void cu_load(void) {
       (CUresult_(*)(void *, int, CUdeviceptr_))dlsym(cu.lib, "cuPointerGetAttribute");
   cu.get_error_string =
       (CUresult_(*)(CUresult_, const char **))dlsym(cu.lib, "cuGetErrorString");
+  *(void **)&cu.host_register = dlsym(cu.lib, "cuMemHostRegister_v2");
+  *(void **)&cu.host_unregister = dlsym(cu.lib, "cuMemHostUnregister");
+  *(void **)&cu.host_dev_ptr = dlsym(cu.lib, "cuMemHostGetDevicePointer_v2");
   if (!cu.init || !cu.device_count || cu.init(0) != 0 || cu.device_count(&cu.count) != 0)
     cu.count = 0;
   ZCC_INFO(INIT, "libcuda loaded: %d device(s)", cu.count);
@@ -139,4 +145,31 @@ int zcc_cuda_can_access_peer(int a, int b) {
   if (cu.device_get(&da, a) != 0 || cu.device_get(&db, b) != 0 || cu.can_peer(&can, da, db) != 0)
     return 0;
   return can;
+}
+
+/* cuMemHostRegister flags: portable (every context) and device-mapped. */
+#define CU_HOST_REGISTER_PORTABLE_ 0x01
+#define CU_HOST_REGISTER_DEVICEMAP_ 0x02
+
+zccResult_t zcc_cuda_host_register(void *ptr, size_t size, void **dev) {
+  if (zcc_cuda_device_count() == 0 || !cu.host_register || !cu.host_dev_ptr)
+    return zcc_error(zccInvalidUsage, "pinning host memory needs a CUDA device");
+  CUresult_ rc = cu.host_register(ptr, size, CU_HOST_REGISTER_PORTABLE_ | CU_HOST_REGISTER_DEVICEMAP_);
+  if (rc != 0) return cu_error(rc, "cuMemHostRegister");
+  CUdeviceptr_ d = 0;
+  rc = cu.host_dev_ptr(&d, ptr, 0);
+  if (rc != 0) {
+    cu.host_unregister(ptr);
+    return cu_error(rc, "cuMemHostGetDevicePointer");
+  }
+  *dev = (void *)(uintptr_t)d;
+  return zccSuccess;
+}
+
+zccResult_t zcc_cuda_host_unregister(void *ptr) {
+  if (zcc_cuda_device_count() == 0 || !cu.host_unregister)
+    return zcc_error(zccInvalidUsage, "unpinning host memory needs a CUDA device");
+  CUresult_ rc = cu.host_unregister(ptr);
+  if (rc != 0) return cu_error(rc, "cuMemHostUnregister");
+  return zccSuccess;
 }

@@ -147,8 +147,8 @@ static void *watchdog_main(void *arg) {
     } else {
       for (int r = 0; r < comm->nranks; r++) {
         zcc_conn_t *c = comm->conns[r];
-        if (!c || !c->ops->check || same_process(self, &comm->peers[r])) continue;
-        if (c->ops->check(c) != zccSuccess) {
+        if (!c || !c->ops->gpu->check || same_process(self, &comm->peers[r])) continue;
+        if (c->ops->gpu->check(c) != zccSuccess) {
           ZCC_WARN("comm %s rank %d: rank %d (pid %d) died; its collectives fail with "
                    "zccRemoteError",
                    comm->name, comm->rank, r, comm->peers[r].pid);
@@ -191,6 +191,54 @@ static cudaError_t enable_peer_access(int dev, int peer) {
   return e;
 }
 
+static zccResult_t layout_agrees(struct zccComm *comm, const zcc_gpu_t *g, int r,
+                                 const win_wire_t *w) {
+  int me = comm->rank;
+  struct { win_wire_t w; } b = {*w};
+  if (b.w.staging_bytes != g->staging_bytes)
+    return zcc_error(zccInvalidUsage,
+                     "comm %s: rank %d has a %llu-byte staging buffer and rank %d one of %llu "
+                     "bytes; set ZCC_GPU_BUFFSIZE alike on every rank",
+                     comm->name, me, (unsigned long long)g->staging_bytes, r,
+                     (unsigned long long)b.w.staging_bytes);
+  if (b.w.slot_bytes != g->conns->slot_bytes || b.w.nslots != g->conns->nslots ||
+      b.w.nchannels != g->conns->nchannels)
+    return zcc_error(zccInvalidUsage,
+                     "comm %s: rank %d has %d channels of %d x %llu-byte connector slots and "
+                     "rank %d %d of %d x %llu; set ZCC_GPU_CHANNELS, ZCC_GPU_CONN_BYTES and "
+                     "ZCC_GPU_CONN_SLOTS alike on every rank (and use GPUs of one kind)",
+                     comm->name, me, g->conns->nchannels, g->conns->nslots,
+                     (unsigned long long)g->conns->slot_bytes, r, b.w.nchannels, b.w.nslots,
+                     (unsigned long long)b.w.slot_bytes);
+  if (b.w.p2p_conn != g->p2p_conn)
+    return zcc_error(zccInvalidUsage,
+                     "comm %s: rank %d runs send/receive %s and rank %d %s; set "
+                     "ZCC_P2P_DIRECT_DISABLE alike on every rank",
+                     comm->name, me, g->p2p_conn ? "over connectors" : "direct", r,
+                     b.w.p2p_conn ? "over connectors" : "direct");
+  return zccSuccess;
+}
+
+/*
+ * Every rank lays its window out alike (kernels address slots in peers'
+ * windows): the parameters that shape it must agree. Collective.
+ */
+static zccResult_t check_layout(struct zccComm *comm, zcc_gpu_t *g) {
+  int n = comm->nranks, me = comm->rank;
+  if (n == 1) return zccSuccess;
+  win_wire_t *all = calloc((size_t)n, sizeof(*all));
+  if (!all) return zcc_error(zccSystemError, "init: out of memory");
+  all[me].staging_bytes = g->staging_bytes;
+  all[me].slot_bytes = g->conns->slot_bytes;
+  all[me].nslots = g->conns->nslots;
+  all[me].nchannels = g->conns->nchannels;
+  all[me].p2p_conn = g->p2p_conn;
+  zccResult_t res = zcc_bootstrap_allgather(comm->bootstrap, all, sizeof(*all), comm->timeout_ms);
+  for (int r = 0; r < n && res == zccSuccess; r++) res = layout_agrees(comm, g, r, &all[r]);
+  free(all);
+  return res;
+}
+
 /* ---- the transport table's entry: one connection per peer ---- */
 
 typedef struct {
@@ -204,10 +252,36 @@ typedef struct {
   int ipc;   /* win came from cudaIpcOpenMemHandle */
 } p2p_conn_t;
 
+/*
+ * The peer's GPU as this process numbers it, or -1 when this process does
+ * not see it (another container, CUDA_VISIBLE_DEVICES).
+ */
+static int local_device_of(const zcc_peer_info_t *peer) {
+  int dev = -1;
+  if (cudaDeviceGetByPCIBusId(&dev, peer->gpu_bus_id) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return dev;
+}
+
+/* Peer access from self's GPU to the peer's, or the same GPU; 0 if either is not a GPU. */
+static int p2p_reachable(const zcc_peer_info_t *self, const zcc_peer_info_t *peer) {
+  if (self->device < 0 || peer->device < 0 || peer->host_hash != self->host_hash) return 0;
+  if (strcmp(self->gpu_bus_id, peer->gpu_bus_id) == 0) return 1;
+  int dev = local_device_of(peer);
+  if (dev < 0) return 0;
+  int can = 0;
+  if (cudaDeviceCanAccessPeer(&can, self->device, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return can;
+}
+
 static int p2p_can_connect(const struct zccComm *comm, const zcc_peer_info_t *self,
                            const zcc_peer_info_t *peer) {
-  return comm->device >= 0 && peer->device >= 0 && peer->host_hash == self->host_hash &&
-         !zcc_param_p2p_disable();
+  return !zcc_param_p2p_disable() && p2p_reachable(self, peer);
 }
 
 static void p2p_refusal(const struct zccComm *comm, const zcc_peer_info_t *self,
@@ -220,8 +294,14 @@ static void p2p_refusal(const struct zccComm *comm, const zcc_peer_info_t *self,
     snprintf(why, len, "rank %d is on %s and rank %d on %s; GPU communicators need every rank "
              "on one host in this version (use host communicators, ZCC_DEVICE=host)",
              self->rank, self->hostname, peer->rank, peer->hostname);
-  else
+  else if (self->device < 0 || peer->device < 0)
     snprintf(why, len, "not a GPU rank");
+  else if (local_device_of(peer) < 0)
+    snprintf(why, len, "GPU %s of rank %d is not visible to rank %d (another container, or "
+             "CUDA_VISIBLE_DEVICES)", peer->gpu_bus_id, peer->rank, self->rank);
+  else
+    snprintf(why, len, "GPU %s (rank %d) has no peer access to GPU %s (rank %d)",
+             self->gpu_bus_id, self->rank, peer->gpu_bus_id, peer->rank);
 }
 
 /* The transport's per-communicator state: what its connections send. */
@@ -254,27 +334,6 @@ static zccResult_t p2p_attach(zcc_conn_t *conn, const void *peer_blob) {
   if (!b.ok)
     return zcc_error(zccRemoteError, "comm %s rank %d: rank %d could not describe its GPU "
                      "window (its log says why)", comm->name, me, r);
-  if (b.w.staging_bytes != g->staging_bytes)
-    return zcc_error(zccInvalidUsage,
-                     "comm %s: rank %d has a %llu-byte staging buffer and rank %d one of %llu "
-                     "bytes; set ZCC_GPU_BUFFSIZE alike on every rank",
-                     comm->name, me, (unsigned long long)g->staging_bytes, r,
-                     (unsigned long long)b.w.staging_bytes);
-  if (b.w.slot_bytes != g->conns->slot_bytes || b.w.nslots != g->conns->nslots ||
-      b.w.nchannels != g->conns->nchannels)
-    return zcc_error(zccInvalidUsage,
-                     "comm %s: rank %d has %d channels of %d x %llu-byte connector slots and "
-                     "rank %d %d of %d x %llu; set ZCC_GPU_CHANNELS, ZCC_GPU_CONN_BYTES and "
-                     "ZCC_GPU_CONN_SLOTS alike on every rank (and use GPUs of one kind)",
-                     comm->name, me, g->conns->nchannels, g->conns->nslots,
-                     (unsigned long long)g->conns->slot_bytes, r, b.w.nchannels, b.w.nslots,
-                     (unsigned long long)b.w.slot_bytes);
-  if (b.w.p2p_conn != g->p2p_conn)
-    return zcc_error(zccInvalidUsage,
-                     "comm %s: rank %d runs send/receive %s and rank %d %s; set "
-                     "ZCC_P2P_DIRECT_DISABLE alike on every rank",
-                     comm->name, me, g->p2p_conn ? "over connectors" : "direct", r,
-                     b.w.p2p_conn ? "over connectors" : "direct");
   p2p_conn_t *pc = calloc(1, sizeof(*pc));
   if (!pc) return zcc_error(zccSystemError, "init: out of memory");
   const zcc_peer_info_t *self = &comm->peers[me], *p = &comm->peers[r];
@@ -342,18 +401,22 @@ static void p2p_free(zcc_conn_t *conn) {
   conn->priv = NULL;
 }
 
-const zcc_transport_ops_t zcc_transport_p2p = {
-    .name = "p2p",
-    .gpu = 1,
-    .can_connect = p2p_can_connect,
-    .refusal = p2p_refusal,
-    .check = p2p_check,
-    .free = p2p_free,
-    .comm_free = p2p_comm_free,
+/* Device memory (cudaMalloc in the executor's set-up), mapped by peer access or IPC. */
+static const zcc_transport_gpu_t p2p_face = {
     .blob_bytes = sizeof(p2p_blob_t),
     .blob = p2p_blob,
     .attach = p2p_attach,
-    .dev_view = p2p_view,
+    .view = p2p_view,
+    .check = p2p_check,
+    .free = p2p_free,
+};
+
+const zcc_transport_ops_t zcc_transport_p2p = {
+    .name = "p2p",
+    .can_connect = p2p_can_connect,
+    .refusal = p2p_refusal,
+    .comm_free = p2p_comm_free,
+    .gpu = &p2p_face,
 };
 
 /* What this rank's connections send: its window and the layout every rank must share. */
@@ -379,15 +442,15 @@ static zccResult_t describe_window(struct zccComm *comm, zcc_gpu_t *g) {
 
 /* Every peer's window through its connection's device view. */
 static zccResult_t map_peers(struct zccComm *comm, zcc_gpu_t *g) {
-  ZCC_CHECK(describe_window(comm, g));
-  ZCC_CHECK(zcc_transport_connect_gpu(comm));
+  if (g->tp == &zcc_transport_p2p) ZCC_CHECK(describe_window(comm, g));
+  ZCC_CHECK(zcc_transport_attach_gpu(comm));
   for (int r = 0; r < comm->nranks; r++) {
     if (r == comm->rank) {
       g->peer_win[r] = g->win;
       continue;
     }
     zcc_dev_peer_t v;
-    ZCC_CHECK(comm->conns[r]->ops->dev_view(comm->conns[r], &v));
+    ZCC_CHECK(comm->conns[r]->ops->gpu->view(comm->conns[r], &v));
     if (!v.loads)
       return zcc_error(zccInvalidUsage, "comm %s: the %s connection to rank %d takes stores "
                        "only; the GPU kernels of this version need loads too", comm->name,
@@ -578,9 +641,19 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
                      (long long)pdd);
   g->p2p_conn = (int)pdd;
   g->win_bytes = off_peers(g) + peers_bytes(g);
-  void *win = NULL;
-  CUDA_TRY(cudaMalloc(&win, g->win_bytes), comm);
-  g->win = win;
+  /* The transport decides where the window lives (its memory kind). */
+  ZCC_CHECK(check_layout(comm, g));
+  ZCC_CHECK(zcc_transport_pick_gpu(comm, &g->tp));
+  if (g->tp->gpu->win_alloc) {
+    char *hw = NULL;
+    ZCC_CHECK(g->tp->gpu->win_alloc(comm, g->win_bytes, &hw));
+    g->win = hw;
+    g->win_host = 1;
+  } else {
+    void *win = NULL;
+    CUDA_TRY(cudaMalloc(&win, g->win_bytes), comm);
+    g->win = win;
+  }
   CUDA_TRY(cudaMemset(g->win, 0, off_p2p() + ZCC_DEV_P2P_FLAG_BYTES), comm);
   CUDA_TRY(cudaMemset(g->win + off_conns(g), 0, conn_flag_bytes(g->conns->nchannels)), comm);
   CUDA_TRY(cudaMemset(g->win + off_peers(g), 0, ZCC_DEV_PEER_FLAG_BYTES), comm);
@@ -594,6 +667,8 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
   g->abort_dev = abd;
 
   ZCC_CHECK(map_peers(comm, g));
+  /* Choices follow the link: peers' windows in pinned host memory are reached over PCIe. */
+  if (g->win_host) comm->select->ctx.link_class = ZCC_PATH_SYS;
   for (int r = 0; r < n; r++) {
     g->flags[r] = (uint32_t *)g->peer_win[r];
     g->ll[r] = g->peer_win[r] + off_ll();
@@ -661,6 +736,11 @@ void zcc_gpu_comm_free(struct zccComm *comm) {
     *g->abort_host = 1;
   /* Every kernel that maps a peer's memory has finished before unmapping. */
   cudaDeviceSynchronize();
+  /* The transport's mappings go while this GPU is current (its free then finds them gone). */
+  for (int r = 0; comm->conns && r < comm->nranks; r++) {
+    zcc_conn_t *c = comm->conns[r];
+    if (c && c->ops->gpu && c->ops->gpu->free) c->ops->gpu->free(c);
+  }
   while (g->regs) {
     zcc_gpu_reg_t *r = g->regs;
     g->regs = r->next;
@@ -672,7 +752,8 @@ void zcc_gpu_comm_free(struct zccComm *comm) {
   if (g->ev_join) cudaEventDestroy((cudaEvent_t)g->ev_join);
   for (int i = 0; i < ZCC_GPU_CE_SLOTS; i++)
     if (g->ev_copy[i]) cudaEventDestroy((cudaEvent_t)g->ev_copy[i]);
-  if (g->win) cudaFree(g->win);
+  if (g->win && !g->win_host) cudaFree(g->win);
+  if (g->win_host && g->tp->gpu->win_free) g->tp->gpu->win_free(comm);
   if (g->conns_dev) cudaFree(g->conns_dev);
   free(g->conns);
   if (g->abort_host) cudaFreeHost((void *)g->abort_host);
@@ -696,6 +777,10 @@ typedef struct {
 zccResult_t zcc_gpu_register(struct zccComm *comm, void *buf, size_t size, void **handle) {
   zcc_gpu_t *g = comm->gpu;
   int n = comm->nranks, me = comm->rank;
+  /* Peers map registered buffers through p2p only: over another transport a
+     registration is kept (and checked) but maps nothing, and collectives on
+     it go through the window as on unregistered buffers. */
+  int map = g->tp == &zcc_transport_p2p;
   int prev = -1;
   cudaGetDevice(&prev);
   cudaSetDevice(g->dev);
@@ -725,7 +810,7 @@ zccResult_t zcc_gpu_register(struct zccComm *comm, void *buf, size_t size, void 
     snprintf(err, sizeof(err), "%p + %zu runs past the end of its allocation (%zu bytes)", buf,
              size, range);
   /* IPC handles name allocations: a peer maps the allocation from its base. */
-  if (!err[0] && comm_has_remote(comm)) {
+  if (!err[0] && map && comm_has_remote(comm)) {
     e = cudaIpcGetMemHandle(&w[me].handle, base);
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
@@ -749,7 +834,8 @@ zccResult_t zcc_gpu_register(struct zccComm *comm, void *buf, size_t size, void 
     }
   reg->base = buf;
   reg->size = size;
-  for (int r = 0; r < n && res == zccSuccess; r++) {
+  reg->mapped = map;
+  for (int r = 0; r < n && res == zccSuccess && map; r++) {
     if (r == me || same_process(&comm->peers[me], &comm->peers[r])) {
       reg->peer[r] = (char *)(uintptr_t)(w[r].base + w[r].offset);
       continue;
@@ -774,8 +860,8 @@ zccResult_t zcc_gpu_register(struct zccComm *comm, void *buf, size_t size, void 
   reg->index = g->nregs++;
   reg->next = g->regs;
   g->regs = reg;
-  ZCC_INFO(COLL, "comm %s rank %d: registered %p (%zu bytes) as window %d", comm->name, me,
-           buf, size, reg->index);
+  ZCC_INFO(COLL, "comm %s rank %d: registered %p (%zu bytes) as window %d%s", comm->name, me,
+           buf, size, reg->index, map ? "" : " (not mapped into peers: their transport is not p2p)");
   *handle = reg;
   reg = NULL;
 out:

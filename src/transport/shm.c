@@ -297,4 +297,5 @@ const zcc_transport_ops_t zcc_transport_shm = {
     .check = shm_check,
     .fail = shm_fail,
     .free = shm_free,
+    .gpu = &zcc_shm_gpu_face,
 };

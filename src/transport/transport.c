@@ -73,67 +73,141 @@ static void fill_self(struct zccComm *comm, zcc_peer_info_t *self) {
   memcpy(self->gpu_bus_id, comm->gpu_bus_id, sizeof(self->gpu_bus_id));
 }
 
-/* A connection to every peer, through the first entry of the kind that can. */
-static zccResult_t pick_all(struct zccComm *comm, int gpu) {
+static int serves(const zcc_transport_ops_t *ops, int gpu) {
+  return gpu ? ops->gpu != NULL : ops->progress != NULL;
+}
+
+static zccResult_t new_conn(struct zccComm *comm, int j, const zcc_transport_ops_t *ops) {
+  zcc_conn_t *c = calloc(1, sizeof(*c));
+  if (!c) return zcc_error(zccSystemError, "init: out of memory");
+  c->ops = ops;
+  c->comm = comm;
+  c->peer = j;
+  comm->conns[j] = c;
+  return zccSuccess;
+}
+
+/* "shm: why; socket: why" for the pair (me, j). */
+static void refusals(struct zccComm *comm, int j, int gpu, char *why, size_t len) {
+  size_t o = 0;
+  why[0] = '\0';
+  for (int t = 0; t < NTRANSPORTS; t++) {
+    if (!serves(transports[t], gpu)) continue;
+    char w[400] = "cannot";
+    if (transports[t]->can_connect(comm, &comm->peers[comm->rank], &comm->peers[j]))
+      snprintf(w, sizeof(w), "connects this pair, but not every pair of the communicator");
+    else if (transports[t]->refusal)
+      transports[t]->refusal(comm, &comm->peers[comm->rank], &comm->peers[j], w, sizeof(w));
+    o += (size_t)snprintf(why + o, o < len ? len - o : 0, "%s%s: %s", o ? "; " : "",
+                          transports[t]->name, w);
+  }
+  if (!o) snprintf(why, len, "none is built");
+}
+
+/* Host communicators: a connection to every peer, through the first entry that can. */
+static zccResult_t pick_all(struct zccComm *comm) {
   int n = comm->nranks, me = comm->rank;
   const zcc_peer_info_t *self = &comm->peers[me];
   for (int j = 0; j < n; j++) {
     if (j == me) continue;
     const zcc_transport_ops_t *ops = NULL;
     for (int t = 0; t < NTRANSPORTS && !ops; t++)
-      if (transports[t]->gpu == gpu && transports[t]->can_connect(comm, self, &comm->peers[j]))
+      if (serves(transports[t], 0) && transports[t]->can_connect(comm, self, &comm->peers[j]))
         ops = transports[t];
     if (!ops) {
       char why[600];
-      size_t o = 0;
-      why[0] = '\0';
-      for (int t = 0; t < NTRANSPORTS; t++) {
-        if (transports[t]->gpu != gpu) continue;
-        char w[400] = "cannot";
-        if (transports[t]->refusal)
-          transports[t]->refusal(comm, self, &comm->peers[j], w, sizeof(w));
-        o += (size_t)snprintf(why + o, o < sizeof(why) ? sizeof(why) - o : 0, "%s%s: %s",
-                              o ? "; " : "", transports[t]->name, w);
-      }
-      return zcc_error(gpu ? zccInvalidUsage : zccSystemError,
-                       "comm %s: no transport can connect %srank %d to rank %d (%s)",
-                       comm->name, gpu ? "GPU " : "", me, j, o ? why : "none is built");
+      refusals(comm, j, 0, why, sizeof(why));
+      return zcc_error(zccSystemError, "comm %s: no transport can connect rank %d to rank %d (%s)",
+                       comm->name, me, j, why);
     }
-    zcc_conn_t *c = calloc(1, sizeof(*c));
-    if (!c) return zcc_error(zccSystemError, "init: out of memory");
-    c->ops = ops;
-    c->comm = comm;
-    c->peer = j;
-    comm->conns[j] = c;
+    ZCC_CHECK(new_conn(comm, j, ops));
   }
   return zccSuccess;
 }
 
-zccResult_t zcc_transport_connect_gpu(struct zccComm *comm) {
+zccResult_t zcc_transport_pick_gpu(struct zccComm *comm, const zcc_transport_ops_t **out) {
   int n = comm->nranks, me = comm->rank;
-  ZCC_CHECK(pick_all(comm, 1));
+  const zcc_peer_info_t *self = &comm->peers[me];
+  /*
+   * The window is one memory for all peers, so one entry connects every
+   * pair, and every rank must pick the same one: each says which entries
+   * connect it to each peer, the answers are exchanged, and the first entry
+   * that both sides of every pair accept wins.
+   */
+  size_t row = (size_t)n * NTRANSPORTS;
+  uint8_t *ok = calloc((size_t)n, row);
+  if (!ok) return zcc_error(zccSystemError, "init: out of memory");
+  for (int j = 0; j < n; j++)
+    for (int t = 0; t < NTRANSPORTS; t++)
+      ok[me * row + (size_t)j * NTRANSPORTS + t] =
+          j == me || (serves(transports[t], 1) && transports[t]->can_connect(comm, self, &comm->peers[j]));
+  zccResult_t res = n > 1 ? zcc_bootstrap_allgather(comm->bootstrap, ok, row,
+                                                    zcc_param_connect_timeout_ms())
+                          : zccSuccess;
+  if (res != zccSuccess) {
+    free(ok);
+    return res;
+  }
+  const zcc_transport_ops_t *ops = NULL;
+  int bad_a = -1, bad_b = -1;
+  for (int t = 0; t < NTRANSPORTS && !ops; t++) {
+    if (!serves(transports[t], 1)) continue;
+    int all = 1;
+    for (int a = 0; a < n && all; a++)
+      for (int b = a + 1; b < n && all; b++) {
+        all = ok[a * row + (size_t)b * NTRANSPORTS + t] && ok[b * row + (size_t)a * NTRANSPORTS + t];
+        if (!all && bad_a < 0) {
+          bad_a = a;
+          bad_b = b;
+        }
+      }
+    if (all) ops = transports[t];
+  }
+  free(ok);
+  if (!ops) {
+    /* name a pair this rank is in when it has one */
+    int j = bad_a == me ? bad_b : bad_b == me ? bad_a : -1;
+    int elsewhere = j < 0;
+    for (int q = 0; q < n && j < 0; q++)
+      if (q != me) j = q;
+    char why[600];
+    refusals(comm, j, 1, why, sizeof(why));
+    if (elsewhere)
+      return zcc_error(zccInvalidUsage,
+                       "comm %s: no transport can connect GPU rank %d to rank %d, which every "
+                       "pair needs (here, to rank %d: %s)", comm->name, bad_a, bad_b, j, why);
+    return zcc_error(zccInvalidUsage,
+                     "comm %s: no transport can connect GPU rank %d to rank %d (%s)",
+                     comm->name, me, j, why);
+  }
+  for (int j = 0; j < n; j++)
+    if (j != me) ZCC_CHECK(new_conn(comm, j, ops));
+  *out = ops;
+  return zccSuccess;
+}
+
+zccResult_t zcc_transport_attach_gpu(struct zccComm *comm) {
+  int n = comm->nranks, me = comm->rank;
   if (n == 1) return zccSuccess;
+  const zcc_transport_gpu_t *face = comm->conns[me == 0 ? 1 : 0]->ops->gpu;
   /* One blob per ordered pair: rank r's row holds what it sends each peer. */
-  size_t bb = 0;
-  for (int t = 0; t < NTRANSPORTS; t++)
-    if (transports[t]->gpu && transports[t]->blob_bytes > bb) bb = transports[t]->blob_bytes;
-  bb = (bb + 7) / 8 * 8;
+  size_t bb = (face->blob_bytes + 7) / 8 * 8;
   char *blobs = calloc((size_t)n * (size_t)n, bb ? bb : 8);
   if (!blobs) return zcc_error(zccSystemError, "init: out of memory");
   zccResult_t res = zccSuccess;
   for (int j = 0; j < n && res == zccSuccess; j++)
-    if (comm->conns[j] && comm->conns[j]->ops->blob)
-      res = comm->conns[j]->ops->blob(comm->conns[j], blobs + ((size_t)me * n + j) * bb);
+    if (comm->conns[j]) res = face->blob(comm->conns[j], blobs + ((size_t)me * n + j) * bb);
   /* Every rank joins the exchange even when its own blob failed, so that
      none waits for it: the failure then travels as an empty row. */
-  zccResult_t xres = zcc_bootstrap_allgather(comm->bootstrap, blobs, (size_t)n * bb,
-                                             zcc_param_connect_timeout_ms());
+  int64_t to = zcc_param_connect_timeout_ms();
+  zccResult_t xres = zcc_bootstrap_allgather(comm->bootstrap, blobs, (size_t)n * bb, to);
   if (res == zccSuccess) res = xres;
   for (int j = 0; j < n && res == zccSuccess; j++)
-    if (comm->conns[j])
-      res = comm->conns[j]->ops->attach(comm->conns[j], blobs + ((size_t)j * n + me) * bb);
+    if (comm->conns[j]) res = face->attach(comm->conns[j], blobs + ((size_t)j * n + me) * bb);
   free(blobs);
   if (res != zccSuccess) return res;
+  ZCC_CHECK(zcc_bootstrap_barrier(comm->bootstrap, to));
+  if (face->ready) face->ready(comm);
   for (int j = 0; j < n; j++)
     if (comm->conns[j])
       ZCC_INFO(INIT, "comm %s rank %d -> rank %d (GPU %s, pid %d) via %s", comm->name, me, j,
@@ -150,8 +224,9 @@ zccResult_t zcc_transport_connect_all(struct zccComm *comm) {
   zcc_peer_info_t *self = &comm->peers[me];
   fill_self(comm, self);
   int gpu = comm->device >= 0;
-  for (int t = 0; t < NTRANSPORTS; t++)
-    if (transports[t]->gpu == gpu && transports[t]->comm_setup)
+  /* per-communicator set-up of the host faces (GPU faces set up in their own steps) */
+  for (int t = 0; t < NTRANSPORTS && !gpu; t++)
+    if (serves(transports[t], 0) && transports[t]->comm_setup)
       ZCC_CHECK(transports[t]->comm_setup(comm, self));
   ZCC_CHECK(zcc_bootstrap_allgather(comm->bootstrap, comm->peers, sizeof(*comm->peers), to));
   for (int j = 0; j < n; j++)
@@ -165,9 +240,9 @@ zccResult_t zcc_transport_connect_all(struct zccComm *comm) {
       if (comm->peers[k].host_hash == comm->peers[j].host_hash) first = 0;
     comm->nnodes += first;
   }
-  /* GPU communicators connect once their memory exists (zcc_transport_connect_gpu). */
+  /* GPU communicators connect in their own set-up (zcc_transport_pick_gpu). */
   if (gpu) return zccSuccess;
-  ZCC_CHECK(pick_all(comm, 0));
+  ZCC_CHECK(pick_all(comm));
   for (int phase = 0; phase < ZCC_CONNECT_PHASES; phase++) {
     for (int j = 0; j < n; j++)
       if (comm->conns[j]) ZCC_CHECK(comm->conns[j]->ops->connect(comm->conns[j], phase));
@@ -184,7 +259,7 @@ void zcc_transport_fail_all(struct zccComm *comm) {
   if (!comm->conns) return;
   for (int j = 0; j < comm->nranks; j++) {
     zcc_conn_t *c = comm->conns[j];
-    if (c && c->priv && c->ops->fail) c->ops->fail(c);
+    if (c && c->priv && c->ops->fail && comm->device < 0) c->ops->fail(c);
   }
 }
 
@@ -193,12 +268,18 @@ void zcc_transport_free_all(struct zccComm *comm) {
     for (int j = 0; j < comm->nranks; j++) {
       zcc_conn_t *c = comm->conns[j];
       if (!c) continue;
-      if (c->ops->free) c->ops->free(c);
+      if (comm->device >= 0) {
+        if (c->ops->gpu && c->ops->gpu->free) c->ops->gpu->free(c);
+      } else if (c->ops->free) {
+        c->ops->free(c);
+      }
       free(c);
       comm->conns[j] = NULL;
     }
   }
-  for (int t = 0; t < NTRANSPORTS; t++)
+  for (int t = 0; t < NTRANSPORTS; t++) {
     if (transports[t]->comm_free) transports[t]->comm_free(comm);
+    if (transports[t]->gpu && transports[t]->gpu->win_free) transports[t]->gpu->win_free(comm);
+  }
   memset(comm->transport_state, 0, sizeof(comm->transport_state));
 }
