@@ -35,6 +35,8 @@
 #              decision table at creation (INFO TUNING), and the refusals:
 #              ZCC_P2P_DISABLE=1 (names the pair), ZCC_ALGO=hier, ZCC_PROTO=ll128 (name
 #              what can run); ZCC_TOPO_MEASURE=1 on a GPU
+#   hostmem    pinned (cudaHostAlloc, cudaHostRegister) and managed buffers on a GPU
+#              communicator of 2 ranks on one GPU, exact; pageable and freed refused
 #   gshm       the shm transport for GPU communicators (ZCC_P2P_DISABLE=1: windows in
 #              pinned shared memory mapped into the GPU): the matrix with 2 and 3 ranks
 #              on one GPU in threads (default, ring, tree) and 2 in processes with 1000
@@ -242,6 +244,7 @@ for phase in "$@"; do
     expect_refusal plan-ll128 "ZCC_PROTO=ll128" env ZCC_PROTO=ll128 \
       "$bin/allreduce_perf" -b 8 -e 8 -g 2 --share-gpus 1 -w 0 -n 1
     ;;
+  hostmem) run hostmem 300 "$bin/test_gpu_hostmem" ;;
   gshm)
     export ZCC_TIMEOUT=${ZCC_TIMEOUT:-20000}
     for n in 2 3; do
@@ -251,6 +254,7 @@ for phase in "$@"; do
           --layout threads --quick
       done
     done
+    run gshm-hostmem 300 env ZCC_P2P_DISABLE=1 "$bin/test_gpu_hostmem"
     run gshm-procs 300 env ZCC_P2P_DISABLE=1 "$bin/test_gpu_colls" --ranks 2 --layout procs \
       --quick --only matrix,graphs --replays 1000
     run gshm-path 120 bash -c 'ZCC_P2P_DISABLE=1 ZCC_DEBUG=INFO ZCC_DEBUG_SUBSYS=INIT,SHM,TUNING \

@@ -100,9 +100,17 @@ static void ptr_remember(zcc_gpu_t *g, const void *ptr) {
   g->ptr_ok[i].hi = (uintptr_t)base + size;
 }
 
-zccResult_t zcc_gpu_check_ptr(struct zccComm *comm, const void *ptr, const char *what,
-                              const char *fn) {
+/*
+ * What kernels may take: device memory of this communicator's GPU, pinned
+ * host memory (cudaHostAlloc, cudaHostRegister, pin_memory=True) through its
+ * device mapping (*dev: the address kernels use; the same under unified
+ * addressing), and managed memory (the driver migrates or maps its pages on
+ * access). Pageable host memory and memory of another GPU are refused.
+ */
+static zccResult_t gpu_addr(struct zccComm *comm, const void *ptr, const char *what,
+                            const char *fn, const void **dev) {
   zcc_gpu_t *g = comm->gpu;
+  *dev = ptr;
   if (ptr_known(g, ptr)) return zccSuccess;
   struct cudaPointerAttributes at;
   cudaError_t e = cudaPointerGetAttributes(&at, ptr);
@@ -111,12 +119,41 @@ zccResult_t zcc_gpu_check_ptr(struct zccComm *comm, const void *ptr, const char 
     return zcc_error(zccInvalidArgument, "%s: %s %p: cannot query it (%s)", fn, what, ptr,
                      cudaGetErrorString(e));
   }
-  if (at.type == cudaMemoryTypeUnregistered || (at.type == cudaMemoryTypeHost && !at.devicePointer))
+  switch (at.type) {
+  case cudaMemoryTypeDevice:
+    if (at.device != g->dev)
+      return zcc_error(zccInvalidArgument,
+                       "%s: %s %p is memory of GPU %d; this communicator's rank %d runs on GPU "
+                       "%d", fn, what, ptr, at.device, comm->rank, g->dev);
+    ptr_remember(g, ptr);
+    return zccSuccess;
+  case cudaMemoryTypeHost:
+    if (!at.devicePointer)
+      return zcc_error(zccInvalidArgument,
+                       "%s: %s %p is pinned host memory not mapped into GPU %d (register it "
+                       "with cudaHostRegisterMapped, or allocate it with cudaHostAlloc)", fn,
+                       what, ptr, g->dev);
+    *dev = at.devicePointer;
+    ZCC_INFO(COLL, "%s: %s %p is pinned host memory: kernels read and write it in place "
+             "through its mapping %p", fn, what, ptr, at.devicePointer);
+    return zccSuccess;
+  case cudaMemoryTypeManaged:
+    ZCC_INFO(COLL, "%s: %s %p is managed memory: kernels reach it where the driver puts its "
+             "pages", fn, what, ptr);
+    return zccSuccess;
+  default:
     return zcc_error(zccInvalidArgument,
-                     "%s: %s %p is host memory; a GPU communicator (GPU %d) takes device "
-                     "memory", fn, what, ptr, comm->device);
-  if (at.type == cudaMemoryTypeDevice) ptr_remember(g, ptr);
-  return zccSuccess;
+                     "%s: %s %p is pageable host memory (or freed); a GPU communicator (GPU "
+                     "%d) takes device memory, or host memory pinned and mapped: "
+                     "cudaHostAlloc, cudaHostRegister, or torch's pin_memory=True", fn, what,
+                     ptr, g->dev);
+  }
+}
+
+zccResult_t zcc_gpu_check_ptr(struct zccComm *comm, const void *ptr, const char *what,
+                              const char *fn) {
+  const void *dev;
+  return gpu_addr(comm, ptr, what, fn, &dev);
 }
 
 /* The registration holding [p, p + bytes), or NULL. */
@@ -201,7 +238,7 @@ static zccResult_t allreduce_ce(struct zccComm *comm, const zcc_coll_args_t *x, 
     char *my_slot = g->staging[me] + (size_t)k * slot;
     DEV(zcc_dev_flag_wait(mine + ZCC_GPU_CE_PUSH + k, mine + ZCC_GPU_CE_FREE + k, 0, g->abort_dev,
                           side));
-    CU(cudaMemcpyAsync(dst_slot, in + off, n, cudaMemcpyDeviceToDevice, side));
+    CU(cudaMemcpyAsync(dst_slot, in + off, n, cudaMemcpyDefault, side));
     CU(cudaEventRecord((cudaEvent_t)g->ev_copy[k], side));
     DEV(zcc_dev_flag_signal(mine + ZCC_GPU_CE_PUSH + k, theirs + ZCC_GPU_CE_READY + k, 1, side));
     DEV(zcc_dev_flag_wait(mine + ZCC_GPU_CE_RECV + k, mine + ZCC_GPU_CE_READY + k, 1, g->abort_dev,
@@ -232,7 +269,7 @@ static zccResult_t conn_coll(struct zccComm *comm, const zcc_coll_args_t *x, cud
   size_t es = zcc_type_size(x->type), bytes = x->count * es;
   if (g->nranks == 1) {
     if (x->sendbuf != x->recvbuf)
-      CU(cudaMemcpyAsync(x->recvbuf, x->sendbuf, bytes, cudaMemcpyDeviceToDevice, s));
+      CU(cudaMemcpyAsync(x->recvbuf, x->sendbuf, bytes, cudaMemcpyDefault, s));
     ZCC_INFO(COLL, "%s %zu bytes: one rank, %s", fn, bytes,
              x->sendbuf != x->recvbuf ? "one copy" : "nothing to move");
     return zccSuccess;
@@ -423,7 +460,7 @@ static zccResult_t allreduce(struct zccComm *comm, const zcc_coll_args_t *x, cud
   for (size_t off = 0; off < bytes; off += piece) {
     size_t n = bytes - off < piece ? bytes - off : piece;
     CU(cudaMemcpyAsync(g->staging[g->rank], (const char *)x->sendbuf + off, n,
-                       cudaMemcpyDeviceToDevice, s));
+                       cudaMemcpyDefault, s));
     for (int r = 0; r < g->nranks; r++) {
       a.inputs[r] = g->staging[r];
       a.outputs[r] = g->staging[r];
@@ -432,7 +469,7 @@ static zccResult_t allreduce(struct zccComm *comm, const zcc_coll_args_t *x, cud
     if (twoshot) {
       DEV(zcc_dev_allreduce_twoshot(&a, s));
       CU(cudaMemcpyAsync((char *)x->recvbuf + off, g->staging[g->rank], n,
-                         cudaMemcpyDeviceToDevice, s));
+                         cudaMemcpyDefault, s));
       DEV(zcc_dev_barrier(&a, s)); /* the copy out is done on every rank (push kernel) */
     } else {
       a.outputs[g->rank] = (char *)x->recvbuf + off;
@@ -465,10 +502,10 @@ static zccResult_t reduce_like(struct zccComm *comm, const zcc_coll_args_t *x, c
       ZCC_CHECK(stage_scaled(g, x, off, n, bytes, scatter ? k : 1, s, fn));
     else if (scatter)
       CU(cudaMemcpy2DAsync(g->staging[me], n, (const char *)x->sendbuf + off, bytes, n,
-                           (size_t)k, cudaMemcpyDeviceToDevice, s));
+                           (size_t)k, cudaMemcpyDefault, s));
     else
       CU(cudaMemcpyAsync(g->staging[me], (const char *)x->sendbuf + off, n,
-                         cudaMemcpyDeviceToDevice, s));
+                         cudaMemcpyDefault, s));
     for (int r = 0; r < k; r++) a.inputs[r] = g->staging[r] + (scatter ? (size_t)me * n : 0);
     a.count = n / es;
     a.passive = !scatter && me != x->root;
@@ -498,7 +535,7 @@ static zccResult_t gather_like(struct zccComm *comm, const zcc_coll_args_t *x, c
     memset(a.dst, 0, sizeof(a.dst));
     if (bcast) {
       if (me == x->root) {
-        CU(cudaMemcpyAsync(g->staging[me], in + off, n, cudaMemcpyDeviceToDevice, s));
+        CU(cudaMemcpyAsync(g->staging[me], in + off, n, cudaMemcpyDefault, s));
         if (in != out) {
           a.src[me] = in + off;
           a.dst[me] = out + off;
@@ -509,13 +546,13 @@ static zccResult_t gather_like(struct zccComm *comm, const zcc_coll_args_t *x, c
       }
     } else if (a2a) {
       CU(cudaMemcpy2DAsync(g->staging[me], n, in + off, bytes, n, (size_t)k,
-                           cudaMemcpyDeviceToDevice, s));
+                           cudaMemcpyDefault, s));
       for (int r = 0; r < k; r++) {
         a.src[r] = r == me ? g->staging[me] + (size_t)me * n : g->staging[r] + (size_t)me * n;
         a.dst[r] = out + (size_t)r * bytes + off;
       }
     } else { /* allgather */
-      CU(cudaMemcpyAsync(g->staging[me], in + off, n, cudaMemcpyDeviceToDevice, s));
+      CU(cudaMemcpyAsync(g->staging[me], in + off, n, cudaMemcpyDefault, s));
       for (int r = 0; r < k; r++) {
         a.src[r] = g->staging[r];
         a.dst[r] = out + (size_t)r * bytes + off;
@@ -583,7 +620,7 @@ static zccResult_t alltoall_conn(struct zccComm *comm, const zcc_coll_args_t *x,
   int inplace = x->sendbuf == x->recvbuf;
   if (!inplace)
     CU(cudaMemcpyAsync(out + (size_t)me * bytes, in + (size_t)me * bytes, bytes,
-                       cudaMemcpyDeviceToDevice, s));
+                       cudaMemcpyDefault, s));
   size_t npieces = 0;
   for (size_t off = 0; off < bytes; off += piece, npieces++) {
     size_t n = bytes - off < piece ? bytes - off : piece;
@@ -591,7 +628,7 @@ static zccResult_t alltoall_conn(struct zccComm *comm, const zcc_coll_args_t *x,
     int nops = 0;
     if (inplace)
       CU(cudaMemcpy2DAsync(g->staging[me], n, in + off, bytes, n, (size_t)k,
-                           cudaMemcpyDeviceToDevice, s));
+                           cudaMemcpyDefault, s));
     for (int r = 0; r < k; r++) {
       if (r == me) continue;
       ops[nops++] = (zcc_gpu_p2p_op_t){
@@ -660,10 +697,22 @@ zccResult_t zcc_gpu_coll(struct zccComm *comm, const zcc_coll_args_t *x,
   ZCC_CHECK(check_stream(comm, s, fn));
   int need_send = x->coll != ZCC_COLL_BROADCAST || comm->rank == x->root;
   int need_recv = x->coll != ZCC_COLL_REDUCE || comm->rank == x->root;
-  if (need_send) ZCC_CHECK(zcc_gpu_check_ptr(comm, x->sendbuf, "sendbuff", fn));
-  if (need_recv) ZCC_CHECK(zcc_gpu_check_ptr(comm, x->recvbuf, "recvbuff", fn));
-  if (x->scale && x->scalar_ptr)
-    ZCC_CHECK(zcc_gpu_check_ptr(comm, x->scalar_ptr, "the pre-multiplied sum's scalar", fn));
+  /* The addresses kernels use (pinned host memory through its mapping). */
+  zcc_coll_args_t mapped = *x;
+  const void *dp;
+  if (need_send) {
+    ZCC_CHECK(gpu_addr(comm, x->sendbuf, "sendbuff", fn, &dp));
+    mapped.sendbuf = dp;
+  }
+  if (need_recv) {
+    ZCC_CHECK(gpu_addr(comm, x->recvbuf, "recvbuff", fn, &dp));
+    mapped.recvbuf = (void *)dp;
+  }
+  if (x->scale && x->scalar_ptr) {
+    ZCC_CHECK(gpu_addr(comm, x->scalar_ptr, "the pre-multiplied sum's scalar", fn, &dp));
+    mapped.scalar_ptr = dp;
+  }
+  x = &mapped;
   int prev = -1;
   CU(cudaGetDevice(&prev));
   if (prev != comm->device) CU(cudaSetDevice(comm->device));
@@ -690,10 +739,31 @@ out:
   return res;
 }
 
+static zccResult_t gpu_p2p_mapped(struct zccComm *comm, const zcc_gpu_p2p_op_t *ops, int nops,
+                                  const char *fn);
+
 zccResult_t zcc_gpu_p2p(struct zccComm *comm, const zcc_gpu_p2p_op_t *ops, int nops,
                         const char *fn) {
-  zcc_gpu_t *g = comm->gpu;
   if (nops == 0) return zccSuccess;
+  /* The addresses kernels use (pinned host memory through its mapping). */
+  zcc_gpu_p2p_op_t *m = malloc(sizeof(*m) * (size_t)nops);
+  if (!m) return zcc_error(zccSystemError, "%s: out of memory", fn);
+  zccResult_t res = zccSuccess;
+  for (int i = 0; i < nops && res == zccSuccess; i++) {
+    m[i] = ops[i];
+    const void *dp = ops[i].buf;
+    if (ops[i].bytes)
+      res = gpu_addr(comm, ops[i].buf, ops[i].is_recv ? "recvbuff" : "sendbuff", fn, &dp);
+    m[i].buf = (void *)dp;
+  }
+  if (res == zccSuccess) res = gpu_p2p_mapped(comm, m, nops, fn);
+  free(m);
+  return res;
+}
+
+static zccResult_t gpu_p2p_mapped(struct zccComm *comm, const zcc_gpu_p2p_op_t *ops, int nops,
+                                  const char *fn) {
+  zcc_gpu_t *g = comm->gpu;
   cudaStream_t s = (cudaStream_t)ops[0].stream;
   ZCC_CHECK(check_stream(comm, s, fn));
   for (int i = 1; i < nops; i++)
@@ -701,10 +771,6 @@ zccResult_t zcc_gpu_p2p(struct zccComm *comm, const zcc_gpu_p2p_op_t *ops, int n
       return zcc_error(zccInvalidUsage,
                        "%s: the point-to-point operations of one GPU communicator in a group "
                        "must use one stream", fn);
-  for (int i = 0; i < nops; i++)
-    if (ops[i].bytes)
-      ZCC_CHECK(zcc_gpu_check_ptr(comm, ops[i].buf, ops[i].is_recv ? "recvbuff" : "sendbuff",
-                                  fn));
   /* A receive may not land where a send of the same launch still reads (the
      kernel runs them concurrently); self copies of one buffer are no-ops. */
   for (int i = 0; i < nops; i++)
@@ -745,7 +811,7 @@ zccResult_t zcc_gpu_p2p(struct zccComm *comm, const zcc_gpu_p2p_op_t *ops, int n
     }
     if (ops[si].bytes && ops[si].buf != ops[ri].buf) {
       cudaError_t e = cudaMemcpyAsync(ops[ri].buf, ops[si].buf, ops[si].bytes,
-                                      cudaMemcpyDeviceToDevice, s);
+                                      cudaMemcpyDefault, s);
       if (e != cudaSuccess) res = cuda_err(e, "cudaMemcpyAsync", fn);
     }
     si++;
