@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "comm.h"
@@ -24,7 +25,7 @@
 static void usage(FILE *f) {
   fprintf(f,
           "usage: zcc_topo [--file FILE] [--ranks LIST | --gpus] [--json | --dot | --params]\n"
-          "                [--paths all] [--no-plan] [--measure]\n"
+          "                [--paths all] [--no-plan] [--measure] [--explain SIZE [--coll NAME]]\n"
           "  --file FILE   load a saved graph (as ZCC_TOPO_FILE does) instead of detecting\n"
           "  --ranks LIST  plan for ranks on these GPUs, e.g. 0-7 or 0,2,4-6, counted in graph\n"
           "                order over all hosts (CPU nodes when there is no GPU)\n"
@@ -35,6 +36,9 @@ static void usage(FILE *f) {
           "  --paths all   best paths between every pair of devices of every distinct host\n"
           "                (default: devices of the first host)\n"
           "  --no-plan     show the graph and paths only\n"
+          "  --explain SIZE  why a collective of SIZE bytes (e.g. 64M) runs what it runs on these\n"
+          "                ranks: the choice, every candidate's predicted time, why the others\n"
+          "                cannot run, and the links ring 0 crosses (--coll: allreduce default)\n"
           "  --measure     measure the host link class as ZCC_TOPO_MEASURE=1 does (two ranks\n"
           "                of this process) and show it beside the table's figures\n");
 }
@@ -243,6 +247,52 @@ static int print_measure(void) {
   return 0;
 }
 
+/* SIZE with an optional K, M or G (powers of 1024). */
+static int parse_bytes(const char *s, size_t *out) {
+  char *end = NULL;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || end == s) return -1;
+  unsigned long long mul = 1;
+  if (*end == 'K' || *end == 'k') mul = 1ULL << 10;
+  else if (*end == 'M' || *end == 'm') mul = 1ULL << 20;
+  else if (*end == 'G' || *end == 'g') mul = 1ULL << 30;
+  if (mul > 1) end++;
+  if (*end || v == 0 || v > (1ULL << 40) / mul) return -1;
+  *out = (size_t)(v * mul);
+  return 0;
+}
+
+static int print_explain(const zcc_planner_t *p, const char *size, const char *coll_name) {
+  size_t bytes;
+  if (parse_bytes(size, &bytes) != 0) {
+    fprintf(stderr, "zcc_topo: --explain %s: not a size from 1 byte to 1 TiB (e.g. 4096, 64M)\n",
+            size);
+    return 2;
+  }
+  int coll = -1;
+  for (int k = 0; k < ZCC_COLL_SENDRECV; k++)
+    if (strcasecmp(coll_name, zcc_coll_name(k)) == 0) coll = k;
+  if (coll < 0) {
+    fprintf(stderr, "zcc_topo: --coll %s: use allreduce, broadcast, reduce, allgather, "
+            "reducescatter or alltoall\n", coll_name);
+    return 2;
+  }
+  zcc_select_ctx_t c;
+  zcc_select_ctx_of_plan(p, &c);
+  printf("\nexplain (the choice a communicator of these ranks makes, through zcc_select):\n");
+  if (zcc_select_explain(&c, coll, bytes, 1, print_line, NULL) != zccSuccess) {
+    printf("  %s\n", zcc_last_error());
+    return 1;
+  }
+  printf("ring 0's steps on the graph (rank -> next: path class, bottleneck, latency, nodes):\n");
+  if (zcc_planner_ring_links(p, 0, print_raw, NULL) != zccSuccess) {
+    printf("  %s\n", zcc_last_error());
+    return 1;
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   static const struct option opts[] = {
       {"file", required_argument, 0, 'f'}, {"ranks", required_argument, 0, 'r'},
@@ -250,10 +300,12 @@ int main(int argc, char **argv) {
       {"dot", no_argument, 0, 'd'},        {"params", no_argument, 0, 'p'},
       {"paths", required_argument, 0, 'a'}, {"no-plan", no_argument, 0, 'n'},
       {"measure", no_argument, 0, 'm'},    {"help", no_argument, 0, 'h'},
+      {"explain", required_argument, 0, 'x'}, {"coll", required_argument, 0, 'c'},
       {0, 0, 0, 0}};
   const char *file = NULL, *ranks = NULL;
   int json = 0, dot = 0, params = 0, all_paths = 0, plan = 1, measure = 0;
-  for (int c; (c = getopt_long(argc, argv, "f:r:gjdpa:nmh", opts, NULL)) != -1;) {
+  const char *explain = NULL, *coll_name = "allreduce";
+  for (int c; (c = getopt_long(argc, argv, "f:r:gjdpa:nmx:c:h", opts, NULL)) != -1;) {
     switch (c) {
     case 'f': file = optarg; break;
     case 'r': ranks = optarg; break;
@@ -270,6 +322,8 @@ int main(int argc, char **argv) {
       break;
     case 'n': plan = 0; break;
     case 'm': measure = 1; break;
+    case 'x': explain = optarg; break;
+    case 'c': coll_name = optarg; break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }
@@ -374,6 +428,7 @@ int main(int argc, char **argv) {
       printf("\n(planned in %.1f ms)\n",
              (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6);
       print_decisions(p);
+      if (explain) rc = print_explain(p, explain, coll_name);
       zcc_planner_free(p);
     }
     free(all);

@@ -100,6 +100,10 @@ zccResult_t zcc_planner_for_comm(const zcc_topo_t *local, int nranks, int nnodes
 zccResult_t zcc_planner_describe(const zcc_planner_t *p, void (*emit)(void *ctx, const char *line),
                                  void *ctx);
 
+/* Each step of ring `channel`: the link class, bandwidth and latency of the path, and its nodes. */
+zccResult_t zcc_planner_ring_links(const zcc_planner_t *p, int channel,
+                                   void (*emit)(void *ctx, const char *line), void *ctx);
+
 /* Link-load accounting, shared by the ring, tree and all-pairs builders. */
 typedef struct zcc_flow zcc_flow_t;
 zccResult_t zcc_planner_flow_new(const zcc_planner_t *p, zcc_flow_t **out);
@@ -230,6 +234,14 @@ zccResult_t zcc_select_cached(zcc_select_cache_t *cache, zcc_coll_t coll, size_t
  */
 zccResult_t zcc_planner_decisions(const zcc_select_ctx_t *c,
                                   void (*emit)(void *ctx, const char *line), void *ctx);
+
+/*
+ * Why `coll` of `bytes` runs what it runs on this communicator: the choice,
+ * every candidate's predicted time and how far behind the winner it is,
+ * those the model leaves to ZCC_ALGO, and why the others cannot run here.
+ */
+zccResult_t zcc_select_explain(const zcc_select_ctx_t *c, zcc_coll_t coll, size_t bytes,
+                               int staged, void (*emit)(void *ctx, const char *line), void *ctx);
 
 /* ZCC_ALGO / ZCC_PROTO as set (NULL: unset). */
 const char *zcc_planner_algo_override(void);

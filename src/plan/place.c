@@ -151,3 +151,40 @@ zccResult_t zcc_planner_describe(const zcc_planner_t *p, void (*emit)(void *, co
           p->island ? "possible" : "not possible", zcc_topo_class_name(p->island_class));
   return zccSuccess;
 }
+
+zccResult_t zcc_planner_ring_links(const zcc_planner_t *p, int channel,
+                                   void (*emit)(void *, const char *), void *ctx) {
+  if (channel < 0 || channel >= p->nchannels)
+    return zcc_error(zccInvalidArgument, "planner: channel %d of %d", channel, p->nchannels);
+  const zcc_topo_t *g = p->g;
+  int show = p->nranks <= 64 ? p->nranks : 64;
+  for (int i = 0; i < show; i++) {
+    int a = p->rings[channel].order[i], b = p->rings[channel].order[(i + 1) % p->nranks];
+    int na = p->rank_node[a], nb = p->rank_node[b];
+    char line[512];
+    size_t o;
+    if (na == nb) {
+      emitf(emit, ctx, "  rank %d -> %d: the same %s (%s), no link", a, b,
+            zcc_topo_kind_name(g->nodes[na].kind), g->nodes[na].id);
+      continue;
+    }
+    zcc_topo_route_t r;
+    ZCC_CHECK(zcc_topo_route(g, na, nb, &r));
+    o = (size_t)snprintf(line, sizeof(line), "  rank %d -> %d: %-12s %7.1f GB/s %6.2f us, %d hop%s",
+                         a, b, zcc_topo_class_name(r.cls), r.bw, r.lat, r.hops,
+                         r.hops == 1 ? "" : "s");
+    if (g->nodes[na].host == g->nodes[nb].host) {
+      int via[64], n = zcc_topo_path_nodes(g, na, nb, via, 64);
+      o += (size_t)snprintf(line + o, o < sizeof(line) ? sizeof(line) - o : 0, ":");
+      for (int k = 0; k < n && o < sizeof(line); k++)
+        o += (size_t)snprintf(line + o, sizeof(line) - o, " %s", g->nodes[via[k]].id);
+    } else if (r.nic_a >= 0 && r.nic_b >= 0) {
+      snprintf(line + o, o < sizeof(line) ? sizeof(line) - o : 0, ": out by %s of %s, in by %s of %s",
+               g->nodes[r.nic_a].id, g->hosts[g->nodes[na].host].name, g->nodes[r.nic_b].id,
+               g->hosts[g->nodes[nb].host].name);
+    }
+    emit(ctx, line);
+  }
+  if (show < p->nranks) emitf(emit, ctx, "  ... %d more steps", p->nranks - show);
+  return zccSuccess;
+}

@@ -345,3 +345,48 @@ zccResult_t zcc_planner_decisions(const zcc_select_ctx_t *c,
     }
   return zccSuccess;
 }
+
+zccResult_t zcc_select_explain(const zcc_select_ctx_t *c, zcc_coll_t coll, size_t bytes,
+                               int staged, void (*emit)(void *ctx, const char *line), void *ctx) {
+  zcc_choice_t ch;
+  ZCC_CHECK(zcc_select(c, coll, bytes, staged, &ch));
+  emitf(emit, ctx, "%s of %zu bytes on %d ranks (%s communicator, %d host(s), link class %s%s):",
+        zcc_coll_name(coll), bytes, c->nranks, kind_of(c), c->nnodes,
+        zcc_topo_class_name(c->link_class), c->measured ? ", measured" : "");
+  emitf(emit, ctx, "  runs %s/%s%s", algo_names[ch.algo], proto_names[ch.proto],
+        ch.time_us > 0 ? "" : " (by the rule: no model for it yet)");
+  if (ch.time_us > 0) emitf(emit, ctx, "  predicted %.2f us", ch.time_us);
+  for (int a = 0; a < ZCC_ALGO_COUNT; a++) {
+    int any = 0;
+    for (int q = 0; q < ZCC_PROTO_COUNT; q++) any |= zcc_select_can_run(c, coll, a, q, bytes, NULL, 0);
+    char why[200], combo[32];
+    if (!any) {
+      zcc_select_can_run(c, coll, a, ZCC_PROTO_SIMPLE, bytes, why, sizeof(why));
+      emitf(emit, ctx, "  %-15s cannot run: %s", algo_names[a], why);
+      continue;
+    }
+    for (int q = 0; q < ZCC_PROTO_COUNT; q++) {
+      if (!zcc_select_can_run(c, coll, a, q, bytes, NULL, 0)) continue;
+      if (a == (int)ch.algo && q == (int)ch.proto) continue;
+      snprintf(combo, sizeof(combo), "%s/%s", algo_names[a], proto_names[q]);
+      double t = zcc_select_predict(c, coll, a, q, bytes, staged);
+      int autop = zcc_select_auto(c, coll, a, q, staged);
+      if (t > 0 && ch.time_us > 0)
+        emitf(emit, ctx, "  %-15s %.2f us, %+.0f%%%s", combo, t, 100.0 * (t - ch.time_us) / ch.time_us,
+              autop ? "" : " (not picked unless ZCC_ALGO/ZCC_PROTO ask: the kernels picked measured faster where both ran)");
+      else
+        emitf(emit, ctx, "  %-15s %s", combo, autop ? "runs by the rule" : "only when ZCC_ALGO asks");
+    }
+  }
+  /* protocols no algorithm runs here, once each */
+  for (int q = 0; q < ZCC_PROTO_COUNT; q++) {
+    int any = 0;
+    for (int a = 0; a < ZCC_ALGO_COUNT; a++) any |= zcc_select_can_run(c, coll, a, q, bytes, NULL, 0);
+    if (any) continue;
+    char why[200];
+    zcc_select_can_run(c, coll, q == ZCC_PROTO_LL ? ZCC_ALGO_ONESHOT : ZCC_ALGO_RING, q, bytes, why,
+                       sizeof(why));
+    emitf(emit, ctx, "  protocol %-6s cannot run: %s", proto_names[q], why);
+  }
+  return zccSuccess;
+}

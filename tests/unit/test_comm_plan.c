@@ -226,6 +226,51 @@ static void test_measure(void **s) {
   zcc_param_reload();
 }
 
+static int has_line(const table_t *t, const char *a, const char *b) {
+  for (int i = 0; i < t->n; i++)
+    if (strstr(t->lines[i], a) && (!b || strstr(t->lines[i], b))) return 1;
+  return 0;
+}
+
+/* zcc_select_explain: the choice, the candidates' times, the reasons the others cannot run. */
+static void test_explain(void **s) {
+  (void)s;
+  use_fixture(NULL);
+  table_t *t = calloc(1, sizeof(*t));
+  zcc_select_ctx_t gpu8 = {1, 8, 1, ZCC_PATH_NVS, 0, 0, 0}, host2 = {0, 2, 1, ZCC_PATH_SELF, 0, 0, 0};
+  assert_int_equal(zcc_select_explain(&gpu8, ZCC_COLL_ALLREDUCE, 64 << 20, 1, keep_line, t),
+                   zccSuccess);
+  zcc_choice_t ch;
+  assert_int_equal(zcc_select(&gpu8, ZCC_COLL_ALLREDUCE, 64 << 20, 1, &ch), zccSuccess);
+  char want[64];
+  snprintf(want, sizeof(want), "runs %s/%s", zcc_algo_name(ch.algo), zcc_proto_name(ch.proto));
+  assert_true(has_line(t, want, NULL));
+  assert_true(has_line(t, "ce ", "ce pairs the copy engines of 2 ranks, not 8"));
+  assert_true(has_line(t, "hier", "hier needs several hosts"));
+  assert_true(has_line(t, "protocol ll ", "ll carries at most 65536 bytes per rank"));
+  assert_true(has_line(t, "oneshot/simple", "%"));
+  t->n = 0;
+  assert_int_equal(zcc_select_explain(&host2, ZCC_COLL_ALLREDUCE, 8, 0, keep_line, t), zccSuccess);
+  assert_true(has_line(t, "runs oneshot/simple", NULL));
+  assert_true(has_line(t, "ring/simple", "%"));
+  assert_true(has_line(t, "tree", "host communicators run ring and oneshot"));
+  /* the rings' links, on a fixture */
+  zcc_topo_t *g = load_fixture("dgx-h100.json");
+  int nodes[8], n = 0;
+  for (int i = 0; i < g->nnodes && n < 8; i++)
+    if (g->nodes[i].kind == ZCC_TOPO_GPU) nodes[n++] = i;
+  zcc_planner_t *p = NULL;
+  assert_int_equal(zcc_planner_build(g, n, nodes, &p), zccSuccess);
+  t->n = 0;
+  assert_int_equal(zcc_planner_ring_links(p, 0, keep_line, t), zccSuccess);
+  assert_int_equal(t->n, 8);
+  assert_true(has_line(t, "nvswitch", "GB/s"));
+  assert_int_equal(zcc_planner_ring_links(p, p->nchannels, keep_line, t), zccInvalidArgument);
+  zcc_planner_free(p);
+  zcc_topo_free(g);
+  free(t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_fixture),
@@ -233,6 +278,7 @@ int main(void) {
       cmocka_unit_test(test_gpu_placement),
       cmocka_unit_test(test_bad_file),
       cmocka_unit_test(test_measure),
+      cmocka_unit_test(test_explain),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
