@@ -120,6 +120,7 @@ typedef struct {
   int root;        /* root rank, or PERF_ALL */
   int nthreads, ngpus;
   int share_gpus; /* --share-gpus 1: ranks may share GPUs */
+  int bind;       /* --bind core (1, the default) or none (0): -np ranks on CPUs of their own */
   int np;          /* -np: ranks to fork; 0 when not given */
   int local_register;
   int device;      /* --device: PERF_DEVICE_*; AUTO until the rank resolves it */

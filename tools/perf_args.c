@@ -95,6 +95,8 @@ static void usage(FILE *f, const char *prog, const perf_coll_t *coll)
           "      --share-gpus <0|1>      1: ranks may share GPUs (-g or -np beyond the GPUs there are:\n"
           "                              rank i on GPU i modulo their count); default 0\n"
           "  -np <n>                     fork n local ranks (up to %d); the parent makes the unique id\n"
+          "      --bind <none|core>      -np: core binds rank i to the i-th CPU this process may run on\n"
+          "                              when there are at least n of them (as mpirun binds); default core\n"
           "      --device <host|cuda>    host: host communicators and memory; cuda: GPU communicators,\n"
           "                              device buffers and streams; default: ZCC_DEVICE, else cuda when\n"
           "                              a GPU exists and the benchmarks were built with CUDA, else host\n"
@@ -165,7 +167,7 @@ static const struct {
     {"root", 'r'},         {"local_register", 'R'}, {"nthreads", 't'},
     {"ngpus", 'g'},        {"np", 'N'},             {"json", 'J'},
     {"device", 'D'},       {"cudagraph", 'G'},      {"compare", 'C'},
-    {"share-gpus", 'S'},   {"help", 'h'},
+    {"share-gpus", 'S'},   {"help", 'h'},           {"bind", 'B'},
 };
 
 /* The device came from ZCC_DEVICE rather than --device (for messages). */
@@ -269,12 +271,21 @@ static void set_option(const char *prog, const perf_coll_t *coll, char key,
       bad_arg(prog, coll, "%s %s: several threads per process are not supported; "
               "run one rank per process with -np or mpirun", name, val);
     o->nthreads = 1;
+  o->bind = 1;
     break;
   case 'g':
     if (perf_parse_long(val, 1, PERF_MAX_GPUS, &v) != 0)
       bad_arg(prog, coll, "%s: '%s' is not a GPU count between 1 and %d", name, val,
               PERF_MAX_GPUS);
     o->ngpus = (int)v;
+    break;
+  case 'B':
+    if (strcmp(val, "none") == 0)
+      o->bind = 0;
+    else if (strcmp(val, "core") == 0)
+      o->bind = 1;
+    else
+      bad_arg(prog, coll, "%s: '%s' is not none or core", name, val);
     break;
   case 'S':
     if (perf_parse_long(val, 0, 1, &v) != 0)

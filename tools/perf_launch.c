@@ -8,6 +8,7 @@
 #include "perf.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -554,6 +555,33 @@ static int write_id(int fd, const ids_t *id)
   return 0;
 }
 
+/*
+ * --bind core: rank `proc` on the proc-th CPU the launcher may run on, as
+ * mpirun binds, when every rank can have one; else (oversubscribed) unbound.
+ * Ranks that share a core wait for each other's time slices.
+ */
+static void bind_rank(const perf_world_t *w, int proc, int nprocs)
+{
+  cpu_set_t set, one;
+  if (!w->opts->bind || sched_getaffinity(0, sizeof(set), &set) != 0)
+    return;
+  if (CPU_COUNT(&set) < nprocs)
+    return;
+  int k = 0;
+  for (int c = 0; c < CPU_SETSIZE; c++) {
+    if (!CPU_ISSET(c, &set))
+      continue;
+    if (k++ == proc) {
+      CPU_ZERO(&one);
+      CPU_SET(c, &one);
+      if (sched_setaffinity(0, sizeof(one), &one) != 0)
+        fprintf(stderr, "%s: rank %d: cannot bind to CPU %d: %s\n", w->prog, proc, c,
+                strerror(errno));
+      return;
+    }
+  }
+}
+
 /* A forked process: wait for the unique ids, run, and exit. */
 static void forked_rank(perf_world_t *w, int proc, int nprocs, pid_t parent, int idfd)
     __attribute__((noreturn));
@@ -574,6 +602,7 @@ static void forked_rank(perf_world_t *w, int proc, int nprocs, pid_t parent, int
   w->launcher = "fork";
   w->local_index = proc;
   w->local_size = nprocs;
+  bind_rank(w, proc, nprocs);
   /* no CUDA call before this point: the parent never initialises CUDA before forking */
   code = place(w, proc, nprocs);
   if (code == PERF_EXIT_OK)

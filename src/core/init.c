@@ -147,6 +147,42 @@ static zccResult_t comm_topology(struct zccComm *comm) {
  * across hosts; GPU ranks on one GPU share it (ZCC_PATH_SELF), else
  * NVLink or PCIe peer access (charged NVLink's measured costs, cost.c).
  */
+ZCC_PARAM_INT(spin_us, "SPIN_US", -1,
+              "host communicators: us a waiting rank polls without giving up its core before "
+              "it yields or sleeps; -1: 20000 when every rank of the host can have a CPU of "
+              "its own, 0 when the host's ranks outnumber the CPUs they may run on")
+ZCC_PARAM_INT(yield_us, "YIELD_US", -1,
+              "host communicators: us a waiting rank then polls with sched_yield before it "
+              "sleeps 50 us between polls; -1: 0 with CPUs to spare (a yield hands the core "
+              "to any other runnable task for its whole slice), 2000 when oversubscribed")
+
+/*
+ * How host ranks wait (exec/host.c). With a CPU each, a rank polls, since
+ * its peers are running and answer within microseconds, and only sleeps
+ * after ZCC_SPIN_US, so a slow peer never costs a core for long. When the
+ * host's ranks outnumber the CPUs in the union of their affinity masks,
+ * the peer a rank waits for may be waiting for its core: it yields at once.
+ */
+static void comm_wait_policy(struct zccComm *comm) {
+  const zcc_peer_info_t *self = &comm->peers[comm->rank];
+  uint64_t cpus[16] = {0};
+  int local = 0;
+  for (int r = 0; r < comm->nranks; r++) {
+    if (comm->peers[r].host_hash != self->host_hash) continue;
+    local++;
+    for (int w = 0; w < 16; w++) cpus[w] |= comm->peers[r].cpus[w];
+  }
+  int ncpu = 0;
+  for (int w = 0; w < 16; w++) ncpu += __builtin_popcountll(cpus[w]);
+  int over = ncpu > 0 && local > ncpu;
+  int64_t spin = zcc_param_spin_us(), yield = zcc_param_yield_us();
+  comm->spin_ns = (spin >= 0 ? spin : over ? 0 : 20000) * 1000;
+  comm->yield_ns = (yield >= 0 ? yield : over ? 2000 : 0) * 1000;
+  ZCC_INFO(INIT, "comm %s rank %d: %d rank(s) on this host, %d CPU(s) for them: waits spin "
+           "%lld us, yield %lld us, then sleep", comm->name, comm->rank, local, ncpu,
+           (long long)(comm->spin_ns / 1000), (long long)(comm->yield_ns / 1000));
+}
+
 static zccResult_t comm_select(struct zccComm *comm) {
   comm->select = calloc(1, sizeof(*comm->select));
   if (!comm->select) return zcc_error(zccSystemError, "init: out of memory");
@@ -250,6 +286,7 @@ zccResult_t zcc_comm_init(struct zccComm **out, int nranks, const zccUniqueId *i
   ZCC_CHECK_GOTO(zcc_transport_connect_all(comm), res, fail);
   ZCC_CHECK_GOTO(comm_topology(comm), res, fail);
   ZCC_CHECK_GOTO(comm_select(comm), res, fail);
+  comm_wait_policy(comm);
   ZCC_CHECK_GOTO(zcc_comm_measure(comm), res, fail);
   if (comm->device < 0) ZCC_CHECK_GOTO(comm_ring(comm), res, fail);
   zcc_trace_comm_init(comm);

@@ -209,6 +209,15 @@ zccResult_t zcc_exec_chains(zcc_plan_t **chains, int nchains) {
   int failed = -1;
   unsigned idle = 0, iter = 0;
   int64_t idle_since = 0;
+  /* the most cautious policy of the communicators driven (comm->spin_ns, init.c) */
+  int64_t spin_ns = INT64_MAX, yield_ns = 0;
+  for (int i = 0; i < nchains; i++)
+    if (cs[i].comm) {
+      if (cs[i].comm->spin_ns < spin_ns) spin_ns = cs[i].comm->spin_ns;
+      if (cs[i].comm->yield_ns > yield_ns) yield_ns = cs[i].comm->yield_ns;
+    }
+  if (spin_ns == INT64_MAX) spin_ns = 0;
+  int phase = 0; /* of a wait: 0 spin, 1 yield, 2 sleep */
   for (;;) {
     int active = 0, moved_any = 0;
     for (int i = 0; i < nchains; i++) {
@@ -227,18 +236,30 @@ zccResult_t zcc_exec_chains(zcc_plan_t **chains, int nchains) {
       if (cs[i].plan) active++;
     }
     if (!active) break;
+    /*
+     * Waiting: spin while the peer is likely running (a reply from a rank on
+     * another core comes within microseconds), then yield, then sleep, so
+     * that a slow peer never costs a core for long. The clock is read every
+     * 64 polls only.
+     */
     if (moved_any) {
       idle = 0;
-    } else if (++idle > 64) {
-      if (idle == 65) idle_since = zcc_now_ns();
-      if (idle > 4096 && zcc_now_ns() - idle_since > 2000000) {
+      phase = 0;
+    } else {
+      if (idle++ == 0) {
+        idle_since = zcc_now_ns();
+      } else if ((idle & 63) == 0) {
+        int64_t waited = zcc_now_ns() - idle_since;
+        phase = waited > spin_ns + yield_ns ? 2 : waited > spin_ns ? (yield_ns > 0 ? 1 : 2) : 0;
+      }
+      if (phase == 0) {
+        cpu_relax();
+      } else if (phase == 1) {
+        sched_yield();
+      } else {
         struct timespec ts = {0, 50000};
         nanosleep(&ts, NULL);
-      } else {
-        sched_yield();
       }
-    } else {
-      cpu_relax();
     }
     if ((++iter & 255) == 0) {
       int64_t now = zcc_now_ns();

@@ -23,6 +23,7 @@ typedef struct zcc_peer_info {
   char gpu_bus_id[32]; /* GPU communicators: the PCI bus id of the rank's GPU */
   zcc_sockaddr_t net_addr; /* the socket transport's listening address */
   char hostname[64];
+  uint64_t cpus[16];   /* the CPUs this rank may run on (sched_getaffinity), 1024 bits */
 } zcc_peer_info_t;
 
 struct zcc_conn;
@@ -80,6 +81,7 @@ struct zccComm {
   struct zcc_topo *topo_own;       /* the graph over several hosts made from it, or NULL */
   struct zcc_planner *planner;     /* its plan on that graph, or NULL */
   struct zcc_select_cache *select; /* what runs: the planner's context and kept choices */
+  int64_t spin_ns, yield_ns;       /* host waits: spin, then yield, then sleep (exec/host.c) */
   struct zcc_trace *trace;      /* flight recorder and trace (trace.h); NULL: off */
 
   pthread_mutex_t reg_lock;

@@ -1,6 +1,7 @@
 /* Choosing and connecting a transport for every pair of ranks. */
 #include "transport.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +70,12 @@ static void fill_self(struct zccComm *comm, zcc_peer_info_t *self) {
   self->pidns = ns_inode("/proc/self/ns/pid");
   self->pid = (int32_t)getpid();
   self->rank = comm->rank;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int c = 0; c < 1024 && c < CPU_SETSIZE; c++)
+      if (CPU_ISSET(c, &set)) self->cpus[c / 64] |= 1ULL << (c % 64);
+  }
   self->device = comm->device;
   memcpy(self->gpu_bus_id, comm->gpu_bus_id, sizeof(self->gpu_bus_id));
 }
