@@ -58,6 +58,14 @@ def _completed(result):
     return _DoneWork(fut)
 
 
+def _work(result, t):
+    """The Work of an operation on tensor t that has been issued: complete
+    on the host, or enqueued on t's device's current stream (_CudaWork)."""
+    if t is not None and t.is_cuda:
+        return _CudaWork(result, torch.cuda.current_stream(t.device))
+    return _completed(result)
+
+
 class _DoneWork(dist.Work):
     def __init__(self, fut):
         super().__init__()
@@ -79,8 +87,89 @@ class _DoneWork(dist.Work):
         return self._fut.value()
 
 
+class _StreamMark:
+    """Where a CUDA operation ends on its stream, as WorkNCCL's end event:
+    an event recorded on the stream right after zcc enqueued it."""
+
+    __slots__ = ("stream", "device", "event", "captured")
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.device = stream.device
+        # Inside torch.cuda.graph the record is a node of the capture: it can
+        # be waited on inside the same capture only, and never queried.
+        self.captured = torch.cuda.is_current_stream_capturing()
+        self.event = torch.cuda.Event()
+        self.event.record(stream)
+
+    def wait(self):
+        """The caller's current stream (of the op's device) waits for the
+        operation; the host does not block."""
+        cur = torch.cuda.current_stream(self.device)
+        if self.captured and not torch.cuda.is_current_stream_capturing():
+            return  # the graph orders its own nodes; outside it there is nothing to wait for
+        if cur != self.stream:
+            cur.wait_event(self.event)
+
+    def done(self):
+        return True if self.captured else self.event.query()
+
+    def synchronize(self):
+        if not self.captured:
+            self.event.synchronize()
+
+    def future(self, result):
+        """A CUDA-aware future completed on the op's stream: its wait() and
+        then() make the waiter's stream wait, as NCCL's futures do."""
+        fut = torch.futures.Future(devices=[self.device])
+        with torch.cuda.stream(self.stream):
+            fut.set_result(result)
+        return fut
+
+
+class _CudaWork(dist.Work):
+    """Work of a collective that zcc enqueued on the caller's current CUDA
+    stream (the host did not wait for it). As ProcessGroupNCCL's work:
+    wait() and synchronize() make the current stream wait for the
+    operation's end (the same stream: nothing to do), is_completed() asks
+    the GPU, get_future() is a CUDA-aware future, and the result is the
+    tensors."""
+
+    def __init__(self, result, stream):
+        super().__init__()
+        self._result = result
+        self._mark = _StreamMark(stream)
+        self._fut = None
+
+    def wait(self, timeout=None):
+        self._mark.wait()
+        return True
+
+    def synchronize(self):
+        self._mark.wait()
+
+    def is_completed(self):
+        return self._mark.done()
+
+    def is_success(self):
+        return self._mark.done()
+
+    def exception(self):
+        return None
+
+    def result(self):
+        return self._result
+
+    def get_future(self):
+        if self._fut is None:
+            self._fut = self._mark.future(self._result)
+        return self._fut
+
+
 class _P2PWork(dist.Work):
-    """Work of a queued send or recv: waiting on it issues the queue."""
+    """Work of a queued send or recv: waiting on it issues the queue. On
+    CUDA tensors the queue is enqueued on the current stream then, and the
+    Work then behaves as _CudaWork (the stream waits, not the host)."""
 
     def __init__(self, pg, tensor):
         super().__init__()
@@ -88,19 +177,22 @@ class _P2PWork(dist.Work):
         self._tensor = tensor
         self._done = False
         self._error = None
+        self._mark = None  # _StreamMark of the flush, for CUDA tensors
 
     def wait(self, timeout=None):
         if not self._done:
             self._pg._flush()
         if self._error is not None:
             raise self._error
+        if self._mark is not None:
+            self._mark.wait()
         return True
 
     def is_completed(self):
-        return self._done
+        return self._done and (self._mark is None or self._mark.done())
 
     def is_success(self):
-        return self._done and self._error is None
+        return self.is_completed() and self._error is None
 
     def exception(self):
         return self._error
@@ -111,6 +203,8 @@ class _P2PWork(dist.Work):
 
     def get_future(self):
         self.wait()
+        if self._mark is not None:
+            return self._mark.future([self._tensor])
         fut = torch.futures.Future()
         fut.set_result([self._tensor])
         return fut
@@ -307,7 +401,7 @@ class ProcessGroupZcc(dist.ProcessGroup):
             self._flush()
         t = _one(tensors)
         self._comm(t).all_reduce(t, _op(opts))
-        return _completed(tensors)
+        return _work(tensors, t)
 
     def allreduce_coalesced(self, tensors, opts=None):
         if self._pending:
@@ -320,7 +414,7 @@ class ProcessGroupZcc(dist.ProcessGroup):
             with _Group():
                 for t in tensors:
                     comm.all_reduce(t, op)
-        return _completed(tensors)
+        return _work(tensors, tensors[0] if tensors else None)
 
     def broadcast(self, tensors, opts=None):
         if self._pending:
@@ -328,7 +422,7 @@ class ProcessGroupZcc(dist.ProcessGroup):
         t = _one(tensors)
         root = opts.rootRank if opts is not None else 0
         self._comm(t).broadcast(t, root)
-        return _completed(tensors)
+        return _work(tensors, t)
 
     def reduce(self, tensors, opts=None):
         if self._pending:
@@ -336,7 +430,7 @@ class ProcessGroupZcc(dist.ProcessGroup):
         t = _one(tensors)
         root = opts.rootRank if opts is not None else 0
         self._comm(t).reduce(t, root, _op(opts))
-        return _completed(tensors)
+        return _work(tensors, t)
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         if self._pending:
@@ -349,13 +443,13 @@ class ProcessGroupZcc(dist.ProcessGroup):
             comm.all_gather(_whole(outs), inp)
         else:
             comm.all_gather(outs, inp)
-        return _completed(output_tensors)
+        return _work(output_tensors, inp)
 
     def _allgather_base(self, output, input, opts=None):
         if self._pending:
             self._flush()
         self._comm(input).all_gather(output, input)
-        return _completed([output])
+        return _work([output], input)
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         if self._pending:
@@ -368,7 +462,7 @@ class ProcessGroupZcc(dist.ProcessGroup):
             with _Group():
                 for o, i in zip(outputs, inputs):
                     comm.all_gather(o, i)
-        return _completed(outputs)
+        return _work(outputs, inputs[0] if inputs else None)
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         """output_lists[r][i] gets rank r's input_list[i], for every i: the
@@ -394,7 +488,7 @@ class ProcessGroupZcc(dist.ProcessGroup):
             with _Group():
                 for inp, outs in zip(input_list, blocks):
                     comm._sendrecv_blocks(outs, [inp] * n)
-        return _completed(output_lists)
+        return _work(output_lists, input_list[0] if input_list else None)
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         if self._pending:
@@ -407,13 +501,13 @@ class ProcessGroupZcc(dist.ProcessGroup):
             comm.reduce_scatter(out, _whole(ins), _op(opts))
         else:
             comm.reduce_scatter(out, ins, _op(opts))
-        return _completed(output_tensors)
+        return _work(output_tensors, out)
 
     def _reduce_scatter_base(self, output, input, opts=None):
         if self._pending:
             self._flush()
         self._comm(input).reduce_scatter(output, input, _op(opts))
-        return _completed([output])
+        return _work([output], input)
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         if self._pending:
@@ -427,7 +521,7 @@ class ProcessGroupZcc(dist.ProcessGroup):
             with _Group():
                 for o, i in zip(outputs, inputs):
                     comm.reduce_scatter(o, i, op)
-        return _completed(outputs)
+        return _work(outputs, inputs[0] if inputs else None)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes,
                       opts=None):
@@ -435,7 +529,7 @@ class ProcessGroupZcc(dist.ProcessGroup):
             self._flush()
         self._comm(input).all_to_all(output, input, list(output_split_sizes or []),
                                      list(input_split_sizes or []))
-        return _completed([output])
+        return _work([output], input)
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         if self._pending:
@@ -451,7 +545,7 @@ class ProcessGroupZcc(dist.ProcessGroup):
         comm = self._comm(input_tensors[0])
         comm._sendrecv_blocks([t if t.numel() else None for t in output_tensors],
                               [t if t.numel() else None for t in input_tensors])
-        return _completed(output_tensors)
+        return _work(output_tensors, input_tensors[0])
 
     def gather(self, output_tensors, input_tensors, opts=None):
         if self._pending:
@@ -460,7 +554,7 @@ class ProcessGroupZcc(dist.ProcessGroup):
         root = opts.rootRank if opts is not None else 0
         outs = _one(output_tensors, "output_tensors") if self.rank() == root else None
         self._comm(inp).gather(inp, outs, root)
-        return _completed(output_tensors)
+        return _work(output_tensors, inp)
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         if self._pending:
@@ -469,7 +563,7 @@ class ProcessGroupZcc(dist.ProcessGroup):
         root = opts.rootRank if opts is not None else 0
         ins = _one(input_tensors, "input_tensors") if self.rank() == root else None
         self._comm(out).scatter(out, ins, root)
-        return _completed(output_tensors)
+        return _work(output_tensors, out)
 
     # ---- the single-tensor names of torch 2.15 and later ------------------
     # torch 2.15 calls these instead of _allgather_base, _reduce_scatter_base,
@@ -508,10 +602,17 @@ class ProcessGroupZcc(dist.ProcessGroup):
             k = input.numel()
             outs = [flat[j * k:(j + 1) * k].view(input.shape) for j in range(self.size())]
         comm.gather(input, outs, root)
-        return _completed([output])
+        return _work([output], input)
 
     def barrier(self, opts=None):
+        """Every rank arrives before any leaves, on the host communicator.
+        As NCCL's barrier (an all-reduce whose wait blocks the host), a rank
+        arrives once the work it enqueued on its current CUDA streams has
+        run: the devices it has GPU communicators on are synchronized first."""
         self._flush()
+        for idx, c in self._cuda.items():
+            if isinstance(c, Communicator) and not torch.cuda.is_current_stream_capturing():
+                torch.cuda.current_stream(idx).synchronize()
         self._host.barrier()
         return _completed([])
 
@@ -578,9 +679,15 @@ class ProcessGroupZcc(dist.ProcessGroup):
                     break
             g.error = err
         err = err or g.end_error
-        for _, _, _, work, _ in pending:
+        marks = {}  # device index -> _StreamMark: where the group ends on its stream
+        for _, t, _, work, comm in pending:
             work._done = True
             work._error = err
+            if err is None and comm.is_cuda:
+                m = marks.get(comm.device)
+                if m is None:
+                    m = marks[comm.device] = _StreamMark(torch.cuda.current_stream(comm.device))
+                work._mark = m
         if err is not None:
             raise err
 
