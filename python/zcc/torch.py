@@ -87,9 +87,18 @@ class _DoneWork(dist.Work):
         return self._fut.value()
 
 
+def _capturing(device):
+    """Whether device's current stream is capturing a CUDA graph."""
+    if device.index == torch.cuda.current_device():
+        return torch.cuda.is_current_stream_capturing()
+    with torch.cuda.device(device):
+        return torch.cuda.is_current_stream_capturing()
+
+
 class _StreamMark:
-    """Where a CUDA operation ends on its stream, as WorkNCCL's end event:
-    an event recorded on the stream right after zcc enqueued it."""
+    """A point on a CUDA stream: an event recorded there. Right after zcc
+    enqueued an operation, it is where the operation ends (as WorkNCCL's
+    end event); when a send or recv is queued, where it must start."""
 
     __slots__ = ("stream", "device", "event", "captured")
 
@@ -98,7 +107,7 @@ class _StreamMark:
         self.device = stream.device
         # Inside torch.cuda.graph the record is a node of the capture: it can
         # be waited on inside the same capture only, and never queried.
-        self.captured = torch.cuda.is_current_stream_capturing()
+        self.captured = _capturing(self.device)
         self.event = torch.cuda.Event()
         self.event.record(stream)
 
@@ -106,7 +115,7 @@ class _StreamMark:
         """The caller's current stream (of the op's device) waits for the
         operation; the host does not block."""
         cur = torch.cuda.current_stream(self.device)
-        if self.captured and not torch.cuda.is_current_stream_capturing():
+        if self.captured and not _capturing(self.device):
             return  # the graph orders its own nodes; outside it there is nothing to wait for
         if cur != self.stream:
             cur.wait_event(self.event)
@@ -291,7 +300,7 @@ class ProcessGroupZcc(dist.ProcessGroup):
         self._timeout = timeout
         self._seq = 0
         self._lock = threading.Lock()
-        self._pending = []  # queued point-to-point: (is_recv, tensor, peer, work)
+        self._pending = []  # queued point-to-point: (is_recv, tensor, peer, work, comm, at)
         self._cuda = {}  # CUDA device index -> Communicator or the error it met
         self._group_name = ""
         self._group_desc = ""
@@ -611,7 +620,7 @@ class ProcessGroupZcc(dist.ProcessGroup):
         run: the devices it has GPU communicators on are synchronized first."""
         self._flush()
         for idx, c in self._cuda.items():
-            if isinstance(c, Communicator) and not torch.cuda.is_current_stream_capturing():
+            if isinstance(c, Communicator) and not _capturing(torch.device("cuda", idx)):
                 torch.cuda.current_stream(idx).synchronize()
         self._host.barrier()
         return _completed([])
@@ -657,21 +666,37 @@ class ProcessGroupZcc(dist.ProcessGroup):
             raise ValueError("zcc backend: peer %d is out of range [0, %d)"
                              % (peer, self.size()))
         work = _P2PWork(self, t)
+        # A CUDA op is issued later, at the flush, but ordered as if issued
+        # now (as NCCL orders it): after what the current stream holds.
+        at = _StreamMark(torch.cuda.current_stream(t.device)) if comm.is_cuda else None
         with self._lock:
-            self._pending.append((is_recv, t, peer, work, comm))
+            self._pending.append((is_recv, t, peer, work, comm, at))
         return work
 
     def _flush(self):
-        """Issue every queued send and recv as one zcc group."""
+        """Issue every queued send and recv as one zcc group. The CUDA ones
+        of a device go on the stream that was current when the first of
+        them was queued, once every other's queue-time stream reached the
+        point where it was queued; each Work then marks the group's end on
+        that stream (the waiter's stream waits for it)."""
         with self._lock:
             pending, self._pending = self._pending, []
         if not pending:
             return
         from ._lib import zccSend, zccRecv
+        streams = {}  # CUDA device index -> the stream its ops are issued on
+        for _, _, _, _, comm, at in pending:
+            if at is None:
+                continue
+            s = streams.get(comm.device)
+            if s is None:
+                streams[comm.device] = at.stream
+            elif at.stream != s:
+                s.wait_event(at.event)
         err = None
         with _Group() as g:
-            for is_recv, t, peer, work, comm in pending:
-                s = comm._stream(None, t) if comm.is_cuda else None
+            for is_recv, t, peer, work, comm, at in pending:
+                s = streams[comm.device].cuda_stream if at is not None else None
                 fn = zccRecv if is_recv else zccSend
                 rc = fn(t.data_ptr(), t.numel(), comm._check(t, "tensor"), peer, comm._h, s)
                 if rc:
@@ -679,15 +704,12 @@ class ProcessGroupZcc(dist.ProcessGroup):
                     break
             g.error = err
         err = err or g.end_error
-        marks = {}  # device index -> _StreamMark: where the group ends on its stream
-        for _, t, _, work, comm in pending:
+        marks = {dev: _StreamMark(s) for dev, s in streams.items()} if err is None else {}
+        for _, _, _, work, comm, at in pending:
             work._done = True
             work._error = err
-            if err is None and comm.is_cuda:
-                m = marks.get(comm.device)
-                if m is None:
-                    m = marks[comm.device] = _StreamMark(torch.cuda.current_stream(comm.device))
-                work._mark = m
+            if at is not None:
+                work._mark = marks.get(comm.device)
         if err is not None:
             raise err
 

@@ -832,11 +832,14 @@ def cuda_barrier(ctx, delay):
 
 
 def cuda_async(ctx, dtype_name, numel):
-    """wait() as NCCL's: an operation issued on a side stream, behind a GPU
-    sleep, with async_op=True; work.wait() (or its future's wait()) on the
-    default stream makes that stream, not the host, wait for it, so a copy
-    queued after the wait sees the result. Without that wait the copy
-    would run during the sleep and see the input."""
+    """Stream semantics as NCCL's. Each operation is issued with
+    async_op=True on a side stream, behind a GPU sleep and a write of its
+    input on that stream: it must read the input after the write (it is
+    ordered on the stream current when it is issued, also a queued isend),
+    and work.wait() or its future's wait() on the default stream must make
+    that stream, not the host, wait for it, so a copy queued after the wait
+    sees the result. Run without that ordering, the operation would read
+    the poison and the copy would run during the sleep."""
     n, r = ctx["size"], ctx["rank"]
     dev = _cuda_device(ctx)
     main = torch.cuda.current_stream(dev)
@@ -844,33 +847,39 @@ def cuda_async(ctx, dtype_name, numel):
     cycles = 100 * 1000 * 1000
     res = {}
 
-    def on_side(fn):
+    def on_side(inputs, fn):
+        """inputs: (tensor, value) pairs written on the side stream."""
         side.wait_stream(main)
         with torch.cuda.stream(side):
             torch.cuda._sleep(cycles)
+            for t, v in inputs:
+                t.copy_(v, non_blocking=True)
             return fn()
 
-    x = make(r, numel, dtype_name).to(dev)
-    work = on_side(lambda: dist.all_reduce(x, async_op=True))
+    x = poison(numel, dtype_name, dev)
+    xv = make(r, numel, dtype_name).to(dev)
+    work = on_side([(x, xv)], lambda: dist.all_reduce(x, async_op=True))
     work.wait()
     res["all_reduce_wait"] = x.clone()  # on the default stream, after the wait
     torch.cuda.synchronize()
     res["completed_after_sync"] = work.is_completed()
 
-    y = make(r, numel, dtype_name).to(dev)
-    fut = on_side(lambda: dist.all_reduce(y, async_op=True).get_future())
+    y = poison(numel, dtype_name, dev)
+    fut = on_side([(y, xv)], lambda: dist.all_reduce(y, async_op=True).get_future())
     res["all_reduce_future"] = fut.wait()[0].clone()
 
     out = poison(n * numel, dtype_name, dev)
-    inp = make(r, numel, dtype_name).to(dev)
-    work = on_side(lambda: dist.all_gather_into_tensor(out, inp, async_op=True))
+    inp = poison(numel, dtype_name, dev)
+    work = on_side([(inp, xv)], lambda: dist.all_gather_into_tensor(out, inp, async_op=True))
     work.wait()
     res["all_gather_wait"] = out.clone()
 
     got = poison(numel, dtype_name, dev)
-    mine = make(r, numel, dtype_name, 3).to(dev)
-    reqs = on_side(lambda: [dist.isend(mine, (r + 1) % n), dist.irecv(got, (r - 1) % n)])
-    for q in reqs:
+    mine = poison(numel, dtype_name, dev)
+    mv = make(r, numel, dtype_name, 3).to(dev)
+    reqs = on_side([(mine, mv)], lambda: [dist.isend(mine, (r + 1) % n),
+                                          dist.irecv(got, (r - 1) % n)])
+    for q in reqs:  # issues the queued pair now, from the default stream
         q.wait()
     res["irecv_wait"] = got.clone()
     torch.cuda.synchronize()
