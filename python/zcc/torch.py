@@ -26,18 +26,20 @@ runs on the host communicator once the work queued on the rank's current
 CUDA streams has run, so it also leaves only then, as NCCL's does. Several
 processes may share one GPU (each sets its device, e.g. LOCAL_RANK %
 torch.cuda.device_count()); the group's GPU communicator then connects them
-through CUDA IPC, or through pinned shared memory with ZCC_P2P_DISABLE=1. Point-to-point operations (send, recv, isend, irecv,
-batch_isend_irecv) are queued and issued together, as one zcc group, when a
-Work of theirs is waited on or the group's next other operation starts:
-an isend and an irecv that would block each other one by one both complete.
-Queued CUDA ones are ordered on the stream that was current when they were
-queued, as NCCL orders them.
-On CPU tensors they run on a host communicator of their own, as gloo keeps
-point-to-point messages apart from collectives by tag: a rank that sends
-and moves on to a collective never has its collective's data taken for a
-message, and a receive from any source (recv without src, zccRecvAny)
-sees only messages. That receive completes before recv/irecv returns; it
-refuses CUDA tensors (GPU communicators cannot receive from any source).
+through CUDA IPC, or through pinned shared memory with ZCC_P2P_DISABLE=1.
+
+Point-to-point operations (send, recv, isend, irecv, batch_isend_irecv) are
+queued and issued together, as one zcc group, when a Work of theirs is
+waited on or the group's next other operation starts: an isend and an irecv
+that would block each other one by one both complete. Queued CUDA ones are
+ordered on the stream that was current when they were queued, as NCCL
+orders them. On CPU tensors they run on a host communicator of their own,
+as gloo keeps point-to-point messages apart from collectives by tag: a rank
+that sends and moves on to a collective never has its collective's data
+taken for a message, and a receive from any source (recv without src,
+zccRecvAny) sees only messages. That receive completes before recv/irecv
+returns; it refuses CUDA tensors (GPU communicators cannot receive from any
+source).
 """
 import ctypes
 import inspect

@@ -641,7 +641,7 @@ def cuda_setup(ctx):
     lines = []
     path = os.environ.get("ZCC_DEBUG_FILE")
     if path:
-        path = path.replace("%p", str(os.getpid())).replace("%h", __import__("socket").gethostname())
+        path = path.replace("%p", str(os.getpid()))  # the pool's file names no %h
         with open(path) as f:
             lines = [ln.rstrip() for ln in f if "(GPU " in ln and " via " in ln]
     return {"device": dev.index, "nccl": "nccl" in ctx, "paths": lines}
