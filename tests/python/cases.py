@@ -605,8 +605,10 @@ def _cpu(x):
 
 
 def cuda_probe(ctx):
-    """(why not, None) where this zcc cannot run GPU communicators here;
-    else (None, facts): the GPU this rank took, the GPUs there are."""
+    """(why not, None) where GPU communicators cannot run here: torch sees
+    no GPU, or this zcc was built without CUDA; else (None, facts): the GPU
+    this rank took, the GPUs there are. Any other failure to create one
+    raises (the test fails)."""
     if not torch.cuda.is_available():
         return "no CUDA GPU is visible to torch", None
     import zcc
@@ -615,6 +617,8 @@ def cuda_probe(ctx):
         c = zcc.Communicator.from_store(ctx["store"], ctx["rank"], ctx["size"],
                                         key="tests/cuda_probe", device="cuda")
     except zcc.ZccError as e:
+        if "has no CUDA" not in e.message:
+            raise
         return "zcc cannot create GPU communicators: %s" % e.message, None
     facts = {"device": dev.index, "comm_device": c.device, "gpus": torch.cuda.device_count(),
              "torch": torch.__version__}
