@@ -124,6 +124,9 @@ def train(args, rank, world, device, group, hook_state=None):
 def worker(rank, world, args):
     import zcc.torch
     if args.device == "cuda":
+        # cuBLAS picks the same kernels run after run with a fixed workspace
+        # (before its first call): the three runs must do the same arithmetic.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         # Ranks share GPUs when there are more ranks than GPUs (zcc allows it).
         local = int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count()
         torch.cuda.set_device(local)
