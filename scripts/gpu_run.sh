@@ -337,7 +337,7 @@ for phase in "$@"; do
       fi
       # The example's reference run uses torch's "nccl" backend: here that is zcc too.
       run ddp-nccl-zcc 300 env LD_PRELOAD="$shim" python3 "$root/examples/ddp_train.py" --device cuda \
-        --nprocs "${ZCC_NCCL_TORCH_NPROCS:-1}" --steps 100
+        --reference nccl --nprocs "${ZCC_NCCL_TORCH_NPROCS:-1}" --steps 100
     fi
     rm -rf "$tmp"
     ;;
