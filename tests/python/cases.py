@@ -949,3 +949,22 @@ def cuda_graph(ctx, dtype_name, numel, replays):
         res.append(_cpu(got))
     del g
     return {"replays": res, "inputs": sorted(ins.items())}
+
+
+def cuda_errors(ctx):
+    """What a GPU communicator refuses before it enqueues anything: a CPU
+    tensor, a non-contiguous CUDA tensor, an output of another dtype; then
+    an all-reduce still gives the right sum (nothing was left half done)."""
+    c = ctx["gpu_comm"]
+    dev = _cuda_device(ctx)
+    m = torch.ones(4, 6, device=dev)
+    errs = [
+        _error(lambda: c.all_reduce(torch.ones(4))),
+        _error(lambda: c.all_reduce(m.t())),
+        _error(lambda: c.all_reduce(torch.ones(4, device=dev),
+                                    out=torch.ones(4, dtype=torch.float64, device=dev))),
+        _error(lambda: dist.all_reduce(m[:, ::2])),
+    ]
+    x = torch.full((5,), float(ctx["rank"] + 1), device=dev)
+    c.all_reduce(x)
+    return errs, x.cpu()

@@ -267,3 +267,17 @@ def test_cuda_graph(gpu, dtype):
 
 def teardown_module(module):
     shutil.rmtree(_LOG_DIR, ignore_errors=True)
+
+
+def test_cuda_errors(gpu):
+    """A CPU tensor, a non-contiguous tensor or an output of another dtype
+    on a GPU communicator: refused with an exception, and the communicator
+    goes on working."""
+    res = gpu.run("cuda_errors")
+    for r, (errs, x) in enumerate(res):
+        cpu, strided, dtype, dist_strided = errs
+        assert cpu is not None and cpu[0] == "ValueError" and "cuda" in cpu[1], (r, cpu)
+        assert strided is not None and "not contiguous" in strided[1], (r, strided)
+        assert dtype is not None and dtype[0] == "TypeError", (r, dtype)
+        assert dist_strided is not None, r
+        _eq(x, torch.full((5,), float(sum(q + 1 for q in range(NRANKS)))), "rank %d sum" % r)
