@@ -70,7 +70,8 @@ def parse():
 def pick_reference(args, world):
     if args.reference:
         return args.reference
-    if args.device == "cuda" and torch.cuda.device_count() < world:
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))  # ranks on this machine
+    if args.device == "cuda" and torch.cuda.device_count() < local_world:
         return "gloo"  # ranks share a GPU: NCCL refuses that; gloo takes CUDA tensors
     return "nccl" if args.device == "cuda" else "gloo"
 
@@ -154,9 +155,9 @@ def worker(rank, world, args):
         names = list(curves)
         where = args.device
         if device.type == "cuda":
+            shared = torch.cuda.device_count() < int(os.environ.get("LOCAL_WORLD_SIZE", world))
             where = "cuda (%d GPU(s): ranks %s)" % (torch.cuda.device_count(),
-                                                    "share GPUs" if torch.cuda.device_count()
-                                                    < world else "one GPU each")
+                                                    "share GPUs" if shared else "one GPU each")
         print("DDP, %d ranks on %s, %d steps, zcc %s, torch %s, reference %s, %s"
               % (world, where, args.steps, zcc.__version__, torch.__version__, args.reference,
                  "bitwise" if exact else "rtol %g atol %g" % (args.rtol, args.atol)))
