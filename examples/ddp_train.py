@@ -4,13 +4,34 @@
 Trains the same MLP on the same generated data three times, in one set of
 processes, and prints the three loss curves:
   zcc   DDP over the torch.distributed backend "zcc",
-  ref   DDP over torch's backend (gloo on CPU, nccl on GPU),
-  hook  DDP over torch's backend, gradients averaged by zcc.torch.allreduce_hook.
-The curves must agree to float tolerance; the script exits 1 if they do not.
+  ref   DDP over torch's backend (the reference below),
+  hook  DDP over the reference backend, gradients averaged by
+        zcc.torch.allreduce_hook.
+The curves must agree, and so must the trained weights; the script exits 1
+if they do not.
 
     python3 examples/ddp_train.py                    # 2 processes, CPU, gloo
     python3 examples/ddp_train.py --nprocs 4 --steps 300
-    torchrun --nproc-per-node 2 examples/ddp_train.py --device cuda   # nccl
+    python3 examples/ddp_train.py --device cuda      # 2 processes on the GPUs there are
+    torchrun --nproc-per-node 2 examples/ddp_train.py --device cuda
+
+With --device cuda each process takes GPU LOCAL_RANK (else its rank) modulo
+the GPUs there are: 2 processes on a machine of one GPU share cuda:0, which
+zcc allows. The reference backend is torch's "nccl" where every rank has a
+GPU of its own, and "gloo" where ranks share a GPU (NCCL refuses two ranks on
+one GPU); gloo runs on the same CUDA tensors (it copies them through the
+host), so all three runs do the same arithmetic on the same GPU.
+
+Why the comparison can be exact (--exact, the default at 2 ranks): every run
+starts from the same weights, feeds each rank the same batches and runs the
+same kernels on the same device, so the runs differ only in how gradients
+are averaged. DDP without a hook multiplies each gradient by 1/2 and sums
+them, in both the zcc and the reference run: a sum of two numbers has one
+rounding whatever the order, so both get the same bits. The hook sums and
+divides by 2 (zccAvg): halving is exact in binary floating point (barring
+subnormals), so (a + b) / 2 rounds to the same bits as a/2 + b/2. The loss
+curves and the trained weights are then bitwise equal. With more ranks the
+order of the sums differs between libraries, and they agree to --rtol/--atol.
 
 Run from a source checkout it finds python/zcc and build/src/libzcc.so;
 otherwise `pip install ./python` first (or set ZCC_LIBRARY).
@@ -37,13 +58,22 @@ def parse():
     p.add_argument("--batch", type=int, default=32, help="samples per rank per step")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--reference", default=None, help="torch backend to compare with "
-                   "(default: gloo on cpu, nccl on cuda)")
+                   "(default: gloo on cpu; on cuda nccl, or gloo where ranks share a GPU)")
+    p.add_argument("--exact", choices=["auto", "yes", "no"], default="auto",
+                   help="require bitwise equal curves and weights (auto: at 2 ranks)")
     p.add_argument("--rtol", type=float, default=1e-4)
     p.add_argument("--atol", type=float, default=1e-6)
     p.add_argument("--every", type=int, default=25, help="print a curve point every N steps")
-    a = p.parse_args()
-    a.reference = a.reference or ("nccl" if a.device == "cuda" else "gloo")
-    return a
+    return p.parse_args()
+
+
+def pick_reference(args, world):
+    if args.reference:
+        return args.reference
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))  # ranks on this machine
+    if args.device == "cuda" and torch.cuda.device_count() < local_world:
+        return "gloo"  # ranks share a GPU: NCCL refuses that; gloo takes CUDA tensors
+    return "nccl" if args.device == "cuda" else "gloo"
 
 
 def make_data(n, dim, seed=0):
@@ -88,12 +118,16 @@ def train(args, rank, world, device, group, hook_state=None):
     # the mean loss over ranks, step by step, through the reference backend
     curve = torch.stack(losses).float()
     dist.all_reduce(curve, group=args.ref_group)
-    return (curve / world).cpu()
+    weights = torch.cat([q.detach().reshape(-1) for q in model.parameters()]).cpu()
+    return (curve / world).cpu(), weights
 
 
 def worker(rank, world, args):
     import zcc.torch
     if args.device == "cuda":
+        # cuBLAS picks the same kernels run after run with a fixed workspace
+        # (before its first call): the three runs must do the same arithmetic.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         # Ranks share GPUs when there are more ranks than GPUs (zcc allows it).
         local = int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count()
         torch.cuda.set_device(local)
@@ -106,27 +140,42 @@ def worker(rank, world, args):
     else:
         dist.init_process_group("zcc", init_method="tcp://127.0.0.1:%d" % args.port,
                                 rank=rank, world_size=world)
+    args.reference = pick_reference(args, world)
+    exact = args.exact == "yes" or (args.exact == "auto" and world == 2)
     args.ref_group = dist.new_group(backend=args.reference)
-    curves = {
+    runs = {
         "zcc": train(args, rank, world, device, None),
         args.reference: train(args, rank, world, device, args.ref_group),
         "hook": train(args, rank, world, device, args.ref_group,
                       hook_state=zcc.torch.hook_state()),
     }
+    curves = {n: c for n, (c, _) in runs.items()}
     ok = True
     if rank == 0:
         names = list(curves)
-        print("DDP, %d ranks on %s, %d steps, zcc %s, torch %s"
-              % (world, args.device, args.steps, zcc.__version__, torch.__version__))
+        where = args.device
+        if device.type == "cuda":
+            shared = torch.cuda.device_count() < int(os.environ.get("LOCAL_WORLD_SIZE", world))
+            where = "cuda (%d GPU(s): ranks %s)" % (torch.cuda.device_count(),
+                                                    "share GPUs" if shared else "one GPU each")
+        print("DDP, %d ranks on %s, %d steps, zcc %s, torch %s, reference %s, %s"
+              % (world, where, args.steps, zcc.__version__, torch.__version__, args.reference,
+                 "bitwise" if exact else "rtol %g atol %g" % (args.rtol, args.atol)))
         print("%6s" % "step" + "".join("%14s" % ("loss " + n) for n in names))
         for s in list(range(0, args.steps, args.every)) + [args.steps - 1]:
             print("%6d" % s + "".join("%14.7f" % curves[n][s].item() for n in names))
-        ref = curves[args.reference]
+        ref, ref_w = runs[args.reference]
         for n in ("zcc", "hook"):
-            diff = (curves[n] - ref).abs().max().item()
-            close = torch.allclose(curves[n], ref, rtol=args.rtol, atol=args.atol)
-            print("max |loss %s - loss %s| = %.3g: %s" % (n, args.reference, diff,
-                                                         "agree" if close else "DIFFER"))
+            curve, w = runs[n]
+            diff = (curve - ref).abs().max().item()
+            wdiff = (w - ref_w).abs().max().item()
+            if exact:
+                close = torch.equal(curve, ref) and torch.equal(w, ref_w)
+            else:
+                close = torch.allclose(curve, ref, rtol=args.rtol, atol=args.atol)
+            print("max |loss %s - loss %s| = %.3g, max |weight difference| = %.3g: %s"
+                  % (n, args.reference, diff, wdiff,
+                     ("bitwise equal" if exact else "agree") if close else "DIFFER"))
             ok = ok and close
         first, last = ref[0].item(), ref[-1].item()
         if not last < first:

@@ -12,6 +12,10 @@
 #   sanitize   compute-sanitizer memcheck and racecheck on test_gpu_colls --quick
 #   python     the Python CUDA tests (tests/python/test_cuda.py) with the host's torch,
 #              and the DDP example on both GPUs against torch's NCCL
+#   python1    the same on one GPU (CUDA_VISIBLE_DEVICES=PYTHON1_GPU, default 0): test_cuda.py
+#              with its 2 ranks sharing the GPU (exact CPU references; default transports
+#              and ZCC_P2P_DISABLE=1, GPU shm), and the DDP example with 2 processes on it
+#              against gloo on the same CUDA tensors (bitwise); /dev/shm left empty
 #   perf       allreduce_perf -g 2 8 B..PERF_MAX (default 8G) --compare nccl, eager and -G 20
 #   perf-small allreduce -g 2 8 B..1 MiB --compare nccl, eager and -G 20
 #   push-sweep the push allreduce at ZCC_GPU_PUSH_BLOCKS in PUSH_BLOCKS (16 32 64 128), -G 10
@@ -126,6 +130,13 @@ for phase in "$@"; do
   python)
     run python 600 python3 -m pytest -q -rs -p no:cacheprovider "$root/tests/python/test_cuda.py"
     run ddp-cuda 300 python3 "$root/examples/ddp_train.py" --device cuda --nprocs 2 --steps 200
+    ;;
+  python1)
+    # One GPU (a host with more shows only PYTHON1_GPU): both ranks share it.
+    one=(env CUDA_VISIBLE_DEVICES=${PYTHON1_GPU:-0} PYTHONPATH=$root/python${PYTHONPATH:+:$PYTHONPATH})
+    run python1 300 "${one[@]}" python3 -m pytest -q -rs -p no:cacheprovider "$root/tests/python/test_cuda.py"
+    run ddp-cuda1 180 "${one[@]}" python3 "$root/examples/ddp_train.py" --device cuda --nprocs 2 --steps 200
+    left=$(ls /dev/shm 2>/dev/null | grep -c zcc); note "python1: /dev/shm holds $left zcc segment(s) after the runs"
     ;;
   perf)
     e=${PERF_MAX:-8G}
@@ -330,7 +341,7 @@ for phase in "$@"; do
       fi
       # The example's reference run uses torch's "nccl" backend: here that is zcc too.
       run ddp-nccl-zcc 300 env LD_PRELOAD="$shim" python3 "$root/examples/ddp_train.py" --device cuda \
-        --nprocs "${ZCC_NCCL_TORCH_NPROCS:-1}" --steps 100
+        --reference nccl --nprocs "${ZCC_NCCL_TORCH_NPROCS:-1}" --steps 100
     fi
     rm -rf "$tmp"
     ;;

@@ -17,16 +17,29 @@ per device, created at the first CUDA operation of the group (every rank of
 the group must take part in that operation, so make it a collective).
 
 Host operations complete before they return, so their Work is already
-complete. Point-to-point operations (send, recv, isend, irecv,
-batch_isend_irecv) are queued and issued together, as one zcc group, when a
-Work of theirs is waited on or the group's next other operation starts:
-an isend and an irecv that would block each other one by one both complete.
-On CPU tensors they run on a host communicator of their own, as gloo keeps
-point-to-point messages apart from collectives by tag: a rank that sends
-and moves on to a collective never has its collective's data taken for a
-message, and a receive from any source (recv without src, zccRecvAny)
-sees only messages. That receive completes before recv/irecv returns; it
-refuses CUDA tensors (GPU communicators cannot receive from any source).
+complete. CUDA operations are enqueued on the current stream of the
+tensor's device (zcc's GPU calls never wait on the host), so they can be
+captured with torch.cuda.graph; their Work is NCCL's: wait() makes the
+then-current stream wait for the operation's end (an event), not the host;
+is_completed() asks the GPU; get_future() is a CUDA-aware future. barrier()
+runs on the host communicator once the work queued on the rank's current
+CUDA streams has run, so it also leaves only then, as NCCL's does. Several
+processes may share one GPU (each sets its device, e.g. LOCAL_RANK %
+torch.cuda.device_count()); the group's GPU communicator then connects them
+through CUDA IPC, or through pinned shared memory with ZCC_P2P_DISABLE=1.
+
+Point-to-point operations (send, recv, isend, irecv, batch_isend_irecv) are
+queued and issued together, as one zcc group, when a Work of theirs is
+waited on or the group's next other operation starts: an isend and an irecv
+that would block each other one by one both complete. Queued CUDA ones are
+ordered on the stream that was current when they were queued, as NCCL
+orders them. On CPU tensors they run on a host communicator of their own,
+as gloo keeps point-to-point messages apart from collectives by tag: a rank
+that sends and moves on to a collective never has its collective's data
+taken for a message, and a receive from any source (recv without src,
+zccRecvAny) sees only messages. That receive completes before recv/irecv
+returns; it refuses CUDA tensors (GPU communicators cannot receive from any
+source).
 """
 import ctypes
 import inspect
@@ -58,6 +71,14 @@ def _completed(result):
     return _DoneWork(fut)
 
 
+def _work(result, t):
+    """The Work of an operation on tensor t that has been issued: complete
+    on the host, or enqueued on t's device's current stream (_CudaWork)."""
+    if t is not None and t.is_cuda:
+        return _CudaWork(result, torch.cuda.current_stream(t.device))
+    return _completed(result)
+
+
 class _DoneWork(dist.Work):
     def __init__(self, fut):
         super().__init__()
@@ -79,8 +100,98 @@ class _DoneWork(dist.Work):
         return self._fut.value()
 
 
+def _capturing(device):
+    """Whether device's current stream is capturing a CUDA graph."""
+    if device.index == torch.cuda.current_device():
+        return torch.cuda.is_current_stream_capturing()
+    with torch.cuda.device(device):
+        return torch.cuda.is_current_stream_capturing()
+
+
+class _StreamMark:
+    """A point on a CUDA stream: an event recorded there. Right after zcc
+    enqueued an operation, it is where the operation ends (as WorkNCCL's
+    end event); when a send or recv is queued, where it must start."""
+
+    __slots__ = ("stream", "device", "event", "captured")
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.device = stream.device
+        # Inside torch.cuda.graph the record is a node of the capture: it can
+        # be waited on inside the same capture only, and never queried.
+        self.captured = _capturing(self.device)
+        self.event = torch.cuda.Event()
+        self.event.record(stream)
+
+    def wait(self):
+        """The caller's current stream (of the op's device) waits for the
+        operation; the host does not block."""
+        cur = torch.cuda.current_stream(self.device)
+        if self.captured and not _capturing(self.device):
+            return  # the graph orders its own nodes; outside it there is nothing to wait for
+        if cur != self.stream:
+            cur.wait_event(self.event)
+
+    def done(self):
+        return True if self.captured else self.event.query()
+
+    def synchronize(self):
+        if not self.captured:
+            self.event.synchronize()
+
+    def future(self, result):
+        """A CUDA-aware future completed on the op's stream: its wait() and
+        then() make the waiter's stream wait, as NCCL's futures do."""
+        fut = torch.futures.Future(devices=[self.device])
+        with torch.cuda.stream(self.stream):
+            fut.set_result(result)
+        return fut
+
+
+class _CudaWork(dist.Work):
+    """Work of a collective that zcc enqueued on the caller's current CUDA
+    stream (the host did not wait for it). As ProcessGroupNCCL's work:
+    wait() and synchronize() make the current stream wait for the
+    operation's end (the same stream: nothing to do), is_completed() asks
+    the GPU, get_future() is a CUDA-aware future, and the result is the
+    tensors."""
+
+    def __init__(self, result, stream):
+        super().__init__()
+        self._result = result
+        self._mark = _StreamMark(stream)
+        self._fut = None
+
+    def wait(self, timeout=None):
+        self._mark.wait()
+        return True
+
+    def synchronize(self):
+        self._mark.wait()
+
+    def is_completed(self):
+        return self._mark.done()
+
+    def is_success(self):
+        return self._mark.done()
+
+    def exception(self):
+        return None
+
+    def result(self):
+        return self._result
+
+    def get_future(self):
+        if self._fut is None:
+            self._fut = self._mark.future(self._result)
+        return self._fut
+
+
 class _P2PWork(dist.Work):
-    """Work of a queued send or recv: waiting on it issues the queue."""
+    """Work of a queued send or recv: waiting on it issues the queue. On
+    CUDA tensors the queue is enqueued on the current stream then, and the
+    Work then behaves as _CudaWork (the stream waits, not the host)."""
 
     def __init__(self, pg, tensor):
         super().__init__()
@@ -88,19 +199,22 @@ class _P2PWork(dist.Work):
         self._tensor = tensor
         self._done = False
         self._error = None
+        self._mark = None  # _StreamMark of the flush, for CUDA tensors
 
     def wait(self, timeout=None):
         if not self._done:
             self._pg._flush()
         if self._error is not None:
             raise self._error
+        if self._mark is not None:
+            self._mark.wait()
         return True
 
     def is_completed(self):
-        return self._done
+        return self._done and (self._mark is None or self._mark.done())
 
     def is_success(self):
-        return self._done and self._error is None
+        return self.is_completed() and self._error is None
 
     def exception(self):
         return self._error
@@ -111,6 +225,8 @@ class _P2PWork(dist.Work):
 
     def get_future(self):
         self.wait()
+        if self._mark is not None:
+            return self._mark.future([self._tensor])
         fut = torch.futures.Future()
         fut.set_result([self._tensor])
         return fut
@@ -197,7 +313,7 @@ class ProcessGroupZcc(dist.ProcessGroup):
         self._timeout = timeout
         self._seq = 0
         self._lock = threading.Lock()
-        self._pending = []  # queued point-to-point: (is_recv, tensor, peer, work)
+        self._pending = []  # queued point-to-point: (is_recv, tensor, peer, work, comm, at)
         self._cuda = {}  # CUDA device index -> Communicator or the error it met
         self._group_name = ""
         self._group_desc = ""
@@ -307,7 +423,7 @@ class ProcessGroupZcc(dist.ProcessGroup):
             self._flush()
         t = _one(tensors)
         self._comm(t).all_reduce(t, _op(opts))
-        return _completed(tensors)
+        return _work(tensors, t)
 
     def allreduce_coalesced(self, tensors, opts=None):
         if self._pending:
@@ -320,7 +436,7 @@ class ProcessGroupZcc(dist.ProcessGroup):
             with _Group():
                 for t in tensors:
                     comm.all_reduce(t, op)
-        return _completed(tensors)
+        return _work(tensors, tensors[0] if tensors else None)
 
     def broadcast(self, tensors, opts=None):
         if self._pending:
@@ -328,7 +444,7 @@ class ProcessGroupZcc(dist.ProcessGroup):
         t = _one(tensors)
         root = opts.rootRank if opts is not None else 0
         self._comm(t).broadcast(t, root)
-        return _completed(tensors)
+        return _work(tensors, t)
 
     def reduce(self, tensors, opts=None):
         if self._pending:
@@ -336,7 +452,7 @@ class ProcessGroupZcc(dist.ProcessGroup):
         t = _one(tensors)
         root = opts.rootRank if opts is not None else 0
         self._comm(t).reduce(t, root, _op(opts))
-        return _completed(tensors)
+        return _work(tensors, t)
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         if self._pending:
@@ -349,13 +465,13 @@ class ProcessGroupZcc(dist.ProcessGroup):
             comm.all_gather(_whole(outs), inp)
         else:
             comm.all_gather(outs, inp)
-        return _completed(output_tensors)
+        return _work(output_tensors, inp)
 
     def _allgather_base(self, output, input, opts=None):
         if self._pending:
             self._flush()
         self._comm(input).all_gather(output, input)
-        return _completed([output])
+        return _work([output], input)
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         if self._pending:
@@ -368,7 +484,7 @@ class ProcessGroupZcc(dist.ProcessGroup):
             with _Group():
                 for o, i in zip(outputs, inputs):
                     comm.all_gather(o, i)
-        return _completed(outputs)
+        return _work(outputs, inputs[0] if inputs else None)
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         """output_lists[r][i] gets rank r's input_list[i], for every i: the
@@ -394,7 +510,7 @@ class ProcessGroupZcc(dist.ProcessGroup):
             with _Group():
                 for inp, outs in zip(input_list, blocks):
                     comm._sendrecv_blocks(outs, [inp] * n)
-        return _completed(output_lists)
+        return _work(output_lists, input_list[0] if input_list else None)
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         if self._pending:
@@ -407,13 +523,13 @@ class ProcessGroupZcc(dist.ProcessGroup):
             comm.reduce_scatter(out, _whole(ins), _op(opts))
         else:
             comm.reduce_scatter(out, ins, _op(opts))
-        return _completed(output_tensors)
+        return _work(output_tensors, out)
 
     def _reduce_scatter_base(self, output, input, opts=None):
         if self._pending:
             self._flush()
         self._comm(input).reduce_scatter(output, input, _op(opts))
-        return _completed([output])
+        return _work([output], input)
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         if self._pending:
@@ -427,7 +543,7 @@ class ProcessGroupZcc(dist.ProcessGroup):
             with _Group():
                 for o, i in zip(outputs, inputs):
                     comm.reduce_scatter(o, i, op)
-        return _completed(outputs)
+        return _work(outputs, inputs[0] if inputs else None)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes,
                       opts=None):
@@ -435,7 +551,7 @@ class ProcessGroupZcc(dist.ProcessGroup):
             self._flush()
         self._comm(input).all_to_all(output, input, list(output_split_sizes or []),
                                      list(input_split_sizes or []))
-        return _completed([output])
+        return _work([output], input)
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         if self._pending:
@@ -451,7 +567,7 @@ class ProcessGroupZcc(dist.ProcessGroup):
         comm = self._comm(input_tensors[0])
         comm._sendrecv_blocks([t if t.numel() else None for t in output_tensors],
                               [t if t.numel() else None for t in input_tensors])
-        return _completed(output_tensors)
+        return _work(output_tensors, input_tensors[0])
 
     def gather(self, output_tensors, input_tensors, opts=None):
         if self._pending:
@@ -460,7 +576,7 @@ class ProcessGroupZcc(dist.ProcessGroup):
         root = opts.rootRank if opts is not None else 0
         outs = _one(output_tensors, "output_tensors") if self.rank() == root else None
         self._comm(inp).gather(inp, outs, root)
-        return _completed(output_tensors)
+        return _work(output_tensors, inp)
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         if self._pending:
@@ -469,7 +585,7 @@ class ProcessGroupZcc(dist.ProcessGroup):
         root = opts.rootRank if opts is not None else 0
         ins = _one(input_tensors, "input_tensors") if self.rank() == root else None
         self._comm(out).scatter(out, ins, root)
-        return _completed(output_tensors)
+        return _work(output_tensors, out)
 
     # ---- the single-tensor names of torch 2.15 and later ------------------
     # torch 2.15 calls these instead of _allgather_base, _reduce_scatter_base,
@@ -508,10 +624,17 @@ class ProcessGroupZcc(dist.ProcessGroup):
             k = input.numel()
             outs = [flat[j * k:(j + 1) * k].view(input.shape) for j in range(self.size())]
         comm.gather(input, outs, root)
-        return _completed([output])
+        return _work([output], input)
 
     def barrier(self, opts=None):
+        """Every rank arrives before any leaves, on the host communicator.
+        As NCCL's barrier (an all-reduce whose wait blocks the host), a rank
+        arrives once the work it enqueued on its current CUDA streams has
+        run: the devices it has GPU communicators on are synchronized first."""
         self._flush()
+        for idx, c in self._cuda.items():
+            if isinstance(c, Communicator) and not _capturing(torch.device("cuda", idx)):
+                torch.cuda.current_stream(idx).synchronize()
         self._host.barrier()
         return _completed([])
 
@@ -556,21 +679,37 @@ class ProcessGroupZcc(dist.ProcessGroup):
             raise ValueError("zcc backend: peer %d is out of range [0, %d)"
                              % (peer, self.size()))
         work = _P2PWork(self, t)
+        # A CUDA op is issued later, at the flush, but ordered as if issued
+        # now (as NCCL orders it): after what the current stream holds.
+        at = _StreamMark(torch.cuda.current_stream(t.device)) if comm.is_cuda else None
         with self._lock:
-            self._pending.append((is_recv, t, peer, work, comm))
+            self._pending.append((is_recv, t, peer, work, comm, at))
         return work
 
     def _flush(self):
-        """Issue every queued send and recv as one zcc group."""
+        """Issue every queued send and recv as one zcc group. The CUDA ones
+        of a device go on the stream that was current when the first of
+        them was queued, once every other's queue-time stream reached the
+        point where it was queued; each Work then marks the group's end on
+        that stream (the waiter's stream waits for it)."""
         with self._lock:
             pending, self._pending = self._pending, []
         if not pending:
             return
         from ._lib import zccSend, zccRecv
+        streams = {}  # CUDA device index -> the stream its ops are issued on
+        for _, _, _, _, comm, at in pending:
+            if at is None:
+                continue
+            s = streams.get(comm.device)
+            if s is None:
+                streams[comm.device] = at.stream
+            elif at.stream != s:
+                s.wait_event(at.event)
         err = None
         with _Group() as g:
-            for is_recv, t, peer, work, comm in pending:
-                s = comm._stream(None, t) if comm.is_cuda else None
+            for is_recv, t, peer, work, comm, at in pending:
+                s = streams[comm.device].cuda_stream if at is not None else None
                 fn = zccRecv if is_recv else zccSend
                 rc = fn(t.data_ptr(), t.numel(), comm._check(t, "tensor"), peer, comm._h, s)
                 if rc:
@@ -578,9 +717,12 @@ class ProcessGroupZcc(dist.ProcessGroup):
                     break
             g.error = err
         err = err or g.end_error
-        for _, _, _, work, _ in pending:
+        marks = {dev: _StreamMark(s) for dev, s in streams.items()} if err is None else {}
+        for _, _, _, work, comm, at in pending:
             work._done = True
             work._error = err
+            if at is not None:
+                work._mark = marks.get(comm.device)
         if err is not None:
             raise err
 

@@ -576,125 +576,395 @@ def hook_allreduce(ctx, numel):
     return fut.wait()
 
 
+# ---- CUDA tensors (test_cuda.py) -------------------------------------------
+# Each rank takes GPU LOCAL_RANK (else its rank) modulo the GPUs there are:
+# on a machine of one GPU both ranks of the pool share cuda:0. Outputs are
+# poisoned (NaN, or 99 for integers: no result here is either) before every
+# call, so an element a call fails to write never passes for a right one.
+
+def _cuda_device(ctx):
+    local = int(os.environ.get("LOCAL_RANK", ctx["rank"]))
+    dev = torch.device("cuda", local % torch.cuda.device_count())
+    torch.cuda.set_device(dev)
+    return dev
+
+
+def poison(shape, dtype_name, device):
+    shape = (shape,) if isinstance(shape, int) else shape
+    value = float("nan") if is_float(dtype_name) else 99
+    # made on the CPU and copied: torch has few CUDA kernels for uint32 and float8
+    return torch.full(shape, value, dtype=_t(dtype_name)).to(device)
+
+
+def _cpu(x):
+    if isinstance(x, dict):
+        return {k: _cpu(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_cpu(v) for v in x)
+    return x.cpu() if isinstance(x, torch.Tensor) else x
+
+
 def cuda_probe(ctx):
-    """Whether this zcc can create GPU communicators here, and why not."""
+    """(why not, None) where GPU communicators cannot run here: torch sees
+    no GPU, or this zcc was built without CUDA; else (None, facts): the GPU
+    this rank took, the GPUs there are. Any other failure to create one
+    raises (the test fails)."""
     if not torch.cuda.is_available():
-        return "no CUDA GPU is visible to torch"
-    if torch.cuda.device_count() < ctx["size"]:
-        return "%d GPUs for %d ranks" % (torch.cuda.device_count(), ctx["size"])
+        return "no CUDA GPU is visible to torch", None
     import zcc
-    torch.cuda.set_device(ctx["rank"])
+    dev = _cuda_device(ctx)
     try:
         c = zcc.Communicator.from_store(ctx["store"], ctx["rank"], ctx["size"],
                                         key="tests/cuda_probe", device="cuda")
     except zcc.ZccError as e:
-        return "zcc cannot create GPU communicators: %s" % e.message
+        if "has no CUDA" not in e.message:
+            raise
+        return "zcc cannot create GPU communicators: %s" % e.message, None
+    facts = {"device": dev.index, "comm_device": c.device, "gpus": torch.cuda.device_count(),
+             "torch": torch.__version__}
     c.destroy()
-    return None
+    return None, facts
 
 
-def cuda_all_reduce(ctx, dtype_name, numel):
-    """zcc vs torch's NCCL on the GPU: results, and a CUDA graph capture."""
+def cuda_setup(ctx):
+    """This rank's GPU communicator (zcc.Communicator), the "zcc" group's
+    GPU communicator (made by a first CUDA collective), and torch's NCCL
+    group where every rank has a GPU of its own (NCCL refuses two ranks on
+    one GPU). Returns the zcc INIT lines naming each GPU connection's
+    transport, when ZCC_DEBUG_FILE logs them."""
     import zcc
-    dev = torch.device("cuda", ctx["rank"])
-    torch.cuda.set_device(dev)
-    if "nccl" not in ctx:
-        ctx["nccl"] = dist.new_group(backend="nccl")
+    dev = _cuda_device(ctx)
+    if "gpu_comm" not in ctx:
         ctx["gpu_comm"] = zcc.Communicator.from_store(ctx["store"], ctx["rank"], ctx["size"],
                                                       key="tests/gpu", device="cuda")
-    c = ctx["gpu_comm"]
+        t = torch.zeros(1, device=dev)
+        dist.all_reduce(t)  # every rank: the group's GPU communicator
+        if torch.cuda.device_count() >= ctx["size"]:
+            ctx["nccl"] = dist.new_group(backend="nccl")
+        torch.cuda.synchronize()
+    lines = []
+    path = os.environ.get("ZCC_DEBUG_FILE")
+    if path:
+        path = path.replace("%p", str(os.getpid()))  # the pool's file names no %h
+        with open(path) as f:
+            lines = [ln.rstrip() for ln in f if "(GPU " in ln and " via " in ln]
+    return {"device": dev.index, "nccl": "nccl" in ctx, "paths": lines}
+
+
+def cuda_comm_ops(ctx, dtype_name, numel):
+    """Every collective of zcc.Communicator on CUDA tensors, on the current
+    stream, in and out of place."""
+    import zcc
+    c, n, r = ctx["gpu_comm"], ctx["size"], ctx["rank"]
+    dev = _cuda_device(ctx)
+
+    def mk(rank, count, salt=0):
+        return make(rank, count, dtype_name, salt).to(dev)
     res = {}
-    for op in ops_for(dtype_name):
-        x = make(ctx["rank"], numel, dtype_name).to(dev)
-        y = x.clone()
-        c.all_reduce(x, op=op)
-        dist.all_reduce(y, op=_op(op), group=ctx["nccl"])
-        res[op] = (x.cpu(), y.cpu())
-    x = make(ctx["rank"], numel, dtype_name).to(dev)
-    g = torch.cuda.CUDAGraph()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        c.all_reduce(x)  # warm-up outside the capture
-        x.copy_(make(ctx["rank"], numel, dtype_name).to(dev))
-    torch.cuda.current_stream().wait_stream(s)
-    with torch.cuda.graph(g):
-        c.all_reduce(x)
-    x.copy_(make(ctx["rank"], numel, dtype_name).to(dev))
-    g.replay()
+    for op in OPS:
+        res["all_reduce_" + op] = c.all_reduce(mk(r, numel), op=op)
+        out = poison(numel, dtype_name, dev)
+        x = mk(r, numel)
+        c.all_reduce(x, op=op, out=out)
+        res["all_reduce_out_" + op] = (out, x)  # x must stay as it was
+        out = poison(numel, dtype_name, dev) if r == 1 else mk(r, numel)
+        res["reduce_" + op] = c.reduce(mk(r, numel), root=1, op=op, out=out)
+        res["reduce_scatter_" + op] = c.reduce_scatter(poison(numel, dtype_name, dev),
+                                                       mk(r, n * numel, 1), op=op)
+    res["broadcast"] = c.broadcast(mk(r, numel), root=1)
+    res["broadcast_out"] = c.broadcast(mk(r, numel), root=0, out=poison(numel, dtype_name, dev))
+    res["all_gather"] = c.all_gather(poison(n * numel, dtype_name, dev), mk(r, numel))
+    ag = poison(n * numel, dtype_name, dev)
+    ag[r * numel:(r + 1) * numel] = mk(r, numel)
+    res["all_gather_inplace"] = c.all_gather(ag, ag[r * numel:(r + 1) * numel])
+    res["all_to_all"] = c.all_to_all(poison(n * numel, dtype_name, dev), mk(r, n * numel, 2))
+    got = poison(numel, dtype_name, dev)
+    mine = mk(r, numel, 3)  # alive until the group ends
+    with zcc.group():
+        c.send(mine, (r + 1) % n)
+        c.recv(got, (r - 1) % n)
+    res["sendrecv"] = got
     torch.cuda.synchronize()
-    res["graph"] = x.cpu()
-    return res
+    return _cpu(res)
 
 
 def cuda_dist_ops(ctx, dtype_name, numel):
-    """The "zcc" process group (the default group here) on CUDA tensors,
-    against torch's NCCL group on the same inputs: every collective, and
-    send/recv between the two ranks."""
-    dev = torch.device("cuda", ctx["rank"])
-    torch.cuda.set_device(dev)
-    if "nccl" not in ctx:
-        ctx["nccl"] = dist.new_group(backend="nccl")
-    size, rank = ctx["size"], ctx["rank"]
+    """The "zcc" group (the default group) on CUDA tensors: every collective
+    and send/recv. Where there is a torch NCCL group, each result comes with
+    NCCL's on the same inputs: (zcc, nccl or None)."""
+    n, r = ctx["size"], ctx["rank"]
+    dev = _cuda_device(ctx)
+    nccl = ctx.get("nccl")
+    t = _t(dtype_name)
     res = {}
 
+    def mk(rank, count, salt=0):
+        return make(rank, count, dtype_name, salt).to(dev)
+
     def both(name, run):
-        res[name] = (run(None), run(ctx["nccl"]))
+        res[name] = (_cpu(run(None)), _cpu(run(nccl)) if nccl is not None else None)
 
     def all_reduce(op):
         def run(g):
-            t = make(rank, numel, dtype_name).to(dev)
-            dist.all_reduce(t, op=_op(op), group=g)
-            return t.cpu()
+            x = mk(r, numel)
+            dist.all_reduce(x, op=_op(op), group=g)
+            return x
         return run
-    for op in ops_for(dtype_name):
+
+    def reduce(op):
+        def run(g):
+            x = mk(r, numel)
+            dist.reduce(x, 0, op=_op(op), group=g)
+            return x if r == 0 else None
+        return run
+
+    def reduce_scatter_tensor(op):
+        def run(g):
+            out = poison(numel, dtype_name, dev)
+            dist.reduce_scatter_tensor(out, mk(r, n * numel, 1), op=_op(op), group=g)
+            return out
+        return run
+
+    def reduce_scatter_list(op):
+        def run(g):
+            out = poison(numel, dtype_name, dev)
+            dist.reduce_scatter(out, [mk(r, numel, 10 + j) for j in range(n)], op=_op(op),
+                                group=g)
+            return out
+        return run
+    for op in OPS:
         both("all_reduce_" + op, all_reduce(op))
+        both("reduce_" + op, reduce(op))
+        both("reduce_scatter_tensor_" + op, reduce_scatter_tensor(op))
+    for op in ("sum", "max"):
+        both("reduce_scatter_" + op, reduce_scatter_list(op))
 
     def broadcast(g):
-        t = make(rank, numel, dtype_name).to(dev)
-        dist.broadcast(t, 1, group=g)
-        return t.cpu()
+        x = mk(r, numel)
+        dist.broadcast(x, 1, group=g)
+        return x
     both("broadcast", broadcast)
 
-    def reduce(g):
-        t = make(rank, numel, dtype_name).to(dev)
-        dist.reduce(t, 0, op=dist.ReduceOp.MAX, group=g)
-        return t.cpu() if rank == 0 else None
-    both("reduce", reduce)
-
     def all_gather(g):
-        out = torch.full((size * numel,), 9, dtype=_t(dtype_name), device=dev)
-        dist.all_gather_into_tensor(out, make(rank, numel, dtype_name).to(dev), group=g)
-        return out.cpu()
-    both("all_gather_into_tensor", all_gather)
+        outs = [poison(numel, dtype_name, dev) for _ in range(n)]
+        dist.all_gather(outs, mk(r, numel), group=g)
+        return outs
+    both("all_gather", all_gather)
 
-    def reduce_scatter(g):
-        inp = torch.cat([make(rank, numel, dtype_name, salt=j) for j in range(size)]).to(dev)
-        out = torch.full((numel,), 9, dtype=_t(dtype_name), device=dev)
-        dist.reduce_scatter_tensor(out, inp, op=dist.ReduceOp.SUM, group=g)
-        return out.cpu()
-    both("reduce_scatter_tensor", reduce_scatter)
+    def all_gather_into_tensor(g):
+        out = poison(n * numel, dtype_name, dev)
+        dist.all_gather_into_tensor(out, mk(r, numel), group=g)
+        return out
+    both("all_gather_into_tensor", all_gather_into_tensor)
 
     def all_to_all(g):
-        inp = torch.cat([make(rank, numel, dtype_name, salt=j) for j in range(size)]).to(dev)
-        out = torch.full_like(inp, 9)
-        dist.all_to_all_single(out, inp, group=g)
-        return out.cpu()
-    both("all_to_all_single", all_to_all)
+        outs = [poison(numel, dtype_name, dev) for _ in range(n)]
+        dist.all_to_all(outs, [mk(r, numel, 20 + j) for j in range(n)], group=g)
+        return outs
+    both("all_to_all", all_to_all)
+
+    def all_to_all_single(g):
+        out = poison(n * numel, dtype_name, dev)
+        dist.all_to_all_single(out, mk(r, n * numel, 2), group=g)
+        return out
+    both("all_to_all_single", all_to_all_single)
+
+    def all_to_all_uneven(g):
+        # rank r sends (r + j) % 3 + 1 rows of 2 to rank j
+        ins = [(r + j) % 3 + 1 for j in range(n)]
+        outs = [(j + r) % 3 + 1 for j in range(n)]
+        out = poison((sum(outs), 2), dtype_name, dev)
+        dist.all_to_all_single(out, mk(r, 2 * sum(ins), 4).reshape(-1, 2), outs, ins, group=g)
+        return out
+    both("all_to_all_uneven", all_to_all_uneven)
 
     def send_recv(g):
-        t = make(rank, numel, dtype_name).to(dev)
-        r = torch.full_like(t, 9)
-        peer = 1 - rank
-        if rank == 0:  # opposite orders on the two ranks: no wait cycle in either library
-            dist.send(t, peer, group=g)
-            dist.recv(r, peer, group=g)
-        else:
-            dist.recv(r, peer, group=g)
-            dist.send(t, peer, group=g)
-        return r.cpu()
+        x = mk(r, numel, 5)
+        got = poison(numel, dtype_name, dev)
+        peer = 1 - r if r < 2 else None
+        if r == 0:  # opposite orders on the two ranks: no wait cycle in either library
+            dist.send(x, peer, group=g)
+            dist.recv(got, peer, group=g)
+        elif r == 1:
+            dist.recv(got, peer, group=g)
+            dist.send(x, peer, group=g)
+        return got
     both("send_recv", send_recv)
 
-    dist.barrier(device_ids=[ctx["rank"]])
+    def isend_irecv(g):
+        x = mk(r, numel, 6)
+        got = poison(numel, dtype_name, dev)
+        reqs = [dist.isend(x, (r + 1) % n, group=g), dist.irecv(got, (r - 1) % n, group=g)]
+        for q in reqs:
+            q.wait()
+        return got
+    both("isend_irecv", isend_irecv)
+
+    def batch(g):
+        x = mk(r, numel, 7)
+        got = poison(numel, dtype_name, dev)
+        ops = [dist.P2POp(dist.irecv, got, (r + 1) % n, group=g),
+               dist.P2POp(dist.isend, x, (r - 1) % n, group=g)]
+        for q in dist.batch_isend_irecv(ops):
+            q.wait()
+        return got
+    both("batch_isend_irecv", batch)
     torch.cuda.synchronize()
-    return res
+    return {"res": res, "dtype": str(t)}
+
+
+def cuda_barrier(ctx, delay):
+    """dist.barrier on the "zcc" group: the last rank to arrive comes
+    ``delay`` seconds late, after enqueuing a GPU sleep; every rank must
+    leave after it arrives, and (as with NCCL, whose barrier's wait blocks
+    the host) once the GPU work it queued before has run. Returns (seconds
+    this rank spent in the barrier, whether its stream was idle when it
+    left)."""
+    import time
+    dev = _cuda_device(ctx)
+    n, r = ctx["size"], ctx["rank"]
+    stream = torch.cuda.current_stream(dev)
+    torch.cuda.synchronize()
+    if r == n - 1:
+        time.sleep(delay)
+        torch.cuda._sleep(100 * 1000 * 1000)  # tens of ms of GPU time, queued
+    t0 = time.monotonic()
+    dist.barrier()
+    took = time.monotonic() - t0
+    # query() does not wait: the sleep queued before the barrier has run by now
+    return took, stream.query()
+
+
+def cuda_async(ctx, dtype_name, numel):
+    """Stream semantics as NCCL's. Each operation is issued with
+    async_op=True on a side stream, behind a GPU sleep and a write of its
+    input on that stream: it must read the input after the write (it is
+    ordered on the stream current when it is issued, also a queued isend),
+    and work.wait() or its future's wait() on the default stream must make
+    that stream, not the host, wait for it, so a copy queued after the wait
+    sees the result. Run without that ordering, the operation would read
+    the poison and the copy would run during the sleep."""
+    n, r = ctx["size"], ctx["rank"]
+    dev = _cuda_device(ctx)
+    main = torch.cuda.current_stream(dev)
+    side = torch.cuda.Stream(dev)
+    cycles = 100 * 1000 * 1000
+    res = {}
+
+    def on_side(inputs, fn):
+        """inputs: (tensor, value) pairs written on the side stream."""
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(cycles)
+            for t, v in inputs:
+                t.copy_(v, non_blocking=True)
+            return fn()
+
+    x = poison(numel, dtype_name, dev)
+    xv = make(r, numel, dtype_name).to(dev)
+    work = on_side([(x, xv)], lambda: dist.all_reduce(x, async_op=True))
+    work.wait()
+    res["all_reduce_wait"] = x.clone()  # on the default stream, after the wait
+    torch.cuda.synchronize()
+    res["completed_after_sync"] = work.is_completed()
+
+    y = poison(numel, dtype_name, dev)
+    fut = on_side([(y, xv)], lambda: dist.all_reduce(y, async_op=True).get_future())
+    res["all_reduce_future"] = fut.wait()[0].clone()
+
+    out = poison(n * numel, dtype_name, dev)
+    inp = poison(numel, dtype_name, dev)
+    work = on_side([(inp, xv)], lambda: dist.all_gather_into_tensor(out, inp, async_op=True))
+    work.wait()
+    res["all_gather_wait"] = out.clone()
+
+    got = poison(numel, dtype_name, dev)
+    mine = poison(numel, dtype_name, dev)
+    mv = make(r, numel, dtype_name, 3).to(dev)
+    reqs = on_side([(mine, mv)], lambda: [dist.isend(mine, (r + 1) % n),
+                                          dist.irecv(got, (r - 1) % n)])
+    for q in reqs:  # issues the queued pair now, from the default stream
+        q.wait()
+    res["irecv_wait"] = got.clone()
+    torch.cuda.synchronize()
+    res["p2p_completed_after_sync"] = all(q.is_completed() for q in reqs)
+    return _cpu(res)
+
+
+def cuda_graph(ctx, dtype_name, numel, replays):
+    """One torch.cuda.graph capture of zcc.Communicator.all_reduce and the
+    "zcc" group's all_reduce, broadcast, all_gather_into_tensor,
+    reduce_scatter_tensor, all_to_all_single and batch_isend_irecv; then
+    ``replays`` replays, each after fresh inputs (salt k) were copied into
+    the captured tensors and the outputs poisoned. Returns every replay's
+    results."""
+    n, r = ctx["size"], ctx["rank"]
+    c = ctx["gpu_comm"]
+    dev = _cuda_device(ctx)
+    t = _t(dtype_name)
+    ins = {"comm": numel, "all_reduce": numel, "broadcast": numel, "all_gather": numel,
+           "reduce_scatter": n * numel, "all_to_all": n * numel, "send": numel}
+    x = {k: torch.empty(m, dtype=t, device=dev) for k, m in ins.items()}
+    outs = {"all_gather": n * numel, "reduce_scatter": numel, "all_to_all": n * numel,
+            "recv": numel}
+    y = {k: torch.empty(m, dtype=t, device=dev) for k, m in outs.items()}
+
+    def load(k):
+        for j, (name, m) in enumerate(sorted(ins.items())):
+            x[name].copy_(make(r, m, dtype_name, salt=100 * k + j))
+        for name in y:
+            y[name].copy_(poison(y[name].shape, dtype_name, dev))
+
+    def body():
+        c.all_reduce(x["comm"])
+        dist.all_reduce(x["all_reduce"], op=dist.ReduceOp.MAX)
+        dist.broadcast(x["broadcast"], 1)
+        dist.all_gather_into_tensor(y["all_gather"], x["all_gather"])
+        dist.reduce_scatter_tensor(y["reduce_scatter"], x["reduce_scatter"])
+        dist.all_to_all_single(y["all_to_all"], x["all_to_all"])
+        ops = [dist.P2POp(dist.isend, x["send"], (r + 1) % n),
+               dist.P2POp(dist.irecv, y["recv"], (r - 1) % n)]
+        for q in dist.batch_isend_irecv(ops):
+            q.wait()
+
+    side = torch.cuda.Stream(dev)
+    side.wait_stream(torch.cuda.current_stream(dev))
+    with torch.cuda.stream(side):  # warm-up outside the capture, as torch advises
+        load(0)
+        body()
+    torch.cuda.current_stream(dev).wait_stream(side)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        body()
+    res = []
+    for k in range(1, replays + 1):
+        load(k)
+        g.replay()
+        torch.cuda.synchronize()
+        got = {name: v.clone() for name, v in x.items() if name not in ("all_gather", "send",
+                                                                         "reduce_scatter",
+                                                                         "all_to_all")}
+        got.update({name: v.clone() for name, v in y.items()})
+        res.append(_cpu(got))
+    del g
+    return {"replays": res, "inputs": sorted(ins.items())}
+
+
+def cuda_errors(ctx):
+    """What a GPU communicator refuses before it enqueues anything: a CPU
+    tensor, a non-contiguous CUDA tensor, an output of another dtype; then
+    an all-reduce still gives the right sum (nothing was left half done)."""
+    c = ctx["gpu_comm"]
+    dev = _cuda_device(ctx)
+    m = torch.ones(4, 6, device=dev)
+    errs = [
+        _error(lambda: c.all_reduce(torch.ones(4))),
+        _error(lambda: c.all_reduce(m.t())),
+        _error(lambda: c.all_reduce(torch.ones(4, device=dev),
+                                    out=torch.ones(4, dtype=torch.float64, device=dev))),
+        _error(lambda: dist.all_reduce(m[:, ::2])),
+    ]
+    x = torch.full((5,), float(ctx["rank"] + 1), device=dev)
+    c.all_reduce(x)
+    return errs, x.cpu()

@@ -13,11 +13,21 @@ import workers  # noqa: E402
 _pools = {}
 
 
-def get_pool(size):
-    pool = _pools.get(size)
+def get_pool(size, env=None):
+    """The session's pool of size ranks; env (a dict of variables set in the
+    ranks) gives a pool of its own."""
+    key = (size, tuple(sorted((env or {}).items())))
+    pool = _pools.get(key)
     if pool is None or not pool.procs:
-        pool = _pools[size] = workers.Pool(size)
+        pool = _pools[key] = workers.Pool(size, env=env)
     return pool
+
+
+def close_pool(size, env=None):
+    """Close a pool before the session ends (its ranks hold GPU memory)."""
+    pool = _pools.pop((size, tuple(sorted((env or {}).items()))), None)
+    if pool is not None:
+        pool.close()
 
 
 @pytest.fixture(scope="session", params=[2, 4], ids=["np2", "np4"])

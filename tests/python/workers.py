@@ -24,7 +24,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def _worker(rank, size, port, conn):
+def _worker(rank, size, port, conn, env=None):
+    # The pool's environment (ZCC_* variables), before zcc and torch load.
+    os.environ.update(env or {})
     for p in (PYTHON_DIR, HERE):
         if p not in sys.path:
             sys.path.insert(0, p)
@@ -60,15 +62,18 @@ class PoolError(AssertionError):
 
 
 class Pool:
-    def __init__(self, size, timeout=120):
+    def __init__(self, size, timeout=120, env=None):
+        """size rank processes; env: variables set in each of them (on top
+        of this process's environment) before they import torch and zcc."""
         self.size = size
+        self.env = dict(env or {})
         self.timeout = timeout
         mpctx = multiprocessing.get_context("spawn")
         port = free_port()
         self.conns, self.procs = [], []
         for r in range(size):
             parent, child = mpctx.Pipe()
-            p = mpctx.Process(target=_worker, args=(r, size, port, child), daemon=True)
+            p = mpctx.Process(target=_worker, args=(r, size, port, child, self.env), daemon=True)
             p.start()
             child.close()
             self.conns.append(parent)
