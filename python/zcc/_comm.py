@@ -464,19 +464,26 @@ class Communicator:
             _bad_dtype(t)
         if not t.is_contiguous():
             _bad_layout(t, what)
+        if self.is_cuda and not t.is_cuda and t.is_pinned():
+            return dt  # pinned CPU memory: the GPU reads and writes it in place
         if t.is_cuda is not self.is_cuda or (self.is_cuda and t.get_device() != self.device):
             self._bad_device(t, what)
         return dt
 
     def _bad_device(self, t, what):
         where = "cuda:%d" % self.device if self.is_cuda else "the host"
-        raise ValueError("zcc: %s is on %s but this communicator lives on %s"
-                         % (what, t.device, where))
+        hint = (" (a CPU tensor must be pinned: pin_memory=True or .pin_memory())"
+                if self.is_cuda and not t.is_cuda else "")
+        raise ValueError("zcc: %s is on %s but this communicator lives on %s%s"
+                         % (what, t.device, where, hint))
 
     def _stream(self, stream, t):
-        """The cudaStream_t for a call on CUDA tensor t."""
+        """The cudaStream_t for a call on t: a CUDA tensor's current stream, or
+        for a pinned CPU tensor the current stream of the communicator's GPU
+        (synchronize it before reading the result on the host)."""
         if stream is None:
-            return _torch.cuda.current_stream(t.device).cuda_stream
+            dev = t.device if t.is_cuda else _torch.device("cuda", self.device)
+            return _torch.cuda.current_stream(dev).cuda_stream
         return getattr(stream, "cuda_stream", stream)
 
     def _same(self, a, b, what):
@@ -517,7 +524,7 @@ class Communicator:
             self._same(tensor, out, "out")
         s = None
         if self.is_cuda:
-            if tensor.get_device() != self.device:
+            if tensor.get_device() != self.device and not (not tensor.is_cuda and tensor.is_pinned()):
                 self._bad_device(tensor, "tensor")
             s = self._stream(stream, tensor)
         rc = zccAllReduce(tensor.data_ptr(), out.data_ptr(), tensor.numel(), dt, code,

@@ -651,6 +651,32 @@ def cuda_setup(ctx):
     return {"device": dev.index, "nccl": "nccl" in ctx, "paths": lines}
 
 
+def cuda_pinned_ops(ctx, numel):
+    """zcc.Communicator (GPU) on pinned CPU tensors: the GPU reads and writes
+    them in place; results read after the stream is synchronized."""
+    import torch
+    c, n, r = ctx["gpu_comm"], ctx["size"], ctx["rank"]
+    dev = _cuda_device(ctx)
+    res = {}
+    x = make(r, numel, "float32").pin_memory()
+    out = torch.full((numel,), float("nan")).pin_memory()
+    c.all_reduce(x, out=out)
+    big = torch.full((n * numel,), float("nan")).pin_memory()
+    c.all_gather(big, make(r, numel, "float32", 1).pin_memory())
+    inplace = make(r, numel, "float32", 2).pin_memory()
+    c.all_reduce(inplace)
+    torch.cuda.current_stream(dev).synchronize()
+    res["all_reduce_out"] = out.clone()
+    res["all_gather"] = big.clone()
+    res["all_reduce_inplace"] = inplace.clone()
+    try:
+        c.all_reduce(make(r, numel, "float32"))  # pageable: refused
+        res["pageable"] = "accepted"
+    except ValueError as e:
+        res["pageable"] = str(e)
+    return res
+
+
 def cuda_comm_ops(ctx, dtype_name, numel):
     """Every collective of zcc.Communicator on CUDA tensors, on the current
     stream, in and out of place."""

@@ -149,6 +149,21 @@ def test_cuda_comm(gpu, dtype):
         _eq(got["sendrecv"], make((r - 1) % n, numel, dtype, 3), "rank %d send/recv" % r)
 
 
+def test_cuda_pinned_cpu(gpu):
+    """Pinned CPU tensors on a GPU communicator: zero copy, exact; pageable ones refused."""
+    numel, n = 4099, NRANKS
+    res = gpu.run("cuda_pinned_ops", numel)
+    x = [make(r, numel, "float32") for r in range(n)]
+    g1 = [make(r, numel, "float32", 1) for r in range(n)]
+    x2 = [make(r, numel, "float32", 2) for r in range(n)]
+    for r in range(n):
+        _eq(res[r]["all_reduce_out"], reference(x, "sum", "float32"), "rank %d pinned all_reduce" % r)
+        _eq(res[r]["all_gather"], torch.cat(g1), "rank %d pinned all_gather" % r)
+        _eq(res[r]["all_reduce_inplace"], reference(x2, "sum", "float32"),
+            "rank %d pinned all_reduce in place" % r)
+        assert "pin_memory" in res[r]["pageable"], res[r]["pageable"]
+
+
 @pytest.mark.parametrize("dtype,numel", BACKEND_CASES)
 def test_cuda_backend(gpu, dtype, numel):
     """torch.distributed over "zcc" on CUDA tensors: every collective,
