@@ -961,13 +961,12 @@ static zccResult_t ib_isend(void *send_comm, void *data, size_t size, void *mhan
   int slot = (int)(seq % IB_DEPTH);
   ib_req_t *r = &c->reqs[slot];
   volatile ib_cts_t *cts = &c->fifo[slot];
-  if (r->used || cts->seq != seq + 1) {
+  if (r->used || __atomic_load_n(&cts->seq, __ATOMIC_ACQUIRE) != seq + 1) {
     int got;
     ZCC_CHECK(ib_progress(c, &got));
     if (!got && ib_peer_gone(c)) return ib_gone_error(c);
     return zccSuccess;
   }
-  __atomic_thread_fence(__ATOMIC_ACQUIRE);
   uint64_t raddr = cts->addr, rsize = cts->size;
   uint32_t rkey = cts->rkey;
   if (size > rsize)
