@@ -1,7 +1,7 @@
 /*
  * The network plug-in table the `net` transport's proxy drives (the shape of
- * NCCL's net plug-in API, v8): `ib` (libibverbs, src/transport/net_ib.c) and,
- * later, `socket` (TCP). docs/net.md describes the contract.
+ * NCCL's net plug-in API, v8): `ib` (libibverbs, src/transport/net_ib.c) and
+ * `socket` (TCP, src/transport/net_sock.c). docs/net.md describes the contract.
  *
  * Every call returns at once:
  *   - listen fills a handle of ZCC_NET_HANDLE_BYTES that the caller carries to
@@ -95,6 +95,7 @@ typedef struct zcc_net_ops {
 } zcc_net_ops_t;
 
 extern const zcc_net_ops_t zcc_net_ib_ops;
+extern const zcc_net_ops_t zcc_net_socket_ops;
 
 /*
  * The plug-in named `name`, or by ZCC_NET_PLUGIN when name is NULL ("ib" by
