@@ -961,9 +961,10 @@ static zccResult_t ib_isend(void *send_comm, void *data, size_t size, void *mhan
   int slot = (int)(seq % IB_DEPTH);
   ib_req_t *r = &c->reqs[slot];
   volatile ib_cts_t *cts = &c->fifo[slot];
+  int got;
+  /* reap first: send queue slots come back as their completions are polled */
+  ZCC_CHECK(ib_progress(c, &got));
   if (r->used || __atomic_load_n(&cts->seq, __ATOMIC_ACQUIRE) != seq + 1) {
-    int got;
-    ZCC_CHECK(ib_progress(c, &got));
     if (!got && ib_peer_gone(c)) return ib_gone_error(c);
     return zccSuccess;
   }
@@ -1017,11 +1018,9 @@ static zccResult_t ib_irecv(void *recv_comm, void *data, size_t size, void *mhan
   uint64_t seq = c->seq;
   int slot = (int)(seq % IB_DEPTH);
   ib_req_t *r = &c->reqs[slot];
-  if (r->used) {
-    int got;
-    ZCC_CHECK(ib_progress(c, &got));
-    return zccSuccess;
-  }
+  int got;
+  ZCC_CHECK(ib_progress(c, &got));
+  if (r->used) return zccSuccess;
   ib_cts_t cts;
   memset(&cts, 0, sizeof(cts));
   cts.addr = (uintptr_t)data;
