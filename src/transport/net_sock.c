@@ -31,7 +31,8 @@ typedef struct {
   zcc_sockaddr_t addr;
   void *stage;
 } sk_handle_t;
-_Static_assert(sizeof(sk_handle_t) <= ZCC_NET_HANDLE_BYTES, "socket handle too large");
+_Static_assert(sizeof(sk_handle_t) <= ZCC_NET_HANDLE_BYTES,
+               "socket handle too large");
 
 typedef struct {
   uint64_t seq, size;
@@ -65,13 +66,14 @@ typedef struct sk_comm {
     uint8_t proof[32];
     uint32_t ready;
   } msg;
-  uint64_t seq;   /* next request number */
-  uint64_t head;  /* oldest request not yet finished on the wire */
+  uint64_t seq;  /* next request number */
+  uint64_t head; /* oldest request not yet finished on the wire */
   sk_req_t reqs[SK_DEPTH];
   /* send side: clear-to-send entries as they arrive */
   sk_hdr_t cts[SK_DEPTH];
   int cts_ok[SK_DEPTH];
-  sk_hdr_t in_hdr; /* a CTS (send side) or a data header (recv side) being read */
+  sk_hdr_t
+      in_hdr; /* a CTS (send side) or a data header (recv side) being read */
   size_t in_off;
   int in_have_hdr;
   /* the header of the send in progress, or CTS entries to write (recv side) */
@@ -87,10 +89,13 @@ typedef struct {
   sk_comm_t *pending[SK_PENDING];
 } sk_listen_t;
 
-static zccResult_t sk_init(void) { return zccSuccess; }
+static zccResult_t sk_init(void) {
+  return zccSuccess;
+}
 
 static zccResult_t sk_devices(int *ndev) {
-  if (!ndev) return zcc_error(zccInvalidArgument, "socket: ndev is NULL");
+  if (!ndev)
+    return zcc_error(zccInvalidArgument, "socket: ndev is NULL");
   zcc_sockaddr_t a;
   *ndev = zcc_socket_pick_addr(&a) == zccSuccess ? 1 : 0;
   return zccSuccess;
@@ -99,7 +104,8 @@ static zccResult_t sk_devices(int *ndev) {
 static zccResult_t sk_get_properties(int dev, zcc_net_props_t *props) {
   zcc_sockaddr_t a;
   char s[ZCC_SOCKADDR_STRLEN];
-  if (dev != 0 || !props) return zcc_error(zccInvalidArgument, "socket: no device %d", dev);
+  if (dev != 0 || !props)
+    return zcc_error(zccInvalidArgument, "socket: no device %d", dev);
   ZCC_CHECK(zcc_socket_pick_addr(&a));
   memset(props, 0, sizeof(*props));
   zcc_sockaddr_set_port(&a, 0);
@@ -114,21 +120,25 @@ static zccResult_t sk_get_properties(int dev, zcc_net_props_t *props) {
 /* 1: moved all, 0: not yet, -1: the connection failed. */
 static int sk_xfer(int fd, void *buf, size_t n, size_t *off, int out) {
   while (*off < n) {
-    ssize_t r = out ? send(fd, (char *)buf + *off, n - *off, MSG_NOSIGNAL | MSG_DONTWAIT)
+    ssize_t r = out ? send(fd, (char *)buf + *off, n - *off,
+                           MSG_NOSIGNAL | MSG_DONTWAIT)
                     : recv(fd, (char *)buf + *off, n - *off, MSG_DONTWAIT);
     if (r > 0) {
       *off += (size_t)r;
       continue;
     }
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return 0;
     return -1;
   }
   *off = 0;
   return 1;
 }
 
-static void sk_mac(const zcc_net_auth_t *a, char role, const uint8_t cn[16], const uint8_t sn[16], uint8_t out[32]) {
+static void sk_mac(const zcc_net_auth_t *a, char role, const uint8_t cn[16],
+                   const uint8_t sn[16], uint8_t out[32]) {
   uint8_t msg[10 + 1 + 8 + 32];
   memcpy(msg, "zcc-net-sk", 10);
   msg[10] = (uint8_t)role;
@@ -140,30 +150,39 @@ static void sk_mac(const zcc_net_auth_t *a, char role, const uint8_t cn[16], con
 
 static int sk_mac_equal(const uint8_t *a, const uint8_t *b) {
   uint8_t d = 0;
-  for (int i = 0; i < 32; i++) d |= a[i] ^ b[i];
+  for (int i = 0; i < 32; i++)
+    d |= a[i] ^ b[i];
   return d == 0;
 }
 
 static sk_comm_t *sk_comm_new(int fd) {
-  int one = 1; /* a header and its payload are two writes: no Nagle wait between them */
+  int one = 1; /* a header and its payload are two writes: no Nagle wait between
+                  them */
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   sk_comm_t *c = calloc(1, sizeof(*c));
-  if (!c) return NULL;
+  if (!c)
+    return NULL;
   c->fd = fd;
-  for (int i = 0; i < SK_DEPTH; i++) c->reqs[i].comm = c;
+  for (int i = 0; i < SK_DEPTH; i++)
+    c->reqs[i].comm = c;
   return c;
 }
 
 static void sk_comm_free(sk_comm_t *c) {
-  if (!c) return;
-  if (c->fd >= 0) close(c->fd);
+  if (!c)
+    return;
+  if (c->fd >= 0)
+    close(c->fd);
   free(c);
 }
 
-static zccResult_t sk_listen(int dev, const zcc_net_auth_t *auth, void *handle, void **listen_comm) {
-  if (dev != 0 || !auth || !handle || !listen_comm) return zcc_error(zccInvalidArgument, "socket listen: bad argument");
+static zccResult_t sk_listen(int dev, const zcc_net_auth_t *auth, void *handle,
+                             void **listen_comm) {
+  if (dev != 0 || !auth || !handle || !listen_comm)
+    return zcc_error(zccInvalidArgument, "socket listen: bad argument");
   sk_listen_t *l = calloc(1, sizeof(*l));
-  if (!l) return zcc_error(zccSystemError, "socket: out of memory");
+  if (!l)
+    return zcc_error(zccSystemError, "socket: out of memory");
   sk_handle_t h;
   memset(&h, 0, sizeof(h));
   zccResult_t res;
@@ -181,17 +200,23 @@ fail:
   return res;
 }
 
-static zccResult_t sk_connect(int dev, const zcc_net_auth_t *auth, void *handle, void **send_comm) {
-  if (!handle || !send_comm || !auth || dev != 0) return zcc_error(zccInvalidArgument, "socket connect: bad argument");
+static zccResult_t sk_connect(int dev, const zcc_net_auth_t *auth, void *handle,
+                              void **send_comm) {
+  if (!handle || !send_comm || !auth || dev != 0)
+    return zcc_error(zccInvalidArgument, "socket connect: bad argument");
   *send_comm = NULL;
   sk_handle_t *h = handle;
-  if (h->magic != SK_HANDLE_MAGIC) return zcc_error(zccInvalidArgument, "socket connect: not a socket handle");
+  if (h->magic != SK_HANDLE_MAGIC)
+    return zcc_error(zccInvalidArgument, "socket connect: not a socket handle");
   sk_comm_t *c = h->stage;
   zccResult_t res = zccSuccess;
   char as[ZCC_SOCKADDR_STRLEN];
   if (!c) {
-    int fd = socket(h->addr.u.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) return zcc_error(zccSystemError, "socket connect: socket failed: %s", strerror(errno));
+    int fd = socket(h->addr.u.sa.sa_family,
+                    SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+      return zcc_error(zccSystemError, "socket connect: socket failed: %s",
+                       strerror(errno));
     if (!(c = sk_comm_new(fd))) {
       close(fd);
       return zcc_error(zccSystemError, "socket: out of memory");
@@ -199,8 +224,8 @@ static zccResult_t sk_connect(int dev, const zcc_net_auth_t *auth, void *handle,
     c->is_send = 1;
     c->auth = *auth;
     if (connect(fd, &h->addr.u.sa, h->addr.len) != 0 && errno != EINPROGRESS) {
-      res = zcc_error(zccRemoteError, "socket connect to %s failed: %s", zcc_sockaddr_str(&h->addr, as),
-                      strerror(errno));
+      res = zcc_error(zccRemoteError, "socket connect to %s failed: %s",
+                      zcc_sockaddr_str(&h->addr, as), strerror(errno));
       goto fail;
     }
     ZCC_CHECK_GOTO(zcc_random_bytes(c->cnonce, 16), res, fail);
@@ -211,13 +236,14 @@ static zccResult_t sk_connect(int dev, const zcc_net_auth_t *auth, void *handle,
     switch (c->stage) {
     case 0: {
       struct pollfd p = {c->fd, POLLOUT, 0};
-      if (poll(&p, 1, 0) <= 0) return zccSuccess;
+      if (poll(&p, 1, 0) <= 0)
+        return zccSuccess;
       int err = 0;
       socklen_t l = sizeof(err);
       getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &l);
       if (err) {
-        res = zcc_error(zccRemoteError, "socket connect to %s failed: %s", zcc_sockaddr_str(&h->addr, as),
-                        strerror(err));
+        res = zcc_error(zccRemoteError, "socket connect to %s failed: %s",
+                        zcc_sockaddr_str(&h->addr, as), strerror(err));
         goto fail;
       }
       c->msg.hello.magic = SK_SIDE_MAGIC;
@@ -235,7 +261,9 @@ static zccResult_t sk_connect(int dev, const zcc_net_auth_t *auth, void *handle,
         memcpy(c->snonce, c->msg.chal.nonce, 16);
         sk_mac(&c->auth, 's', c->cnonce, c->snonce, want);
         if (!sk_mac_equal(want, c->msg.chal.mac)) {
-          res = zcc_error(zccRemoteError, "socket connect to %s: the listener did not prove the communicator's secret",
+          res = zcc_error(zccRemoteError,
+                          "socket connect to %s: the listener did not prove "
+                          "the communicator's secret",
                           zcc_sockaddr_str(&h->addr, as));
           goto fail;
         }
@@ -249,7 +277,8 @@ static zccResult_t sk_connect(int dev, const zcc_net_auth_t *auth, void *handle,
       r = sk_xfer(c->fd, &c->msg.ready, sizeof(uint32_t), &c->off, 0);
       if (r == 1) {
         if (c->msg.ready != SK_SIDE_MAGIC) {
-          res = zcc_error(zccRemoteError, "socket connect to %s: bad answer", zcc_sockaddr_str(&h->addr, as));
+          res = zcc_error(zccRemoteError, "socket connect to %s: bad answer",
+                          zcc_sockaddr_str(&h->addr, as));
           goto fail;
         }
         h->stage = NULL;
@@ -259,11 +288,14 @@ static zccResult_t sk_connect(int dev, const zcc_net_auth_t *auth, void *handle,
       break;
     }
     if (r < 0) {
-      res = zcc_error(zccRemoteError, "socket connect to %s: the listener closed the connection",
-                      zcc_sockaddr_str(&h->addr, as));
+      res =
+          zcc_error(zccRemoteError,
+                    "socket connect to %s: the listener closed the connection",
+                    zcc_sockaddr_str(&h->addr, as));
       goto fail;
     }
-    if (r == 0) return zccSuccess;
+    if (r == 0)
+      return zccSuccess;
     c->stage++;
   }
 fail:
@@ -280,9 +312,11 @@ static int sk_accept_step(sk_listen_t *l, sk_comm_t *p) {
     case 0:
       r = sk_xfer(p->fd, &p->msg.hello, sizeof(p->msg.hello), &p->off, 0);
       if (r == 1) {
-        if (p->msg.hello.magic != SK_SIDE_MAGIC || p->msg.hello.version != 1) return -1;
+        if (p->msg.hello.magic != SK_SIDE_MAGIC || p->msg.hello.version != 1)
+          return -1;
         memcpy(p->cnonce, p->msg.hello.nonce, 16);
-        if (zcc_random_bytes(p->snonce, 16) != zccSuccess) return -1;
+        if (zcc_random_bytes(p->snonce, 16) != zccSuccess)
+          return -1;
         memcpy(p->msg.chal.nonce, p->snonce, 16);
         sk_mac(&l->auth, 's', p->cnonce, p->snonce, p->msg.chal.mac);
       }
@@ -296,7 +330,8 @@ static int sk_accept_step(sk_listen_t *l, sk_comm_t *p) {
         uint8_t want[32];
         sk_mac(&l->auth, 'c', p->cnonce, p->snonce, want);
         if (!sk_mac_equal(want, p->msg.proof)) {
-          ZCC_INFO(NET, "socket: dropped a connection that did not prove the communicator's secret");
+          ZCC_INFO(NET, "socket: dropped a connection that did not prove the "
+                        "communicator's secret");
           return -1;
         }
         p->msg.ready = SK_SIDE_MAGIC;
@@ -304,28 +339,35 @@ static int sk_accept_step(sk_listen_t *l, sk_comm_t *p) {
       break;
     case 3:
       r = sk_xfer(p->fd, &p->msg.ready, sizeof(uint32_t), &p->off, 1);
-      if (r == 1) return 1;
+      if (r == 1)
+        return 1;
       break;
     }
-    if (r < 0) return -1;
-    if (r == 0) return 0;
+    if (r < 0)
+      return -1;
+    if (r == 0)
+      return 0;
     p->stage++;
   }
 }
 
 static zccResult_t sk_accept(void *listen_comm, void **recv_comm) {
   sk_listen_t *l = listen_comm;
-  if (!l || !recv_comm) return zcc_error(zccInvalidArgument, "socket accept: NULL argument");
+  if (!l || !recv_comm)
+    return zcc_error(zccInvalidArgument, "socket accept: NULL argument");
   *recv_comm = NULL;
   for (;;) {
     int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) break;
+    if (fd < 0)
+      break;
     int slot = -1;
     for (int i = 0; i < SK_PENDING && slot < 0; i++)
-      if (!l->pending[i]) slot = i;
+      if (!l->pending[i])
+        slot = i;
     if (slot < 0) {
       sk_comm_free(l->pending[0]);
-      memmove(l->pending, l->pending + 1, sizeof(l->pending[0]) * (SK_PENDING - 1));
+      memmove(l->pending, l->pending + 1,
+              sizeof(l->pending[0]) * (SK_PENDING - 1));
       slot = SK_PENDING - 1;
     }
     if (!(l->pending[slot] = sk_comm_new(fd))) {
@@ -335,7 +377,8 @@ static zccResult_t sk_accept(void *listen_comm, void **recv_comm) {
   }
   for (int i = 0; i < SK_PENDING; i++) {
     sk_comm_t *p = l->pending[i];
-    if (!p) continue;
+    if (!p)
+      continue;
     int r = sk_accept_step(l, p);
     if (r < 0) {
       sk_comm_free(p);
@@ -350,17 +393,22 @@ static zccResult_t sk_accept(void *listen_comm, void **recv_comm) {
   return zccSuccess;
 }
 
-static zccResult_t sk_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle) {
+static zccResult_t sk_reg_mr(void *comm, void *data, size_t size, int type,
+                             void **mhandle) {
   (void)data, (void)size;
-  if (!comm || !mhandle) return zcc_error(zccInvalidArgument, "socket reg_mr: NULL argument");
+  if (!comm || !mhandle)
+    return zcc_error(zccInvalidArgument, "socket reg_mr: NULL argument");
   if (type != ZCC_NET_PTR_HOST)
-    return zcc_error(zccInvalidArgument, "socket reg_mr: memory type %d not supported (host memory only)", type);
+    return zcc_error(
+        zccInvalidArgument,
+        "socket reg_mr: memory type %d not supported (host memory only)", type);
   *mhandle = comm; /* nothing to register: the kernel copies */
   return zccSuccess;
 }
 
 static zccResult_t sk_dereg_mr(void *comm, void *mhandle) {
-  if (!comm || mhandle != comm) return zcc_error(zccInvalidArgument, "socket dereg_mr: not a registration");
+  if (!comm || mhandle != comm)
+    return zcc_error(zccInvalidArgument, "socket dereg_mr: not a registration");
   return zccSuccess;
 }
 
@@ -371,15 +419,19 @@ static zccResult_t sk_fail(sk_comm_t *c, const char *what) {
 
 /* Move what the socket takes, both ways. */
 static zccResult_t sk_progress(sk_comm_t *c) {
-  if (c->failed) return zcc_error(zccRemoteError, "socket: the connection failed earlier");
+  if (c->failed)
+    return zcc_error(zccRemoteError, "socket: the connection failed earlier");
   if (c->is_send) {
     /* clear-to-send entries in */
     for (;;) {
       int r = sk_xfer(c->fd, &c->in_hdr, sizeof(c->in_hdr), &c->in_off, 0);
-      if (r < 0) return sk_fail(c, "the peer closed the connection");
-      if (r == 0) break;
+      if (r < 0)
+        return sk_fail(c, "the peer closed the connection");
+      if (r == 0)
+        break;
       int slot = (int)(c->in_hdr.seq % SK_DEPTH);
-      if (c->cts_ok[slot]) return sk_fail(c, "the peer sent a clear-to-send twice");
+      if (c->cts_ok[slot])
+        return sk_fail(c, "the peer sent a clear-to-send twice");
       c->cts[slot] = c->in_hdr;
       c->cts_ok[slot] = 1;
     }
@@ -389,16 +441,19 @@ static zccResult_t sk_progress(sk_comm_t *c) {
       if (!c->out_hdr_sent) {
         sk_hdr_t h = {q->seq, q->size};
         int r = sk_xfer(c->fd, &h, sizeof(h), &c->out_off, 1);
-        if (r < 0) return sk_fail(c, "the peer closed the connection");
+        if (r < 0)
+          return sk_fail(c, "the peer closed the connection");
         if (r == 0) {
-          /* sk_xfer keeps a partial offset: the same header goes on next time */
+          /* sk_xfer keeps a partial offset: the same header goes on next time
+           */
           return zccSuccess;
         }
         c->out_hdr_sent = 1;
       }
       size_t off = q->got;
       int r = sk_xfer(c->fd, q->data, q->size, &off, 1);
-      if (r < 0) return sk_fail(c, "the peer closed the connection");
+      if (r < 0)
+        return sk_fail(c, "the peer closed the connection");
       if (r == 0) {
         q->got = off;
         return zccSuccess;
@@ -413,8 +468,10 @@ static zccResult_t sk_progress(sk_comm_t *c) {
   /* receive side: clear-to-send entries out */
   while (c->out_n > 0) {
     int r = sk_xfer(c->fd, &c->out_q[0], sizeof(sk_hdr_t), &c->out_off, 1);
-    if (r < 0) return sk_fail(c, "the peer closed the connection");
-    if (r == 0) break;
+    if (r < 0)
+      return sk_fail(c, "the peer closed the connection");
+    if (r == 0)
+      break;
     memmove(c->out_q, c->out_q + 1, sizeof(sk_hdr_t) * (size_t)--c->out_n);
   }
   /* data in, for the oldest posted receive */
@@ -422,15 +479,19 @@ static zccResult_t sk_progress(sk_comm_t *c) {
     sk_req_t *q = &c->reqs[c->head % SK_DEPTH];
     if (!c->in_have_hdr) {
       int r = sk_xfer(c->fd, &c->in_hdr, sizeof(c->in_hdr), &c->in_off, 0);
-      if (r < 0) return sk_fail(c, "the peer closed the connection");
-      if (r == 0) return zccSuccess;
-      if (c->in_hdr.seq != q->seq || c->in_hdr.size > q->cap) return sk_fail(c, "the peer sent a bad header");
+      if (r < 0)
+        return sk_fail(c, "the peer closed the connection");
+      if (r == 0)
+        return zccSuccess;
+      if (c->in_hdr.seq != q->seq || c->in_hdr.size > q->cap)
+        return sk_fail(c, "the peer sent a bad header");
       c->in_have_hdr = 1;
       q->size = c->in_hdr.size;
     }
     size_t off = q->got;
     int r = sk_xfer(c->fd, q->data, q->size, &off, 0);
-    if (r < 0) return sk_fail(c, "the peer closed the connection");
+    if (r < 0)
+      return sk_fail(c, "the peer closed the connection");
     if (r == 0) {
       q->got = off;
       return zccSuccess;
@@ -443,38 +504,52 @@ static zccResult_t sk_progress(sk_comm_t *c) {
   return zccSuccess;
 }
 
-static zccResult_t sk_isend(void *send_comm, void *data, size_t size, void *mhandle, void **request) {
+static zccResult_t sk_isend(void *send_comm, void *data, size_t size,
+                            void *mhandle, void **request) {
   (void)mhandle;
   sk_comm_t *c = send_comm;
-  if (!c || !request || !c->is_send || (size && !data)) return zcc_error(zccInvalidArgument, "socket isend: bad argument");
+  if (!c || !request || !c->is_send || (size && !data))
+    return zcc_error(zccInvalidArgument, "socket isend: bad argument");
   *request = NULL;
-  if (size >= ((size_t)1 << 31)) return zcc_error(zccInvalidArgument, "socket isend: %zu bytes: at most 2 GiB - 1", size);
+  if (size >= ((size_t)1 << 31))
+    return zcc_error(zccInvalidArgument,
+                     "socket isend: %zu bytes: at most 2 GiB - 1", size);
   ZCC_CHECK(sk_progress(c));
   int slot = (int)(c->seq % SK_DEPTH);
   sk_req_t *q = &c->reqs[slot];
-  if (q->used || !c->cts_ok[slot] || c->cts[slot].seq != c->seq) return zccSuccess;
+  if (q->used || !c->cts_ok[slot] || c->cts[slot].seq != c->seq)
+    return zccSuccess;
   if (size > c->cts[slot].size) {
     c->failed = 1;
-    return zcc_error(zccInvalidUsage, "socket: send of %zu bytes is larger than the receive of %llu bytes", size,
-                     (unsigned long long)c->cts[slot].size);
+    return zcc_error(
+        zccInvalidUsage,
+        "socket: send of %zu bytes is larger than the receive of %llu bytes",
+        size, (unsigned long long)c->cts[slot].size);
   }
   c->cts_ok[slot] = 0;
-  q->used = 1, q->done = 0, q->seq = c->seq++, q->data = data, q->size = size, q->got = 0;
+  q->used = 1, q->done = 0, q->seq = c->seq++, q->data = data, q->size = size,
+  q->got = 0;
   *request = q;
   return sk_progress(c);
 }
 
-static zccResult_t sk_irecv(void *recv_comm, void *data, size_t size, void *mhandle, void **request) {
+static zccResult_t sk_irecv(void *recv_comm, void *data, size_t size,
+                            void *mhandle, void **request) {
   (void)mhandle;
   sk_comm_t *c = recv_comm;
-  if (!c || !request || c->is_send || (size && !data)) return zcc_error(zccInvalidArgument, "socket irecv: bad argument");
+  if (!c || !request || c->is_send || (size && !data))
+    return zcc_error(zccInvalidArgument, "socket irecv: bad argument");
   *request = NULL;
-  if (size >= ((size_t)1 << 31)) return zcc_error(zccInvalidArgument, "socket irecv: %zu bytes: at most 2 GiB - 1", size);
+  if (size >= ((size_t)1 << 31))
+    return zcc_error(zccInvalidArgument,
+                     "socket irecv: %zu bytes: at most 2 GiB - 1", size);
   ZCC_CHECK(sk_progress(c));
   int slot = (int)(c->seq % SK_DEPTH);
   sk_req_t *q = &c->reqs[slot];
-  if (q->used || c->out_n == SK_DEPTH) return zccSuccess;
-  q->used = 1, q->done = 0, q->seq = c->seq++, q->data = data, q->cap = size, q->size = 0, q->got = 0;
+  if (q->used || c->out_n == SK_DEPTH)
+    return zccSuccess;
+  q->used = 1, q->done = 0, q->seq = c->seq++, q->data = data, q->cap = size,
+  q->size = 0, q->got = 0;
   c->out_q[c->out_n++] = (sk_hdr_t){q->seq, size};
   *request = q;
   return sk_progress(c);
@@ -482,12 +557,17 @@ static zccResult_t sk_irecv(void *recv_comm, void *data, size_t size, void *mhan
 
 static zccResult_t sk_test(void *request, int *done, size_t *size) {
   sk_req_t *q = request;
-  if (!q || !done || !q->used) return zcc_error(zccInvalidArgument, "socket test: not a request in flight");
+  if (!q || !done || !q->used)
+    return zcc_error(zccInvalidArgument,
+                     "socket test: not a request in flight");
   *done = 0;
-  if (!q->done) ZCC_CHECK(sk_progress(q->comm));
-  if (!q->done) return zccSuccess;
+  if (!q->done)
+    ZCC_CHECK(sk_progress(q->comm));
+  if (!q->done)
+    return zccSuccess;
   *done = 1;
-  if (size) *size = q->size;
+  if (size)
+    *size = q->size;
   q->used = 0;
   return zccSuccess;
 }
@@ -495,7 +575,8 @@ static zccResult_t sk_test(void *request, int *done, size_t *size) {
 static zccResult_t sk_close(void *comm) {
   sk_comm_t *c = comm;
   if (c && c->fd >= 0) {
-    /* unread bytes at close would make the kernel reset the connection, dropping what we sent */
+    /* unread bytes at close would make the kernel reset the connection,
+     * dropping what we sent */
     char sink[256];
     while (recv(c->fd, sink, sizeof(sink), MSG_DONTWAIT) > 0) {
     }
@@ -507,8 +588,10 @@ static zccResult_t sk_close(void *comm) {
 
 static zccResult_t sk_close_listen(void *listen_comm) {
   sk_listen_t *l = listen_comm;
-  if (!l) return zccSuccess;
-  for (int i = 0; i < SK_PENDING; i++) sk_comm_free(l->pending[i]);
+  if (!l)
+    return zccSuccess;
+  for (int i = 0; i < SK_PENDING; i++)
+    sk_comm_free(l->pending[i]);
   zcc_socket_close(&l->fd);
   free(l);
   return zccSuccess;
