@@ -914,6 +914,8 @@ static int fv_requester(fv_qp_t *q) {
     return 0;
   if (q->out_dead ||
       fv_port_down == 1) { /* no answer: the transport retries run out */
+    if (q->out_dead)
+      fv_close(&q->out_fd); /* a closed socket polls readable forever */
     if (q->sq_head < q->sq_tail)
       fv_qp_error(q, IBV_WC_RETRY_EXC_ERR);
     return 0;
@@ -1256,12 +1258,18 @@ static void *fv_thread(void *arg) {
     }
     int k = 0;
     pfd[k++] = (struct pollfd){fv_wake[0], POLLIN, 0};
-    for (fv_qp_t *q = fv_qps; q; q = q->next) {
+    for (fv_qp_t *q = fv_qps; q && fv_port_down != 1; q = q->next) {
+      /* a responder that waits for a receive WR is woken by post_recv */
+      int is_send = q->hdr.op == OP_SEND || q->hdr.op == OP_SEND_IMM;
+      int wait_rwr =
+          (q->in_state == 3 || (q->in_state == 2 && is_send && !q->have_rwr)) &&
+          q->rq_head == q->rq_tail;
       if (q->in_fd < 0 && q->lfd >= 0)
         pfd[k++] = (struct pollfd){q->lfd, POLLIN, 0};
       if (q->in_fd >= 0)
         pfd[k++] = (struct pollfd){
-            q->in_fd, (short)(POLLIN | (q->ack_n ? POLLOUT : 0)), 0};
+            q->in_fd,
+            (short)((wait_rwr ? 0 : POLLIN) | (q->ack_n ? POLLOUT : 0)), 0};
       if (q->out_fd >= 0)
         pfd[k++] = (struct pollfd){
             q->out_fd,
