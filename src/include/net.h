@@ -94,6 +94,22 @@ typedef struct zcc_net_ops {
   zccResult_t (*close_listen)(void *listen_comm);
 } zcc_net_ops_t;
 
+/*
+ * Side-channel helpers the plug-ins share (src/transport/net.c).
+ * zcc_net_xfer moves what a non-blocking socket takes of buf[*off, n):
+ * 1 when all n bytes are through (*off back to 0), 0 not yet, -1 the
+ * connection failed or closed (no error is recorded: a stranger's
+ * connection failing is not ours). zcc_net_mac is the proof of `role`
+ * ('s' listener, 'c' connector) over both nonces, bound to the plug-in's
+ * 10-byte label and to auth's context; zcc_net_mac_equal compares in
+ * constant time.
+ */
+int zcc_net_xfer(int fd, void *buf, size_t n, size_t *off, int out);
+void zcc_net_mac(const zcc_net_auth_t *auth, const char label[10], char role,
+                 const uint8_t cnonce[16], const uint8_t snonce[16],
+                 uint8_t out[32]);
+int zcc_net_mac_equal(const uint8_t a[32], const uint8_t b[32]);
+
 extern const zcc_net_ops_t zcc_net_ib_ops;
 extern const zcc_net_ops_t zcc_net_socket_ops;
 

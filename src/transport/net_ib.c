@@ -468,44 +468,6 @@ static zccResult_t ib_get_properties(int dev, zcc_net_props_t *props) {
 
 /* ---- side channel: non-blocking, fixed-size messages ---- */
 
-/* 1: all `n` bytes moved, 0: not yet, -1: the connection failed. */
-static int side_xfer(int fd, void *buf, size_t n, size_t *off, int out) {
-  while (*off < n) {
-    ssize_t r = out ? send(fd, (char *)buf + *off, n - *off,
-                           MSG_NOSIGNAL | MSG_DONTWAIT)
-                    : recv(fd, (char *)buf + *off, n - *off, MSG_DONTWAIT);
-    if (r > 0) {
-      *off += (size_t)r;
-      continue;
-    }
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-      return 0;
-    return -1;
-  }
-  *off = 0;
-  return 1;
-}
-
-static void side_mac(const zcc_net_auth_t *a, char role, const uint8_t cn[16],
-                     const uint8_t sn[16], uint8_t out[32]) {
-  uint8_t msg[1 + 8 + 32 + 10];
-  memcpy(msg, "zcc-net-ib", 10);
-  msg[10] = (uint8_t)role;
-  memcpy(msg + 11, &a->context, 8);
-  memcpy(msg + 19, cn, 16);
-  memcpy(msg + 35, sn, 16);
-  zcc_hmac_sha256(a->secret, ZCC_SECRET_BYTES, msg, sizeof(msg), out);
-}
-
-static int mac_equal(const uint8_t *a, const uint8_t *b) {
-  uint8_t d = 0;
-  for (int i = 0; i < 32; i++)
-    d |= a[i] ^ b[i];
-  return d == 0;
-}
-
 /* ---- queue pairs ---- */
 
 static zccResult_t ib_comm_create(int dev, int nqps, int is_send,
@@ -775,37 +737,38 @@ static zccResult_t ib_connect(int dev, const zcc_net_auth_t *auth, void *handle,
       break;
     }
     case 1:
-      r = side_xfer(c->fd, &c->msg.hello, sizeof(ib_hello_t), &c->off, 1);
+      r = zcc_net_xfer(c->fd, &c->msg.hello, sizeof(ib_hello_t), &c->off, 1);
       break;
     case 2:
-      r = side_xfer(c->fd, &c->msg.chal, sizeof(ib_challenge_t), &c->off, 0);
+      r = zcc_net_xfer(c->fd, &c->msg.chal, sizeof(ib_challenge_t), &c->off, 0);
       if (r == 1) {
         uint8_t want[32];
         memcpy(c->snonce, c->msg.chal.nonce, 16);
-        side_mac(&c->auth, 's', c->cnonce, c->snonce, want);
-        if (!mac_equal(want, c->msg.chal.mac)) {
+        zcc_net_mac(&c->auth, "zcc-net-ib", 's', c->cnonce, c->snonce, want);
+        if (!zcc_net_mac_equal(want, c->msg.chal.mac)) {
           res = zcc_error(zccRemoteError,
                           "ib connect to %s: the listener did not prove the "
                           "communicator's secret",
                           zcc_sockaddr_str(&h->addr, as));
           goto fail;
         }
-        side_mac(&c->auth, 'c', c->cnonce, c->snonce, c->msg.proof.mac);
+        zcc_net_mac(&c->auth, "zcc-net-ib", 'c', c->cnonce, c->snonce,
+                    c->msg.proof.mac);
         ib_local_info(c, &c->msg.proof.info);
       }
       break;
     case 3:
-      r = side_xfer(c->fd, &c->msg.proof, sizeof(ib_proof_t), &c->off, 1);
+      r = zcc_net_xfer(c->fd, &c->msg.proof, sizeof(ib_proof_t), &c->off, 1);
       break;
     case 4:
-      r = side_xfer(c->fd, &c->msg.info, sizeof(ib_info_t), &c->off, 0);
+      r = zcc_net_xfer(c->fd, &c->msg.info, sizeof(ib_info_t), &c->off, 0);
       if (r == 1) {
         ZCC_CHECK_GOTO(ib_comm_rts(c, &c->msg.info), res, fail);
         c->msg.ready = IB_SIDE_MAGIC;
       }
       break;
     case 5:
-      r = side_xfer(c->fd, &c->msg.ready, sizeof(uint32_t), &c->off, 1);
+      r = zcc_net_xfer(c->fd, &c->msg.ready, sizeof(uint32_t), &c->off, 1);
       if (r == 1) {
         h->stage = NULL;
         c->last_alive_check = zcc_now_ns();
@@ -840,7 +803,7 @@ static int ib_accept_step(ib_listen_t *l, ib_comm_t *p, ib_comm_t **made,
     int r = 1;
     switch (p->stage) {
     case 0:
-      r = side_xfer(p->fd, &p->msg.hello, sizeof(ib_hello_t), &p->off, 0);
+      r = zcc_net_xfer(p->fd, &p->msg.hello, sizeof(ib_hello_t), &p->off, 0);
       if (r == 1) {
         if (p->msg.hello.magic != IB_SIDE_MAGIC || p->msg.hello.version != 1)
           return -1;
@@ -848,18 +811,19 @@ static int ib_accept_step(ib_listen_t *l, ib_comm_t *p, ib_comm_t **made,
         if (zcc_random_bytes(p->snonce, 16) != zccSuccess)
           return *res = zccSystemError, -2;
         memcpy(p->msg.chal.nonce, p->snonce, 16);
-        side_mac(&l->auth, 's', p->cnonce, p->snonce, p->msg.chal.mac);
+        zcc_net_mac(&l->auth, "zcc-net-ib", 's', p->cnonce, p->snonce,
+                    p->msg.chal.mac);
       }
       break;
     case 1:
-      r = side_xfer(p->fd, &p->msg.chal, sizeof(ib_challenge_t), &p->off, 1);
+      r = zcc_net_xfer(p->fd, &p->msg.chal, sizeof(ib_challenge_t), &p->off, 1);
       break;
     case 2:
-      r = side_xfer(p->fd, &p->msg.proof, sizeof(ib_proof_t), &p->off, 0);
+      r = zcc_net_xfer(p->fd, &p->msg.proof, sizeof(ib_proof_t), &p->off, 0);
       if (r == 1) {
         uint8_t want[32];
-        side_mac(&l->auth, 'c', p->cnonce, p->snonce, want);
-        if (!mac_equal(want, p->msg.proof.mac)) {
+        zcc_net_mac(&l->auth, "zcc-net-ib", 'c', p->cnonce, p->snonce, want);
+        if (!zcc_net_mac_equal(want, p->msg.proof.mac)) {
           ZCC_INFO(NET, "ib: dropped a connection that did not prove the "
                         "communicator's secret");
           return -1;
@@ -891,10 +855,10 @@ static int ib_accept_step(ib_listen_t *l, ib_comm_t *p, ib_comm_t **made,
       }
       break;
     case 3:
-      r = side_xfer(p->fd, &p->msg.info, sizeof(ib_info_t), &p->off, 1);
+      r = zcc_net_xfer(p->fd, &p->msg.info, sizeof(ib_info_t), &p->off, 1);
       break;
     case 4:
-      r = side_xfer(p->fd, &p->msg.ready, sizeof(uint32_t), &p->off, 0);
+      r = zcc_net_xfer(p->fd, &p->msg.ready, sizeof(uint32_t), &p->off, 0);
       if (r == 1)
         return p->msg.ready == IB_SIDE_MAGIC ? 1 : -1;
       break;

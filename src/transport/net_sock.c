@@ -117,44 +117,6 @@ static zccResult_t sk_get_properties(int dev, zcc_net_props_t *props) {
   return zccSuccess;
 }
 
-/* 1: moved all, 0: not yet, -1: the connection failed. */
-static int sk_xfer(int fd, void *buf, size_t n, size_t *off, int out) {
-  while (*off < n) {
-    ssize_t r = out ? send(fd, (char *)buf + *off, n - *off,
-                           MSG_NOSIGNAL | MSG_DONTWAIT)
-                    : recv(fd, (char *)buf + *off, n - *off, MSG_DONTWAIT);
-    if (r > 0) {
-      *off += (size_t)r;
-      continue;
-    }
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-      return 0;
-    return -1;
-  }
-  *off = 0;
-  return 1;
-}
-
-static void sk_mac(const zcc_net_auth_t *a, char role, const uint8_t cn[16],
-                   const uint8_t sn[16], uint8_t out[32]) {
-  uint8_t msg[10 + 1 + 8 + 32];
-  memcpy(msg, "zcc-net-sk", 10);
-  msg[10] = (uint8_t)role;
-  memcpy(msg + 11, &a->context, 8);
-  memcpy(msg + 19, cn, 16);
-  memcpy(msg + 35, sn, 16);
-  zcc_hmac_sha256(a->secret, ZCC_SECRET_BYTES, msg, sizeof(msg), out);
-}
-
-static int sk_mac_equal(const uint8_t *a, const uint8_t *b) {
-  uint8_t d = 0;
-  for (int i = 0; i < 32; i++)
-    d |= a[i] ^ b[i];
-  return d == 0;
-}
-
 static sk_comm_t *sk_comm_new(int fd) {
   int one = 1; /* a header and its payload are two writes: no Nagle wait between
                   them */
@@ -252,29 +214,30 @@ static zccResult_t sk_connect(int dev, const zcc_net_auth_t *auth, void *handle,
       break;
     }
     case 1:
-      r = sk_xfer(c->fd, &c->msg.hello, sizeof(c->msg.hello), &c->off, 1);
+      r = zcc_net_xfer(c->fd, &c->msg.hello, sizeof(c->msg.hello), &c->off, 1);
       break;
     case 2:
-      r = sk_xfer(c->fd, &c->msg.chal, sizeof(c->msg.chal), &c->off, 0);
+      r = zcc_net_xfer(c->fd, &c->msg.chal, sizeof(c->msg.chal), &c->off, 0);
       if (r == 1) {
         uint8_t want[32];
         memcpy(c->snonce, c->msg.chal.nonce, 16);
-        sk_mac(&c->auth, 's', c->cnonce, c->snonce, want);
-        if (!sk_mac_equal(want, c->msg.chal.mac)) {
+        zcc_net_mac(&c->auth, "zcc-net-sk", 's', c->cnonce, c->snonce, want);
+        if (!zcc_net_mac_equal(want, c->msg.chal.mac)) {
           res = zcc_error(zccRemoteError,
                           "socket connect to %s: the listener did not prove "
                           "the communicator's secret",
                           zcc_sockaddr_str(&h->addr, as));
           goto fail;
         }
-        sk_mac(&c->auth, 'c', c->cnonce, c->snonce, c->msg.proof);
+        zcc_net_mac(&c->auth, "zcc-net-sk", 'c', c->cnonce, c->snonce,
+                    c->msg.proof);
       }
       break;
     case 3:
-      r = sk_xfer(c->fd, c->msg.proof, sizeof(c->msg.proof), &c->off, 1);
+      r = zcc_net_xfer(c->fd, c->msg.proof, sizeof(c->msg.proof), &c->off, 1);
       break;
     case 4:
-      r = sk_xfer(c->fd, &c->msg.ready, sizeof(uint32_t), &c->off, 0);
+      r = zcc_net_xfer(c->fd, &c->msg.ready, sizeof(uint32_t), &c->off, 0);
       if (r == 1) {
         if (c->msg.ready != SK_SIDE_MAGIC) {
           res = zcc_error(zccRemoteError, "socket connect to %s: bad answer",
@@ -310,7 +273,7 @@ static int sk_accept_step(sk_listen_t *l, sk_comm_t *p) {
     int r = 1;
     switch (p->stage) {
     case 0:
-      r = sk_xfer(p->fd, &p->msg.hello, sizeof(p->msg.hello), &p->off, 0);
+      r = zcc_net_xfer(p->fd, &p->msg.hello, sizeof(p->msg.hello), &p->off, 0);
       if (r == 1) {
         if (p->msg.hello.magic != SK_SIDE_MAGIC || p->msg.hello.version != 1)
           return -1;
@@ -318,18 +281,19 @@ static int sk_accept_step(sk_listen_t *l, sk_comm_t *p) {
         if (zcc_random_bytes(p->snonce, 16) != zccSuccess)
           return -1;
         memcpy(p->msg.chal.nonce, p->snonce, 16);
-        sk_mac(&l->auth, 's', p->cnonce, p->snonce, p->msg.chal.mac);
+        zcc_net_mac(&l->auth, "zcc-net-sk", 's', p->cnonce, p->snonce,
+                    p->msg.chal.mac);
       }
       break;
     case 1:
-      r = sk_xfer(p->fd, &p->msg.chal, sizeof(p->msg.chal), &p->off, 1);
+      r = zcc_net_xfer(p->fd, &p->msg.chal, sizeof(p->msg.chal), &p->off, 1);
       break;
     case 2:
-      r = sk_xfer(p->fd, p->msg.proof, sizeof(p->msg.proof), &p->off, 0);
+      r = zcc_net_xfer(p->fd, p->msg.proof, sizeof(p->msg.proof), &p->off, 0);
       if (r == 1) {
         uint8_t want[32];
-        sk_mac(&l->auth, 'c', p->cnonce, p->snonce, want);
-        if (!sk_mac_equal(want, p->msg.proof)) {
+        zcc_net_mac(&l->auth, "zcc-net-sk", 'c', p->cnonce, p->snonce, want);
+        if (!zcc_net_mac_equal(want, p->msg.proof)) {
           ZCC_INFO(NET, "socket: dropped a connection that did not prove the "
                         "communicator's secret");
           return -1;
@@ -338,7 +302,7 @@ static int sk_accept_step(sk_listen_t *l, sk_comm_t *p) {
       }
       break;
     case 3:
-      r = sk_xfer(p->fd, &p->msg.ready, sizeof(uint32_t), &p->off, 1);
+      r = zcc_net_xfer(p->fd, &p->msg.ready, sizeof(uint32_t), &p->off, 1);
       if (r == 1)
         return 1;
       break;
@@ -424,7 +388,7 @@ static zccResult_t sk_progress(sk_comm_t *c) {
   if (c->is_send) {
     /* clear-to-send entries in */
     for (;;) {
-      int r = sk_xfer(c->fd, &c->in_hdr, sizeof(c->in_hdr), &c->in_off, 0);
+      int r = zcc_net_xfer(c->fd, &c->in_hdr, sizeof(c->in_hdr), &c->in_off, 0);
       if (r < 0)
         return sk_fail(c, "the peer closed the connection");
       if (r == 0)
@@ -440,18 +404,19 @@ static zccResult_t sk_progress(sk_comm_t *c) {
       sk_req_t *q = &c->reqs[c->head % SK_DEPTH];
       if (!c->out_hdr_sent) {
         sk_hdr_t h = {q->seq, q->size};
-        int r = sk_xfer(c->fd, &h, sizeof(h), &c->out_off, 1);
+        int r = zcc_net_xfer(c->fd, &h, sizeof(h), &c->out_off, 1);
         if (r < 0)
           return sk_fail(c, "the peer closed the connection");
         if (r == 0) {
-          /* sk_xfer keeps a partial offset: the same header goes on next time
+          /* zcc_net_xfer keeps a partial offset: the same header goes on next
+           * time
            */
           return zccSuccess;
         }
         c->out_hdr_sent = 1;
       }
       size_t off = q->got;
-      int r = sk_xfer(c->fd, q->data, q->size, &off, 1);
+      int r = zcc_net_xfer(c->fd, q->data, q->size, &off, 1);
       if (r < 0)
         return sk_fail(c, "the peer closed the connection");
       if (r == 0) {
@@ -467,7 +432,7 @@ static zccResult_t sk_progress(sk_comm_t *c) {
   }
   /* receive side: clear-to-send entries out */
   while (c->out_n > 0) {
-    int r = sk_xfer(c->fd, &c->out_q[0], sizeof(sk_hdr_t), &c->out_off, 1);
+    int r = zcc_net_xfer(c->fd, &c->out_q[0], sizeof(sk_hdr_t), &c->out_off, 1);
     if (r < 0)
       return sk_fail(c, "the peer closed the connection");
     if (r == 0)
@@ -478,7 +443,7 @@ static zccResult_t sk_progress(sk_comm_t *c) {
   while (c->head < c->seq) {
     sk_req_t *q = &c->reqs[c->head % SK_DEPTH];
     if (!c->in_have_hdr) {
-      int r = sk_xfer(c->fd, &c->in_hdr, sizeof(c->in_hdr), &c->in_off, 0);
+      int r = zcc_net_xfer(c->fd, &c->in_hdr, sizeof(c->in_hdr), &c->in_off, 0);
       if (r < 0)
         return sk_fail(c, "the peer closed the connection");
       if (r == 0)
@@ -489,7 +454,7 @@ static zccResult_t sk_progress(sk_comm_t *c) {
       q->size = c->in_hdr.size;
     }
     size_t off = q->got;
-    int r = sk_xfer(c->fd, q->data, q->size, &off, 0);
+    int r = zcc_net_xfer(c->fd, q->data, q->size, &off, 0);
     if (r < 0)
       return sk_fail(c, "the peer closed the connection");
     if (r == 0) {
