@@ -738,6 +738,87 @@ static void test_devices(void **state) {
                    0); /* a v1 GID can be forced; the fake refuses it at RTR */
 }
 
+/* The MR cache: a range inside a registration reuses it; the last dereg frees
+ * it. */
+static int mr_cache_child(int in_fd, int out_fd, void *arg) {
+  (void)in_fd, (void)out_fd, (void)arg;
+  void *l, *c = NULL, *h1, *h2, *h3, *h4;
+  uint8_t handle[ZCC_NET_HANDLE_BYTES];
+  zcc_net_auth_t a = auth_of(1);
+  if (ib->listen(0, &a, handle, &l) != zccSuccess)
+    return child_fail(60, "listen");
+  void *rc = NULL;
+  int64_t end = zcc_now_ns() + DEADLINE_MS * 1000000LL;
+  while ((!c || !rc) && zcc_now_ns() < end) { /* both ends in one process */
+    if (!c && ib->connect(0, &a, handle, &c) != zccSuccess)
+      return child_fail(61, "connect");
+    if (!rc && ib->accept(l, &rc) != zccSuccess)
+      return child_fail(62, "accept");
+  }
+  if (!c || !rc)
+    return child_fail(EXIT_HANG, "no connection in one process");
+  char *buf = aligned_alloc(4096, 1 << 20);
+  if (ib->reg_mr(c, buf, 1 << 20, ZCC_NET_PTR_HOST, &h1) != zccSuccess ||
+      ib->reg_mr(c, buf + 100, 5000, ZCC_NET_PTR_HOST, &h2) != zccSuccess ||
+      ib->reg_mr(rc, buf + 4096, 4096, ZCC_NET_PTR_HOST, &h3) != zccSuccess)
+    return child_fail(63, "reg_mr");
+  if (h1 != h2 || h1 != h3)
+    return child_fail(64, "ranges inside a registration were registered again");
+  if (ib->reg_mr(c, buf, 1, ZCC_NET_PTR_CUDA, &h4) != zccInvalidArgument)
+    return child_fail(65, "CUDA memory accepted");
+  for (int i = 0; i < 3; i++)
+    if (ib->dereg_mr(i == 2 ? rc : c, h1) != zccSuccess)
+      return child_fail(66, "dereg %d", i);
+  if (ib->dereg_mr(c, h1) != zccInvalidArgument) /* gone after the third */
+    return child_fail(67, "a freed registration deregistered again");
+  ib->close_send(c);
+  ib->close_recv(rc);
+  ib->close_listen(l);
+  free(buf);
+  return 0;
+}
+
+static void test_mr_cache(void **state) {
+  (void)state;
+  role_t r = {{NULL}, mr_cache_child, NULL};
+  int p[2];
+  assert_int_equal(pipe(p), 0);
+  pid_t pid = spawn(&r, p[0], p[1]);
+  close(p[0]), close(p[1]);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+static int bad_qp_count_child(int in_fd, int out_fd, void *arg) {
+  (void)in_fd, (void)out_fd, (void)arg;
+  void *l, *c = NULL;
+  uint8_t handle[ZCC_NET_HANDLE_BYTES];
+  zcc_net_auth_t a = auth_of(1);
+  if (ib->listen(0, &a, handle, &l) != zccSuccess)
+    return child_fail(70, "listen");
+  if (ib->connect(0, &a, handle, &c) != zccInvalidArgument || c)
+    return child_fail(71, "17 queue pairs accepted");
+  if (!strstr(zcc_last_error(), "ZCC_IB_QPS_PER_CONNECTION"))
+    return child_fail(72, "the error does not name the variable");
+  ib->close_listen(l);
+  return 0;
+}
+
+static void test_bad_qp_count(void **state) {
+  (void)state;
+  role_t r = {{"ZCC_IB_QPS_PER_CONNECTION=17"}, bad_qp_count_child, NULL};
+  int p[2];
+  assert_int_equal(pipe(p), 0);
+  pid_t pid = spawn(&r, p[0], p[1]);
+  close(p[0]), close(p[1]);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 static void test_lookup(void **state) {
   (void)state;
   assert_ptr_equal(zcc_net_find("ib"), &zcc_net_ib_ops);
@@ -770,6 +851,8 @@ int main(void) {
   const struct CMUnitTest ib_only[] = {
       cmocka_unit_test(test_lookup),
       cmocka_unit_test(test_devices),
+      cmocka_unit_test(test_mr_cache),
+      cmocka_unit_test(test_bad_qp_count),
       cmocka_unit_test(test_fault_wc_error),
       cmocka_unit_test(test_fault_wc_error_status),
       cmocka_unit_test(test_fault_qp_error),
