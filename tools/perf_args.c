@@ -271,7 +271,6 @@ static void set_option(const char *prog, const perf_coll_t *coll, char key,
       bad_arg(prog, coll, "%s %s: several threads per process are not supported; "
               "run one rank per process with -np or mpirun", name, val);
     o->nthreads = 1;
-  o->bind = 1;
     break;
   case 'g':
     if (perf_parse_long(val, 1, PERF_MAX_GPUS, &v) != 0)
@@ -365,6 +364,7 @@ void perf_parse_args(const perf_coll_t *coll, int argc, char **argv,
   o->op = zccSum;
   o->root = 0;
   o->nthreads = 1;
+  o->bind = 1;
   o->ngpus = 1;
   o->device = PERF_DEVICE_AUTO;
   if (getenv("ZCC_DEVICE") != NULL && parse_device(getenv("ZCC_DEVICE")) >= 0) {

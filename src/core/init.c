@@ -149,19 +149,21 @@ static zccResult_t comm_topology(struct zccComm *comm) {
  */
 ZCC_PARAM_INT(spin_us, "SPIN_US", -1,
               "host communicators: us a waiting rank polls without giving up its core before "
-              "it yields or sleeps; -1: 20000 when every rank of the host can have a CPU of "
-              "its own, 0 when the host's ranks outnumber the CPUs they may run on")
+              "it yields or sleeps; -1: 20000 when each rank of the host is bound to CPUs of "
+              "its own (mpirun, allreduce_perf --bind core), else 0 (a few polls)")
 ZCC_PARAM_INT(yield_us, "YIELD_US", -1,
               "host communicators: us a waiting rank then polls with sched_yield before it "
-              "sleeps 50 us between polls; -1: 0 with CPUs to spare (a yield hands the core "
-              "to any other runnable task for its whole slice), 2000 when oversubscribed")
+              "sleeps 50 us between polls; -1: 0 for ranks bound to CPUs of their own (a "
+              "yield hands the core to any other runnable task for its whole slice), else 2000")
 
 /*
- * How host ranks wait (exec/host.c). With a CPU each, a rank polls, since
- * its peers are running and answer within microseconds, and only sleeps
- * after ZCC_SPIN_US, so a slow peer never costs a core for long. When the
- * host's ranks outnumber the CPUs in the union of their affinity masks,
- * the peer a rank waits for may be waiting for its core: it yields at once.
+ * How host ranks wait (exec/host.c). A rank bound to CPUs no other rank of
+ * the host may use owns them: it polls, since its peers are running and
+ * answer within microseconds, and sleeps only after ZCC_SPIN_US, so a slow
+ * peer never costs its core for long. Ranks that share CPUs (unbound, or
+ * more ranks than CPUs) poll a few times, then yield, then sleep: the peer
+ * a rank waits for may be waiting for its core, and spinning would take
+ * the core from it (measured in docs/perf/host.md).
  */
 static void comm_wait_policy(struct zccComm *comm) {
   const zcc_peer_info_t *self = &comm->peers[comm->rank];
@@ -174,13 +176,28 @@ static void comm_wait_policy(struct zccComm *comm) {
   }
   int ncpu = 0;
   for (int w = 0; w < 16; w++) ncpu += __builtin_popcountll(cpus[w]);
-  int over = ncpu > 0 && local > ncpu;
+  /* bound: every rank of the host has CPUs, and no CPU is in two ranks' masks */
+  int bound = ncpu > 0;
+  for (int a = 0; a < comm->nranks && bound; a++) {
+    const zcc_peer_info_t *pa = &comm->peers[a];
+    if (pa->host_hash != self->host_hash) continue;
+    uint64_t any = 0;
+    for (int w = 0; w < 16; w++) any |= pa->cpus[w];
+    if (!any) bound = 0;
+    for (int b = a + 1; b < comm->nranks && bound; b++) {
+      const zcc_peer_info_t *pb = &comm->peers[b];
+      if (pb->host_hash != self->host_hash) continue;
+      for (int w = 0; w < 16; w++)
+        if (pa->cpus[w] & pb->cpus[w]) bound = 0;
+    }
+  }
   int64_t spin = zcc_param_spin_us(), yield = zcc_param_yield_us();
-  comm->spin_ns = (spin >= 0 ? spin : over ? 0 : 20000) * 1000;
-  comm->yield_ns = (yield >= 0 ? yield : over ? 2000 : 0) * 1000;
-  ZCC_INFO(INIT, "comm %s rank %d: %d rank(s) on this host, %d CPU(s) for them: waits spin "
-           "%lld us, yield %lld us, then sleep", comm->name, comm->rank, local, ncpu,
-           (long long)(comm->spin_ns / 1000), (long long)(comm->yield_ns / 1000));
+  comm->spin_ns = (spin >= 0 ? spin : bound ? 20000 : 0) * 1000;
+  comm->yield_ns = (yield >= 0 ? yield : bound ? 0 : 2000) * 1000;
+  ZCC_INFO(INIT, "comm %s rank %d: %d rank(s) on this host, %d CPU(s) for them, %s: waits "
+           "spin %lld us, yield %lld us, then sleep", comm->name, comm->rank, local, ncpu,
+           bound ? "each bound to its own" : "sharing them", (long long)(comm->spin_ns / 1000),
+           (long long)(comm->yield_ns / 1000));
 }
 
 static zccResult_t comm_select(struct zccComm *comm) {
