@@ -85,7 +85,7 @@ static zccResult_t run_coll(zcc_coll_args_t *a, zccComm_t comm, zccStream_t stre
                 a->coll == ZCC_COLL_REDUCESCATTER;
   if (reduces) ZCC_CHECK(check_op(a->op, fn));
   else a->op = zccSum;
-  ZCC_CHECK(zcc_comm_enter(comm, fn, 1));
+  ZCC_CHECK(zcc_comm_enter_op(comm, fn));
   zccResult_t res = zccSuccess;
   if (reduces)
     ZCC_CHECK_GOTO(zcc_redop_resolve(comm, a->op, a->type, fn, &a->op, &a->scale, &a->scalar,
@@ -117,6 +117,13 @@ static zccResult_t run_coll(zcc_coll_args_t *a, zccComm_t comm, zccStream_t stre
   (void)stream;
   zcc_plan_t *plan = NULL;
   ZCC_CHECK_GOTO(zcc_plan_coll(comm, a, &plan), res, fail);
+  /* Its number and signature travel with its transfers (opsig.h). */
+  plan->sig = (zcc_op_sig_t){.seq = ++comm->op_seq, .count = a->count, .coll = a->coll,
+                             .type = a->type, .op = reduces ? (int32_t)a->op : -1,
+                             .root = rooted ? a->root : -1, .algo = plan->algo,
+                             .flags = a->scale ? ZCC_SIG_PREMUL : 0,
+                             .opno = ++comm->op_count};
+  comm->sig_hist[plan->sig.seq % ZCC_SIG_HISTORY] = plan->sig;
   plan->trace_id = zcc_trace_enqueue(comm, a->coll, a->count,
                                      a->count * zcc_type_size(a->type), a->type, a->op,
                                      trace_root, plan->algo);
@@ -130,7 +137,7 @@ static zccResult_t run_coll(zcc_coll_args_t *a, zccComm_t comm, zccStream_t stre
   }
   return zcc_run_plan_now(plan);
 fail:
-  zcc_comm_leave(comm);
+  zcc_comm_leave_op(comm);
   return res;
 }
 
@@ -177,7 +184,7 @@ zccResult_t zccAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
 static zccResult_t run_p2p(int is_recv, void *buf, size_t count, zccDataType_t type, int peer,
                            zccComm_t comm, zccStream_t stream, const char *fn) {
   ZCC_CHECK(check_type(type, fn));
-  ZCC_CHECK(zcc_comm_enter(comm, fn, 1));
+  ZCC_CHECK(zcc_comm_enter_op(comm, fn));
   zccResult_t res = zccSuccess;
   size_t bytes = 0;
   if (peer < 0 || peer >= comm->nranks) {
@@ -207,7 +214,7 @@ static zccResult_t run_p2p(int is_recv, void *buf, size_t count, zccDataType_t t
     if (zcc_group_active()) {
       int kept = 0;
       res = zcc_group_gpu_p2p_add(comm, &op, &kept);
-      if (res != zccSuccess || !kept) zcc_comm_leave(comm);
+      if (res != zccSuccess || !kept) zcc_comm_leave_op(comm);
       return res;
     }
     res = zcc_gpu_p2p(comm, &op, 1, fn);
@@ -219,15 +226,21 @@ static zccResult_t run_p2p(int is_recv, void *buf, size_t count, zccDataType_t t
     zcc_plan_t *plan;
     int created;
     ZCC_CHECK_GOTO(zcc_group_p2p_plan(comm, &plan, &created), res, fail);
+    if (created) {
+      zcc_opsig_p2p(&plan->sig, comm->op_seq);
+      plan->sig.opno = ++comm->op_count;
+    }
     if (created)
       plan->trace_id = zcc_trace_enqueue(comm, ZCC_COLL_SENDRECV, count, bytes, type, zccSum,
                                          peer, ZCC_ALGO_DIRECT);
     res = zcc_plan_p2p(plan, is_recv, peer, buf, bytes);
-    if (!created) zcc_comm_leave(comm);
+    if (!created) zcc_comm_leave_op(comm);
     return res;
   }
   zcc_plan_t *plan;
   ZCC_CHECK_GOTO(zcc_plan_new(comm, ZCC_COLL_SENDRECV, &plan), res, fail);
+  zcc_opsig_p2p(&plan->sig, comm->op_seq);
+  plan->sig.opno = ++comm->op_count;
   plan->trace_id = zcc_trace_enqueue(comm, ZCC_COLL_SENDRECV, count, bytes, type, zccSum, peer,
                                      ZCC_ALGO_DIRECT);
   res = zcc_plan_p2p(plan, is_recv, peer, buf, bytes);
@@ -237,7 +250,7 @@ static zccResult_t run_p2p(int is_recv, void *buf, size_t count, zccDataType_t t
   }
   return zcc_run_plan_now(plan);
 fail:
-  zcc_comm_leave(comm);
+  zcc_comm_leave_op(comm);
   return res;
 }
 

@@ -10,6 +10,7 @@
 #include <stddef.h>
 
 #include "comm.h"
+#include "opsig.h"
 #include "zcc.h"
 
 typedef struct zcc_conn {
@@ -41,6 +42,9 @@ typedef struct zcc_xfer {
   struct zcc_xfer *fwd_ready; /* recv: set by the executor when that send is
                        caught up and may be written now, so the transport
                        can produce both outputs in one pass; else NULL */
+  const zcc_op_sig_t *sig; /* the operation it belongs to (its plan's); the
+                       transport sends it with the first bytes and checks
+                       the peer's against it (opsig.h) */
 } zcc_xfer_t;
 
 typedef enum {
@@ -75,6 +79,9 @@ typedef struct zcc_transport_ops {
 
 extern const zcc_transport_ops_t zcc_transport_shm;
 extern const zcc_transport_ops_t zcc_transport_socket;
+
+/* ZCC_CONNECT_TIMEOUT: what connecting a pair of ranks may take, in ms. */
+int64_t zcc_transport_connect_timeout_ms(void);
 
 /* Fill self's transport fields, exchange peer info, connect every pair. */
 zccResult_t zcc_transport_connect_all(struct zccComm *comm);

@@ -4,15 +4,21 @@
  * connects to the lower, proves the communicator's secret, and names its
  * rank. Sends go straight from the user buffer to the kernel; receives land
  * in the destination, or in a small staging buffer when they reduce.
+ * Every transfer begins with its operation's record (opsig.h), checked by
+ * the receiver before it uses any byte; a side that gives up sends a
+ * ZCC_WIRE_FAIL record with its cause (when it is between transfers) and
+ * shuts the connection down.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "check.h"
+#include "coll.h"
 #include "debug.h"
 #include "param.h"
 #include "reduce.h"
@@ -40,7 +46,19 @@ typedef struct sock_conn {
   int fd;
   char *stage;
   size_t stage_cap, stage_fill;
+  /* The record of the transfer being sent, and how much of it went. */
+  zcc_wire_hdr_t out_hdr;
+  size_t out_hdr_done;
+  int out_active;         /* a transfer is under way: its record was made */
+  uint64_t send_pseq;
+  /* The record of the transfer being received. */
+  zcc_wire_hdr_t in_hdr;
+  size_t in_hdr_got;
+  int in_checked;         /* in_hdr is complete and matched */
+  uint64_t recv_pseq;
 } sock_conn_t;
+
+static int is_p2p(const zcc_xfer_t *x) { return x->sig && x->sig->coll == ZCC_COLL_SENDRECV; }
 
 static int sock_index(void) { return 1; } /* slot in comm->transport_state */
 
@@ -102,7 +120,8 @@ static zccResult_t sock_connect(zcc_conn_t *conn, zcc_connect_phase_t phase) {
   }
   if (phase != ZCC_CONNECT_ATTACH) return zccSuccess;
   sock_conn_t *s = conn->priv;
-  zcc_wait_t w = zcc_wait_in(60000, &comm->abort_flag, "socket connect");
+  zcc_wait_t w = zcc_wait_in(zcc_transport_connect_timeout_ms(), &comm->abort_flag,
+                             "socket connect");
   if (conn->peer < comm->rank) {
     ZCC_CHECK(zcc_socket_connect(&comm->peers[conn->peer].net_addr, &s->fd, &w));
     ZCC_CHECK(zcc_socket_auth_client(s->fd, comm->secret, comm->hash, &w));
@@ -120,14 +139,142 @@ static zccResult_t sock_connect(zcc_conn_t *conn, zcc_connect_phase_t phase) {
   return zccSuccess;
 }
 
+/* writev/readv that never block; *moved counts bytes of either part. */
+static zccResult_t io_vec(int fd, struct iovec *iov, int n, int sending, size_t *moved) {
+  *moved = 0;
+  for (;;) {
+    ssize_t r = sending ? sendmsg(fd, &(struct msghdr){.msg_iov = iov, .msg_iovlen = (size_t)n},
+                                  MSG_NOSIGNAL | MSG_DONTWAIT)
+                        : recvmsg(fd, &(struct msghdr){.msg_iov = iov, .msg_iovlen = (size_t)n},
+                                  MSG_DONTWAIT);
+    if (r > 0) {
+      *moved = (size_t)r;
+      return zccSuccess;
+    }
+    if (r == 0 && !sending) return zcc_error(zccRemoteError, "connection closed by peer");
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return zccSuccess;
+    int err = r < 0 ? errno : EPIPE;
+    if (err == EPIPE || err == ECONNRESET || err == ENOTCONN || err == ETIMEDOUT ||
+        err == EHOSTUNREACH || err == ENETUNREACH)
+      return zcc_error(zccRemoteError, "%s failed, peer connection lost: %s",
+                       sending ? "send" : "recv", strerror(err));
+    return zcc_error(zccSystemError, "%s failed: %s", sending ? "send" : "recv", strerror(err));
+  }
+}
+
+/* Send the record (first) and then src[done, avail). */
+static zccResult_t send_xfer(sock_conn_t *s, zcc_xfer_t *x) {
+  if (!s->out_active) {
+    zcc_wire_hdr_fill(&s->out_hdr, x->sig, x->bytes, is_p2p(x) ? ++s->send_pseq : 0);
+    s->out_hdr_done = 0;
+    s->out_active = 1;
+  }
+  while (s->out_hdr_done < sizeof(s->out_hdr) || x->done < x->avail) {
+    struct iovec iov[2];
+    int n = 0;
+    size_t hleft = sizeof(s->out_hdr) - s->out_hdr_done;
+    if (hleft) iov[n++] = (struct iovec){(char *)&s->out_hdr + s->out_hdr_done, hleft};
+    if (x->done < x->avail)
+      iov[n++] = (struct iovec){(char *)x->src + x->done, x->avail - x->done};
+    size_t moved = 0;
+    ZCC_CHECK(io_vec(s->fd, iov, n, 1, &moved));
+    if (!moved) break;
+    size_t h = moved < hleft ? moved : hleft;
+    s->out_hdr_done += h;
+    x->done += moved - h;
+  }
+  if (x->done == x->bytes && s->out_hdr_done == sizeof(s->out_hdr)) s->out_active = 0;
+  return zccSuccess;
+}
+
+/*
+ * A ZCC_WIRE_FAIL record arrived in s->in_hdr, `have` bytes of its text
+ * already read into `text`: read the rest (briefly) into the error. A peer
+ * that gave up over a usage error (a mismatch) makes it one here too.
+ */
+static zccResult_t peer_failed(zcc_conn_t *conn, sock_conn_t *s, const char *text_in,
+                               size_t have) {
+  char text[ZCC_WIRE_FAIL_TEXT + 1] = "";
+  size_t len = s->in_hdr.bytes <= ZCC_WIRE_FAIL_TEXT ? (size_t)s->in_hdr.bytes : 0;
+  if (have > len) have = len;
+  memcpy(text, text_in, have);
+  zcc_wait_t w = zcc_wait_in(200, NULL, "socket failure record");
+  if (len > have && zcc_socket_recv_all(s->fd, text + have, len - have, &w) != zccSuccess)
+    len = have;
+  text[len] = '\0';
+  zccResult_t code = (zccResult_t)s->in_hdr.code;
+  return zcc_error(code == zccInvalidUsage ? zccInvalidUsage : zccRemoteError,
+                   "rank %d gave up on the communicator (%s%s%s)", conn->peer,
+                   zccGetErrorString(code), len ? ": " : "", text);
+}
+
+/*
+ * After a failed send, the reason from what the peer sent next: its
+ * failure record, or the record of a call that does not match this one.
+ */
+static zccResult_t send_failed(zcc_conn_t *conn, sock_conn_t *s, const zcc_xfer_t *x,
+                               zccResult_t res) {
+  if (res != zccRemoteError || s->in_hdr_got || s->in_checked) return res;
+  ssize_t n = recv(s->fd, &s->in_hdr, sizeof(s->in_hdr), MSG_PEEK | MSG_DONTWAIT);
+  if (n != (ssize_t)sizeof(s->in_hdr)) return res;
+  if (s->in_hdr.magic == ZCC_WIRE_DATA) {
+    char cause[256];
+    snprintf(cause, sizeof(cause), "%s", zcc_last_error());
+    zccResult_t mm = zcc_wire_hdr_check(&s->in_hdr, x->sig, s->in_hdr.bytes, s->in_hdr.pseq,
+                                        conn->peer, conn->comm);
+    if (mm != zccSuccess) return mm;
+    zcc_restore_last_error(cause);
+    return res;
+  }
+  if (s->in_hdr.magic != ZCC_WIRE_FAIL) return res;
+  zcc_wait_t w = zcc_wait_in(200, NULL, "socket failure record");
+  if (zcc_socket_recv_all(s->fd, &s->in_hdr, sizeof(s->in_hdr), &w) != zccSuccess) return res;
+  return peer_failed(conn, s, NULL, 0);
+}
+
+/*
+ * Receive into buf[0, want) behind the record when it is not complete yet;
+ * checks it once complete. *got: bytes of buf filled.
+ */
+static zccResult_t recv_xfer(zcc_conn_t *conn, sock_conn_t *s, zcc_xfer_t *x, char *buf,
+                             size_t want, size_t *got) {
+  *got = 0;
+  while (!s->in_checked) {
+    struct iovec iov[2];
+    int n = 0;
+    size_t hleft = sizeof(s->in_hdr) - s->in_hdr_got;
+    iov[n++] = (struct iovec){(char *)&s->in_hdr + s->in_hdr_got, hleft};
+    if (want) iov[n++] = (struct iovec){buf, want};
+    size_t moved = 0;
+    ZCC_CHECK(io_vec(s->fd, iov, n, 0, &moved));
+    if (!moved) return zccSuccess;
+    size_t h = moved < hleft ? moved : hleft;
+    s->in_hdr_got += h;
+    *got = moved - h;
+    if (s->in_hdr_got < sizeof(s->in_hdr)) continue;
+    if (s->in_hdr.magic == ZCC_WIRE_FAIL) return peer_failed(conn, s, buf, *got);
+    uint64_t pseq = is_p2p(x) ? s->recv_pseq + 1 : 0;
+    ZCC_CHECK(zcc_wire_hdr_check(&s->in_hdr, x->sig, x->bytes, pseq, conn->peer,
+                                 conn->comm));
+    if (pseq) s->recv_pseq = pseq;
+    s->in_checked = 1;
+    return zccSuccess;
+  }
+  return zcc_socket_recv_some(s->fd, buf, want, got);
+}
+
 static zccResult_t sock_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
   sock_conn_t *s = conn->priv;
   size_t before = x->done;
   if (!x->is_recv) {
-    /* *_some treat *done as the offset already moved within buf. */
-    ZCC_CHECK(zcc_socket_send_some(s->fd, x->src, x->avail, &x->done));
+    zccResult_t res = send_xfer(s, x);
+    if (res != zccSuccess) return send_failed(conn, s, x, res);
   } else if (!x->red) {
-    ZCC_CHECK(zcc_socket_recv_some(s->fd, x->dst, x->bytes, &x->done));
+    size_t got = 0;
+    ZCC_CHECK(recv_xfer(conn, s, x, (char *)x->dst + x->done, x->bytes - x->done, &got));
+    x->done += got;
+    if (got || s->in_hdr_got) *moved = 1;
   } else {
     size_t tsize = zcc_type_size(x->type);
     if (!s->stage) {
@@ -141,7 +288,7 @@ static zccResult_t sock_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
     size_t want = x->bytes - x->done - s->stage_fill;
     if (want > s->stage_cap - s->stage_fill) want = s->stage_cap - s->stage_fill;
     size_t got = 0;
-    ZCC_CHECK(zcc_socket_recv_some(s->fd, s->stage + s->stage_fill, want, &got));
+    ZCC_CHECK(recv_xfer(conn, s, x, s->stage + s->stage_fill, want, &got));
     s->stage_fill += got;
     size_t whole = s->stage_fill - s->stage_fill % tsize;
     if (whole) {
@@ -152,6 +299,21 @@ static zccResult_t sock_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
       s->stage_fill -= whole;
     }
     if (got) *moved = 1;
+  }
+  if (x->is_recv && x->done == x->bytes) {
+    s->in_checked = 0;
+    s->in_hdr_got = 0;
+    /* A peer that gave up after sending these bytes has said so behind
+       them: its call failed, so this one must not succeed on its data. */
+    uint64_t opno = s->in_hdr.sig.opno;
+    ssize_t n = recv(s->fd, &s->in_hdr, sizeof(s->in_hdr), MSG_PEEK | MSG_DONTWAIT);
+    if (n == (ssize_t)sizeof(s->in_hdr) && s->in_hdr.magic == ZCC_WIRE_FAIL &&
+        opno >= s->in_hdr.pseq) {
+      zcc_wait_t w = zcc_wait_in(200, NULL, "socket failure record");
+      if (zcc_socket_recv_all(s->fd, &s->in_hdr, sizeof(s->in_hdr), &w) == zccSuccess)
+        return peer_failed(conn, s, NULL, 0);
+      return zcc_error(zccRemoteError, "rank %d gave up on the communicator", conn->peer);
+    }
   }
   if (x->done != before) *moved = 1;
   return zccSuccess;
@@ -172,7 +334,50 @@ static int sock_pending(zcc_conn_t *conn) {
 
 static void sock_fail(zcc_conn_t *conn) {
   sock_conn_t *s = conn->priv;
-  if (s && s->fd >= 0) shutdown(s->fd, SHUT_RDWR);
+  if (!s || s->fd < 0) return;
+  if (!s->out_active) {
+    /* Between transfers: say why, best effort, then close our side. */
+    struct {
+      zcc_wire_hdr_t h;
+      char text[ZCC_WIRE_FAIL_TEXT];
+    } rec;
+    memset(&rec, 0, sizeof(rec));
+    rec.h.magic = ZCC_WIRE_FAIL;
+    rec.h.code = (uint32_t)atomic_load(&conn->comm->async_error);
+    rec.h.pseq = conn->comm->fail_opno;
+    snprintf(rec.text, sizeof(rec.text), "%s", conn->comm->error_msg);
+    rec.h.bytes = strlen(rec.text);
+    /* A plain send: the thread's last error must stay the original one. */
+    size_t len = sizeof(rec.h) + (size_t)rec.h.bytes;
+    (void)!send(s->fd, &rec, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    s->out_active = 1; /* nothing more may follow */
+  }
+  /* Only our direction: closing the other with bytes unread would reset the
+     connection, and the peer's kernel would drop what we sent it (the
+     record that says why). Destroy closes the rest. */
+  shutdown(s->fd, SHUT_WR);
+}
+
+/*
+ * While waiting: has the peer given up (its record is next) or closed the
+ * connection? Looks without taking anything.
+ */
+static zccResult_t sock_check(zcc_conn_t *conn) {
+  sock_conn_t *s = conn->priv;
+  if (!s || s->fd < 0 || s->in_hdr_got || s->in_checked) return zccSuccess;
+  zcc_wire_hdr_t h;
+  ssize_t n = recv(s->fd, &h, sizeof(h), MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0) return zcc_error(zccRemoteError, "rank %d closed the connection", conn->peer);
+  if (n == (ssize_t)sizeof(h) && h.magic == ZCC_WIRE_FAIL) {
+    zcc_wait_t w = zcc_wait_in(200, NULL, "socket failure record");
+    if (zcc_socket_recv_all(s->fd, &s->in_hdr, sizeof(s->in_hdr), &w) == zccSuccess)
+      return peer_failed(conn, s, NULL, 0);
+    return zcc_error(zccRemoteError, "rank %d gave up on the communicator", conn->peer);
+  }
+  if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+    return zcc_error(zccRemoteError, "connection to rank %d lost: %s", conn->peer,
+                     strerror(errno));
+  return zccSuccess;
 }
 
 static void sock_free(zcc_conn_t *conn) {
@@ -201,6 +406,7 @@ const zcc_transport_ops_t zcc_transport_socket = {
     .connect = sock_connect,
     .progress = sock_progress,
     .pending = sock_pending,
+    .check = sock_check,
     .fail = sock_fail,
     .free = sock_free,
     .comm_free = sock_comm_free,

@@ -14,6 +14,8 @@
 ZCC_PARAM_INT(connect_timeout_ms, "CONNECT_TIMEOUT", 60000,
               "ms allowed for connecting the ranks' transports during init")
 
+int64_t zcc_transport_connect_timeout_ms(void) { return zcc_param_connect_timeout_ms(); }
+
 /* Priority order: the first that can connect a pair wins. */
 static const zcc_transport_ops_t *const transports[] = {
     &zcc_transport_shm,
