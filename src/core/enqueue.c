@@ -3,17 +3,74 @@
  * plan that runs now or joins the open group.
  */
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
 
 #include "check.h"
 #include "coll.h"
 #include "comm.h"
 #include "debug.h"
 #include "group.h"
+#include "param.h"
 #include "reduce.h"
 #include "trace.h"
 #ifdef ZCC_HAVE_CUDA
 #include "gpu.h"
 #endif
+
+ZCC_PARAM_STR(check_mode, "CHECK_MODE", "cheap",
+              "host collectives: cheap (each transfer carries its call's signature, "
+              "checked by the receiver) or full (also an agreement step over the "
+              "bootstrap before every collective outside a group, so that a "
+              "mismatch fails on every rank at that call; for debugging)")
+
+/* ZCC_CHECK_MODE=full: 1; cheap: 0; else -1. */
+static int check_full(void) {
+  static atomic_int mode = -2;
+  int m = atomic_load_explicit(&mode, memory_order_relaxed);
+  if (m == -2) {
+    const char *s = zcc_param_check_mode();
+    m = !s || !*s || strcasecmp(s, "cheap") == 0 ? 0 : strcasecmp(s, "full") == 0 ? 1 : -1;
+    atomic_store_explicit(&mode, m, memory_order_relaxed);
+  }
+  return m;
+}
+
+/*
+ * The agreement step of ZCC_CHECK_MODE=full: every rank's signature of
+ * this call, compared before anything moves. A mismatch fails the call on
+ * every rank and leaves the communicator in step (nobody ran it).
+ */
+static zccResult_t agree(struct zccComm *comm, const zcc_op_sig_t *mine, const char *fn) {
+  int n = comm->nranks;
+  if (n == 1) return zccSuccess;
+  zcc_op_sig_t *all = calloc((size_t)n, sizeof(*all));
+  if (!all) return zcc_error(zccSystemError, "%s: out of memory", fn);
+  all[comm->rank] = *mine;
+  zccResult_t res = zcc_bootstrap_allgather(comm->bootstrap, all, sizeof(*all),
+                                            comm->timeout_ms > 0 ? comm->timeout_ms : 0);
+  if (res != zccSuccess) {
+    zcc_comm_set_error(comm, res);
+  } else {
+    for (int i = 0; i < n; i++) {
+      all[i].opno = mine->opno;
+      if (zcc_opsig_same(&all[i], mine)) continue;
+      char theirs_s[128], mine_s[128];
+      zcc_opsig_describe(&all[i], 0, theirs_s, sizeof(theirs_s));
+      zcc_opsig_describe(mine, 0, mine_s, sizeof(mine_s));
+      res = zcc_error(zccInvalidUsage,
+                      "%s: rank %d called %s as op #%llu (algorithm %s) where rank %d called "
+                      "%s as op #%llu (algorithm %s) (ZCC_CHECK_MODE=full)",
+                      fn, i, theirs_s, (unsigned long long)all[i].seq,
+                      zcc_algo_name((zcc_algo_t)all[i].algo), comm->rank, mine_s,
+                      (unsigned long long)mine->seq, zcc_algo_name((zcc_algo_t)mine->algo));
+      break;
+    }
+  }
+  free(all);
+  return res;
+}
 
 static zccResult_t check_type(zccDataType_t t, const char *fn) {
   if ((int)t < 0 || (int)t >= zccNumTypes)
@@ -127,6 +184,16 @@ static zccResult_t run_coll(zcc_coll_args_t *a, zccComm_t comm, zccStream_t stre
   plan->trace_id = zcc_trace_enqueue(comm, a->coll, a->count,
                                      a->count * zcc_type_size(a->type), a->type, a->op,
                                      trace_root, plan->algo);
+  if (check_full() && !zcc_group_active()) {
+    res = check_full() < 0 ? zcc_error(zccInvalidArgument,
+                                       "%s: ZCC_CHECK_MODE=%s: expected cheap or full", fn,
+                                       zcc_param_check_mode())
+                           : agree(comm, &plan->sig, fn);
+    if (res != zccSuccess) {
+      zcc_plan_free(plan);
+      goto fail;
+    }
+  }
   if (zcc_group_active()) {
     res = zcc_group_add_plan(plan);
     if (res != zccSuccess) {

@@ -50,6 +50,9 @@ typedef struct zcc_wire_hdr {
 /* The signature of point-to-point transfers after collective number `seq`. */
 void zcc_opsig_p2p(zcc_op_sig_t *s, uint64_t seq);
 
+/* The same call: every field but opno (the algorithm too). */
+int zcc_opsig_same(const zcc_op_sig_t *a, const zcc_op_sig_t *b);
+
 /* "broadcast(root=1, count=1000, float32)", "send of 4000 bytes", ... */
 void zcc_opsig_describe(const zcc_op_sig_t *s, uint64_t bytes, char *buf, size_t len);
 

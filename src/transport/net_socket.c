@@ -56,6 +56,11 @@ typedef struct sock_conn {
   size_t in_hdr_got;
   int in_checked;         /* in_hdr is complete and matched */
   uint64_t recv_pseq;
+  /* Read ahead with the last bytes of a transfer: the start of the next
+     record (so that a failure record behind the data is seen, and the
+     next header needs no system call of its own). */
+  char la[sizeof(zcc_wire_hdr_t)];
+  size_t la_len;
 } sock_conn_t;
 
 static int is_p2p(const zcc_xfer_t *x) { return x->sig && x->sig->coll == ZCC_COLL_SENDRECV; }
@@ -210,58 +215,108 @@ static zccResult_t peer_failed(zcc_conn_t *conn, sock_conn_t *s, const char *tex
 }
 
 /*
+ * The next record's header, when all of it is here and none of it has been
+ * taken yet: copied to *h, returns 1 (take_record then consumes it).
+ */
+static int next_record(sock_conn_t *s, zcc_wire_hdr_t *h) {
+  if (s->in_checked || s->in_hdr_got) return 0;
+  if (s->la_len == sizeof(*h)) {
+    memcpy(h, s->la, sizeof(*h));
+    return 1;
+  }
+  if (s->la_len) return 0;
+  return recv(s->fd, h, sizeof(*h), MSG_PEEK | MSG_DONTWAIT) == (ssize_t)sizeof(*h);
+}
+
+/* Consume the record next_record saw into s->in_hdr. */
+static zccResult_t take_record(sock_conn_t *s) {
+  if (s->la_len) {
+    memcpy(&s->in_hdr, s->la, sizeof(s->in_hdr));
+    s->la_len = 0;
+    return zccSuccess;
+  }
+  zcc_wait_t w = zcc_wait_in(200, NULL, "socket failure record");
+  return zcc_socket_recv_all(s->fd, &s->in_hdr, sizeof(s->in_hdr), &w);
+}
+
+/* The peer's failure record is next: take it and report it. */
+static zccResult_t take_failure(zcc_conn_t *conn, sock_conn_t *s) {
+  if (take_record(s) != zccSuccess)
+    return zcc_error(zccRemoteError, "rank %d gave up on the communicator", conn->peer);
+  return peer_failed(conn, s, NULL, 0);
+}
+
+/*
  * After a failed send, the reason from what the peer sent next: its
  * failure record, or the record of a call that does not match this one.
  */
 static zccResult_t send_failed(zcc_conn_t *conn, sock_conn_t *s, const zcc_xfer_t *x,
                                zccResult_t res) {
-  if (res != zccRemoteError || s->in_hdr_got || s->in_checked) return res;
-  ssize_t n = recv(s->fd, &s->in_hdr, sizeof(s->in_hdr), MSG_PEEK | MSG_DONTWAIT);
-  if (n != (ssize_t)sizeof(s->in_hdr)) return res;
-  if (s->in_hdr.magic == ZCC_WIRE_DATA) {
+  zcc_wire_hdr_t h;
+  if (res != zccRemoteError || !next_record(s, &h)) return res;
+  if (h.magic == ZCC_WIRE_DATA) {
     char cause[256];
     snprintf(cause, sizeof(cause), "%s", zcc_last_error());
-    zccResult_t mm = zcc_wire_hdr_check(&s->in_hdr, x->sig, s->in_hdr.bytes, s->in_hdr.pseq,
-                                        conn->peer, conn->comm);
+    zccResult_t mm = zcc_wire_hdr_check(&h, x->sig, h.bytes, h.pseq, conn->peer, conn->comm);
     if (mm != zccSuccess) return mm;
     zcc_restore_last_error(cause);
     return res;
   }
-  if (s->in_hdr.magic != ZCC_WIRE_FAIL) return res;
-  zcc_wait_t w = zcc_wait_in(200, NULL, "socket failure record");
-  if (zcc_socket_recv_all(s->fd, &s->in_hdr, sizeof(s->in_hdr), &w) != zccSuccess) return res;
-  return peer_failed(conn, s, NULL, 0);
+  return h.magic == ZCC_WIRE_FAIL ? take_failure(conn, s) : res;
 }
 
 /*
- * Receive into buf[0, want) behind the record when it is not complete yet;
- * checks it once complete. *got: bytes of buf filled.
+ * Receive into buf[0, want): behind the rest of the record while it is not
+ * complete (checked once it is), and, when `last` (want ends the
+ * transfer), with up to one record's worth of what follows into the
+ * look-ahead. *got: bytes of buf filled; *moved: any bytes taken.
  */
 static zccResult_t recv_xfer(zcc_conn_t *conn, sock_conn_t *s, zcc_xfer_t *x, char *buf,
-                             size_t want, size_t *got) {
+                             size_t want, int last, size_t *got, int *moved) {
   *got = 0;
-  while (!s->in_checked) {
-    struct iovec iov[2];
-    int n = 0;
-    size_t hleft = sizeof(s->in_hdr) - s->in_hdr_got;
-    iov[n++] = (struct iovec){(char *)&s->in_hdr + s->in_hdr_got, hleft};
-    if (want) iov[n++] = (struct iovec){buf, want};
-    size_t moved = 0;
-    ZCC_CHECK(io_vec(s->fd, iov, n, 0, &moved));
-    if (!moved) return zccSuccess;
-    size_t h = moved < hleft ? moved : hleft;
-    s->in_hdr_got += h;
-    *got = moved - h;
-    if (s->in_hdr_got < sizeof(s->in_hdr)) continue;
-    if (s->in_hdr.magic == ZCC_WIRE_FAIL) return peer_failed(conn, s, buf, *got);
-    uint64_t pseq = is_p2p(x) ? s->recv_pseq + 1 : 0;
-    ZCC_CHECK(zcc_wire_hdr_check(&s->in_hdr, x->sig, x->bytes, pseq, conn->peer,
-                                 conn->comm));
-    if (pseq) s->recv_pseq = pseq;
-    s->in_checked = 1;
-    return zccSuccess;
+  if (!s->in_checked && !s->in_hdr_got && s->la_len) {
+    memcpy(&s->in_hdr, s->la, s->la_len);
+    s->in_hdr_got = s->la_len;
+    s->la_len = 0;
   }
-  return zcc_socket_recv_some(s->fd, buf, want, got);
+  for (;;) {
+    if (!s->in_checked && s->in_hdr_got == sizeof(s->in_hdr)) {
+      if (s->in_hdr.magic == ZCC_WIRE_FAIL) {
+        /* Its text went where the data would have: into buf, then the look-ahead. */
+        char text[ZCC_WIRE_FAIL_TEXT];
+        size_t t = *got < sizeof(text) ? *got : sizeof(text);
+        memcpy(text, buf, t);
+        size_t l = s->la_len < sizeof(text) - t ? s->la_len : sizeof(text) - t;
+        memcpy(text + t, s->la, l);
+        s->la_len = 0;
+        return peer_failed(conn, s, text, t + l);
+      }
+      uint64_t pseq = is_p2p(x) ? s->recv_pseq + 1 : 0;
+      ZCC_CHECK(zcc_wire_hdr_check(&s->in_hdr, x->sig, x->bytes, pseq, conn->peer,
+                                   conn->comm));
+      if (pseq) s->recv_pseq = pseq;
+      s->in_checked = 1;
+    }
+    /* Done when buf is full; bytes read past it mean all of it is here. */
+    if (s->in_checked && (*got == want || s->la_len)) return zccSuccess;
+    struct iovec iov[3];
+    int n = 0;
+    size_t hleft = s->in_checked ? 0 : sizeof(s->in_hdr) - s->in_hdr_got;
+    size_t dleft = want - *got;
+    if (hleft) iov[n++] = (struct iovec){(char *)&s->in_hdr + s->in_hdr_got, hleft};
+    if (dleft) iov[n++] = (struct iovec){buf + *got, dleft};
+    if (last) iov[n++] = (struct iovec){s->la + s->la_len, sizeof(s->la) - s->la_len};
+    size_t r = 0;
+    ZCC_CHECK(io_vec(s->fd, iov, n, 0, &r));
+    if (!r) return zccSuccess;
+    *moved = 1;
+    size_t h = r < hleft ? r : hleft;
+    s->in_hdr_got += h;
+    r -= h;
+    size_t d = r < dleft ? r : dleft;
+    *got += d;
+    s->la_len += r - d;
+  }
 }
 
 static zccResult_t sock_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
@@ -272,9 +327,9 @@ static zccResult_t sock_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
     if (res != zccSuccess) return send_failed(conn, s, x, res);
   } else if (!x->red) {
     size_t got = 0;
-    ZCC_CHECK(recv_xfer(conn, s, x, (char *)x->dst + x->done, x->bytes - x->done, &got));
+    ZCC_CHECK(recv_xfer(conn, s, x, (char *)x->dst + x->done, x->bytes - x->done, 1, &got,
+                        moved));
     x->done += got;
-    if (got || s->in_hdr_got) *moved = 1;
   } else {
     size_t tsize = zcc_type_size(x->type);
     if (!s->stage) {
@@ -285,10 +340,13 @@ static zccResult_t sock_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
       if (!s->stage) return zcc_error(zccSystemError, "socket: out of memory for staging");
       s->stage_cap = cap;
     }
-    size_t want = x->bytes - x->done - s->stage_fill;
-    if (want > s->stage_cap - s->stage_fill) want = s->stage_cap - s->stage_fill;
+    size_t want = x->bytes - x->done - s->stage_fill, last = 1;
+    if (want > s->stage_cap - s->stage_fill) {
+      want = s->stage_cap - s->stage_fill;
+      last = 0;
+    }
     size_t got = 0;
-    ZCC_CHECK(recv_xfer(conn, s, x, s->stage + s->stage_fill, want, &got));
+    ZCC_CHECK(recv_xfer(conn, s, x, s->stage + s->stage_fill, want, (int)last, &got, moved));
     s->stage_fill += got;
     size_t whole = s->stage_fill - s->stage_fill % tsize;
     if (whole) {
@@ -298,21 +356,18 @@ static zccResult_t sock_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
       memmove(s->stage, s->stage + whole, s->stage_fill - whole);
       s->stage_fill -= whole;
     }
-    if (got) *moved = 1;
   }
   if (x->is_recv && x->done == x->bytes) {
     s->in_checked = 0;
     s->in_hdr_got = 0;
-    /* A peer that gave up after sending these bytes has said so behind
-       them: its call failed, so this one must not succeed on its data. */
+    /* A peer that gave up after sending these bytes says so behind them
+       (read ahead with them): its call failed, so this one must not
+       succeed on its data. */
+    zcc_wire_hdr_t h;
     uint64_t opno = s->in_hdr.sig.opno;
-    ssize_t n = recv(s->fd, &s->in_hdr, sizeof(s->in_hdr), MSG_PEEK | MSG_DONTWAIT);
-    if (n == (ssize_t)sizeof(s->in_hdr) && s->in_hdr.magic == ZCC_WIRE_FAIL &&
-        opno >= s->in_hdr.pseq) {
-      zcc_wait_t w = zcc_wait_in(200, NULL, "socket failure record");
-      if (zcc_socket_recv_all(s->fd, &s->in_hdr, sizeof(s->in_hdr), &w) == zccSuccess)
-        return peer_failed(conn, s, NULL, 0);
-      return zcc_error(zccRemoteError, "rank %d gave up on the communicator", conn->peer);
+    if (s->la_len == sizeof(h)) {
+      memcpy(&h, s->la, sizeof(h));
+      if (h.magic == ZCC_WIRE_FAIL && opno >= h.pseq) return take_failure(conn, s);
     }
   }
   if (x->done != before) *moved = 1;
@@ -326,7 +381,7 @@ static zccResult_t sock_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
 static int sock_pending(zcc_conn_t *conn) {
   sock_conn_t *s = conn->priv;
   if (!s || s->fd < 0) return 0;
-  if (s->stage_fill) return 1;
+  if (s->stage_fill || s->la_len) return 1;
   char c;
   ssize_t n = recv(s->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
   return n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
@@ -366,14 +421,10 @@ static zccResult_t sock_check(zcc_conn_t *conn) {
   sock_conn_t *s = conn->priv;
   if (!s || s->fd < 0 || s->in_hdr_got || s->in_checked) return zccSuccess;
   zcc_wire_hdr_t h;
+  if (next_record(s, &h)) return h.magic == ZCC_WIRE_FAIL ? take_failure(conn, s) : zccSuccess;
+  if (s->la_len) return zccSuccess;
   ssize_t n = recv(s->fd, &h, sizeof(h), MSG_PEEK | MSG_DONTWAIT);
   if (n == 0) return zcc_error(zccRemoteError, "rank %d closed the connection", conn->peer);
-  if (n == (ssize_t)sizeof(h) && h.magic == ZCC_WIRE_FAIL) {
-    zcc_wait_t w = zcc_wait_in(200, NULL, "socket failure record");
-    if (zcc_socket_recv_all(s->fd, &s->in_hdr, sizeof(s->in_hdr), &w) == zccSuccess)
-      return peer_failed(conn, s, NULL, 0);
-    return zcc_error(zccRemoteError, "rank %d gave up on the communicator", conn->peer);
-  }
   if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
     return zcc_error(zccRemoteError, "connection to rank %d lost: %s", conn->peer,
                      strerror(errno));

@@ -55,6 +55,10 @@ static int same_call(const zcc_op_sig_t *a, const zcc_op_sig_t *b) {
          a->type == b->type && a->op == b->op && a->root == b->root && a->flags == b->flags;
 }
 
+int zcc_opsig_same(const zcc_op_sig_t *a, const zcc_op_sig_t *b) {
+  return same_call(a, b) && a->algo == b->algo;
+}
+
 zccResult_t zcc_wire_hdr_check(const zcc_wire_hdr_t *got, const zcc_op_sig_t *mine,
                                uint64_t bytes, uint64_t pseq, int peer,
                                const struct zccComm *comm) {

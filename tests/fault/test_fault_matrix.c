@@ -26,6 +26,9 @@
  *   destroy     zccCommDestroy from another thread while an allreduce is
  *               blocked returns within 2 s; the blocked call fails; the
  *               peer's next call fails within 2 s.
+ *   fullcheck   ZCC_CHECK_MODE=full: broadcast roots 0 and 1 fail on both
+ *               ranks at that very call, naming both; the communicator stays
+ *               usable (nobody ran it).
  *   group       zccCommDestroy inside an open group with an operation
  *               queued is refused; zccCommAbort drops it and returns; the
  *               peer fails within 2 s.
@@ -189,6 +192,39 @@ static int mismatch_rank(int rank, int nranks, const zccUniqueId *id, void *arg)
   free(a);
   free(b);
   destroy_and_rebuild(comm, rank, nranks, "mismatch");
+  return 0;
+}
+
+/* ---- fullcheck: the agreement step ---- */
+
+static int fullcheck_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
+  (void)arg;
+  zt_set_tag("[fullcheck %s rank %d]", sh->transport, rank);
+  zccComm_t comm = NULL;
+  zccResult_t rc = zt_comm_init_host(&comm, nranks, id, rank);
+  if (rc != zccSuccess) {
+    zt_fail("init: %s: %s", zt_rc_name(rc), zccGetLastError(NULL));
+    return 1;
+  }
+  float a[1000], b[1000];
+  for (int i = 0; i < 1000; i++) a[i] = (float)rank;
+  double t0 = zt_now();
+  rc = zccBroadcast(a, b, 1000, zccFloat, rank, comm, NULL);
+  double dt = zt_now() - t0;
+  const char *msg = zccGetLastError(comm);
+  figure("fullcheck-root", dt, rc);
+  zt_log("broadcast roots 0/1 with ZCC_CHECK_MODE=full: %s after %.4f s: \"%s\"",
+         zt_rc_name(rc), dt, msg);
+  ZT_CHECK(rc == zccInvalidUsage && dt < LIMIT_S && strstr(msg, "broadcast(root=0") &&
+               strstr(msg, "broadcast(root=1"),
+           "expected zccInvalidUsage naming both calls at the call, got %s after %.2f s: %s",
+           zt_rc_name(rc), dt, msg);
+  float v = 1, s = 0;
+  rc = zccAllReduce(&v, &s, 1, zccFloat, zccSum, comm, NULL);
+  ZT_CHECK(rc == zccSuccess && s == nranks,
+           "the communicator after a refused call: %s, %g (expected %d)", zt_rc_name(rc), s,
+           nranks);
+  destroy_and_rebuild(comm, rank, nranks, "fullcheck");
   return 0;
 }
 
@@ -484,16 +520,18 @@ typedef struct {
   int nranks;
   const char *timeout_ms;
   int nkinds;
+  const char *check_mode;
 } fault_case_t;
 
 static const fault_case_t cases[] = {
-    {"mismatch", mismatch_rank, 2, "20000", MM_KINDS},
-    {"stale", stale_rank, 2, "500", 1},
-    {"zombie", zombie_rank, 3, "60000", 1},
-    {"threads", threads_rank, 2, "20000", 1},
-    {"split", split_rank, 3, "20000", 1},
-    {"destroy", destroy_rank, 2, "20000", 1},
-    {"group", group_rank, 2, "20000", 1},
+    {"mismatch", mismatch_rank, 2, "20000", MM_KINDS, NULL},
+    {"stale", stale_rank, 2, "500", 1, NULL},
+    {"zombie", zombie_rank, 3, "60000", 1, NULL},
+    {"threads", threads_rank, 2, "20000", 1, NULL},
+    {"split", split_rank, 3, "20000", 1, NULL},
+    {"destroy", destroy_rank, 2, "20000", 1, NULL},
+    {"group", group_rank, 2, "20000", 1, NULL},
+    {"fullcheck", fullcheck_rank, 2, "20000", 1, "full"},
 };
 
 static int selected(const char *list_env, const char *name) {
@@ -517,6 +555,7 @@ static void run_case(const fault_case_t *c, int kind, const char *transport) {
     snprintf(sh->transport, sizeof(sh->transport), "%s", transport);
     setenv("ZCC_SHM_DISABLE", strcmp(transport, "socket") == 0 ? "1" : "0", 1);
     setenv("ZCC_TIMEOUT", c->timeout_ms, 1);
+    setenv("ZCC_CHECK_MODE", c->check_mode ? c->check_mode : "cheap", 1);
     zt_group_t g;
     zccUniqueId id;
     if (zt_spawn(&g, c->nranks, c->fn, NULL) != 0) _exit(1);
