@@ -559,6 +559,80 @@ static zccResult_t recv_table(zcc_bootstrap_t *b, int fd, const zcc_wait_t *w) {
   return zccSuccess;
 }
 
+static zccResult_t out_connect(zcc_bootstrap_t *b, int peer, const zcc_wait_t *w);
+
+/* Closed by the peer: our outgoing connection to it is write-only, so any
+   readiness to read is its end (a crash or a freed bootstrap). */
+static int out_closed(zcc_bootstrap_t *b, int peer) {
+  out_conn_t *o = &b->out[peer];
+  if (pthread_mutex_trylock(&o->lock) != 0) return 0; /* a send is under way */
+  int closed = 0;
+  if (o->fd >= 0) {
+    struct pollfd p = {o->fd, POLLIN | POLLRDHUP, 0};
+    closed = poll(&p, 1, 0) > 0 && p.revents != 0;
+  }
+  pthread_mutex_unlock(&o->lock);
+  return closed;
+}
+
+/* Caller holds qlock. */
+static int in_closed(const zcc_bootstrap_t *b, int peer) {
+  return b->in_seen[peer] && b->in_open[peer] == 0;
+}
+
+zccResult_t zcc_bootstrap_peer_check(zcc_bootstrap_t *b, int peer) {
+  if (!b || peer < 0 || peer >= b->nranks || peer == b->rank) return zccSuccess;
+  pthread_mutex_lock(&b->qlock);
+  int gone = in_closed(b, peer);
+  pthread_mutex_unlock(&b->qlock);
+  if (gone || out_closed(b, peer))
+    return zcc_error(zccRemoteError,
+                     "rank %d closed its bootstrap connection (it exited or gave up)", peer);
+  return zccSuccess;
+}
+
+/*
+ * Link the ring before init goes on: connect to the next rank, and wait
+ * (within the init deadline) for the previous one's connection. From then
+ * on a rank's death closes a connection its neighbour watches, so that a
+ * rank killed right after the rendezvous fails the others' init at once
+ * (and within ZCC_INIT_TIMEOUT when it dies before linking), not after
+ * ZCC_CONNECT_TIMEOUT; failures travel around the ring the same way.
+ */
+static zccResult_t ring_link(zcc_bootstrap_t *b, const zcc_wait_t *w) {
+  if (b->nranks == 1) return zccSuccess;
+  int next = (b->rank + 1) % b->nranks, prev = (b->rank + b->nranks - 1) % b->nranks;
+  pthread_mutex_lock(&b->out[next].lock);
+  zccResult_t res = out_connect(b, next, w);
+  pthread_mutex_unlock(&b->out[next].lock);
+  if (res != zccSuccess) {
+    char doing[64];
+    snprintf(doing, sizeof(doing), "bootstrap: linking to rank %d", next);
+    return zcc_bootstrap_error_in(res, doing);
+  }
+  pthread_mutex_lock(&b->qlock);
+  while (!b->in_seen[prev]) {
+    res = zcc_wait_check(w);
+    if (res == zccSuccess && out_closed(b, next))
+      res = zcc_error(zccRemoteError,
+                      "bootstrap: rank %d closed its connection while the ring was being "
+                      "linked (it exited or gave up)", next);
+    if (res != zccSuccess) {
+      pthread_mutex_unlock(&b->qlock);
+      char doing[128];
+      snprintf(doing, sizeof(doing),
+               "bootstrap: rank %d never connected to rank %d after the rendezvous (did it "
+               "exit?)", prev, b->rank);
+      return zcc_bootstrap_error_in(res, doing);
+    }
+    int64_t until = zcc_now_ns() + zcc_wait_poll_ms(w, SLICE_MS) * 1000000LL;
+    struct timespec ts = {until / 1000000000LL, until % 1000000000LL};
+    pthread_cond_timedwait(&b->qcond, &b->qlock, &ts);
+  }
+  pthread_mutex_unlock(&b->qlock);
+  return zccSuccess;
+}
+
 zccResult_t zcc_bootstrap_init(const zccUniqueId *id, int rank, int nranks,
                                int64_t timeout_ms, const atomic_int *abort,
                                zcc_bootstrap_t **out) {
@@ -616,6 +690,7 @@ zccResult_t zcc_bootstrap_init(const zccUniqueId *id, int rank, int nranks,
                  fail);
   ZCC_CHECK_GOTO(recv_table(b, root_fd, &w), res, fail);
   zcc_socket_close(&root_fd);
+  ZCC_CHECK_GOTO(ring_link(b, &w), res, fail);
   char buf2[ZCC_SOCKADDR_STRLEN];
   ZCC_INFO(BOOT, "bootstrap: rank %d of %d joined via root %s, listening on %s",
            rank, nranks, zcc_sockaddr_str(&u.root, buf),

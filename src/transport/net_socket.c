@@ -135,7 +135,13 @@ static zccResult_t sock_connect(zcc_conn_t *conn, zcc_connect_phase_t phase) {
   } else {
     while (st->pending[conn->peer] < 0) {
       ZCC_CHECK(zcc_wait_check(&w));
-      ZCC_CHECK(accept_one(comm, st, &w));
+      ZCC_CHECK(zcc_bootstrap_peer_check(comm->bootstrap, conn->peer));
+      /* Accept in slices, so that the peer's death is seen while waiting. */
+      zcc_wait_t slice = zcc_wait_in(100, &comm->abort_flag, "socket connect");
+      if (slice.deadline_ns > w.deadline_ns) slice.deadline_ns = w.deadline_ns;
+      zccResult_t res = accept_one(comm, st, &slice);
+      if (res == zccTimeout && zcc_now_ns() < w.deadline_ns) continue;
+      ZCC_CHECK(res);
     }
     s->fd = st->pending[conn->peer];
     st->pending[conn->peer] = -1;

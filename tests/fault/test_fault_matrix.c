@@ -18,6 +18,11 @@
  *   zombie      3 ranks; rank 2 SIGKILLs itself mid-allreduce and is not
  *               reaped until the survivors are done: they fail with
  *               zccRemoteError within 2 s although ZCC_TIMEOUT is 60 s.
+ *   initdeath   3 ranks; rank 2 is SIGKILLed 0-40 ms after the ranks get the id
+ *               (in the rendezvous, in connecting, or after init), and not
+ *               reaped until the others are done; they fail in init or in
+ *               the next allreduce within ZCC_INIT_TIMEOUT (2 s) + 2 s,
+ *               although ZCC_CONNECT_TIMEOUT and ZCC_TIMEOUT are 60 s.
  *   threads     a second thread's call on a communicator with a call in
  *               flight is refused at once (zccInvalidUsage) and changes
  *               nothing: the first call and the next ones are exact.
@@ -311,6 +316,53 @@ static int zombie_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
   return 0;
 }
 
+/* ---- initdeath: a rank killed while the others initialise ---- */
+
+static const int initdeath_ms[] = {0, 3, 4, 5, 6, 8, 12, 40};
+#define INITDEATH_KINDS ((int)(sizeof(initdeath_ms) / sizeof(initdeath_ms[0])))
+
+static int initdeath_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
+  (void)arg;
+  zt_set_tag("[initdeath+%dms %s rank %d]", initdeath_ms[sh->kind], sh->transport, rank);
+  zccComm_t comm = NULL;
+  zccResult_t rc = zt_comm_init_host(&comm, nranks, id, rank);
+  const char *where = "init";
+  float v[64], out[64];
+  for (int i = 0; i < 64; i++) v[i] = 1;
+  if (rank == 2) {
+    while (rc == zccSuccess) rc = zccAllReduce(v, out, 64, zccFloat, zccSum, comm, NULL);
+    zt_sleep(30); /* the runner kills it before */
+    return 0;
+  }
+  if (rc == zccSuccess) {
+    where = "allreduce";
+    /* Wait for the kill, so that the error below is the death's. */
+    double t0 = zt_now();
+    while (sh->mark == 0 && zt_now() - t0 < 10) zt_sleep(0.001);
+    /* The victim may have sent its part of the first one before it died:
+       then that one completes, exact; a later one must fail. */
+    for (int k = 0; k < 3; k++) {
+      out[0] = out[63] = 0;
+      rc = zccAllReduce(v, out, 64, zccFloat, zccSum, comm, NULL);
+      if (rc != zccSuccess) break;
+      ZT_CHECK(out[0] == 3 && out[63] == 3,
+               "an allreduce that succeeded after the kill: %g, expected 3 (exact)", out[0]);
+    }
+  }
+  double dt = zt_now() - sh->mark;
+  char what[64];
+  snprintf(what, sizeof(what), "initdeath-%dms-%s", initdeath_ms[sh->kind], where);
+  figure(what, dt, rc);
+  zt_log("%s: %s %.3f s after the kill: \"%s\"", where, zt_rc_name(rc), dt,
+         zccGetLastError(comm));
+  ZT_CHECK(rc == zccRemoteError || rc == zccTimeout,
+           "%s with a rank killed in init: expected zccRemoteError or zccTimeout, got %s",
+           where, zt_rc_name(rc));
+  ZT_CHECK(dt < 2.0 + LIMIT_S, "%s: error %.2f s after the kill; expected < 4 s", where, dt);
+  destroy_and_rebuild(comm, rank, 2, "initdeath");
+  return 0;
+}
+
 /* ---- threads: a second thread's call is refused ---- */
 
 typedef struct {
@@ -527,6 +579,7 @@ static const fault_case_t cases[] = {
     {"mismatch", mismatch_rank, 2, "20000", MM_KINDS, NULL},
     {"stale", stale_rank, 2, "500", 1, NULL},
     {"zombie", zombie_rank, 3, "60000", 1, NULL},
+    {"initdeath", initdeath_rank, 3, "60000", INITDEATH_KINDS, NULL},
     {"threads", threads_rank, 2, "20000", 1, NULL},
     {"split", split_rank, 3, "20000", 1, NULL},
     {"destroy", destroy_rank, 2, "20000", 1, NULL},
@@ -556,11 +609,18 @@ static void run_case(const fault_case_t *c, int kind, const char *transport) {
     setenv("ZCC_SHM_DISABLE", strcmp(transport, "socket") == 0 ? "1" : "0", 1);
     setenv("ZCC_TIMEOUT", c->timeout_ms, 1);
     setenv("ZCC_CHECK_MODE", c->check_mode ? c->check_mode : "cheap", 1);
+    setenv("ZCC_INIT_TIMEOUT", "2000", 1);
+    setenv("ZCC_CONNECT_TIMEOUT", "60000", 1);
     zt_group_t g;
     zccUniqueId id;
     if (zt_spawn(&g, c->nranks, c->fn, NULL) != 0) _exit(1);
     if (ZT_EXPECT_RC(zccSuccess, zccGetUniqueId(&id))) zt_release(&g, &id);
-    if (strcmp(c->name, "zombie") == 0) {
+    if (strcmp(c->name, "initdeath") == 0) {
+      zt_sleep(initdeath_ms[kind] / 1000.0);
+      sh->mark = zt_now();
+      kill(g.pid[2], SIGKILL);
+    }
+    if (strcmp(c->name, "zombie") == 0 || strcmp(c->name, "initdeath") == 0) {
       /* Reap the survivors first: the victim stays a zombie meanwhile. */
       for (int r = 0; r < c->nranks - 1; r++)
         if (zt_wait_rank(&g, r, 60) < 0) zt_fail("zombie: rank %d did not finish", r);
@@ -588,8 +648,10 @@ int main(int argc, char **argv) {
       for (int k = 0; k < cases[i].nkinds; k++) {
         double t0 = zt_now();
         run_case(&cases[i], k, transports[t]);
-        printf("case %s%s%s over %s: %.2f s\n", cases[i].name, cases[i].nkinds > 1 ? "-" : "",
-               cases[i].nkinds > 1 ? mm_names[k] : "", transports[t], zt_now() - t0);
+        char kind[32] = "";
+        if (cases[i].fn == mismatch_rank) snprintf(kind, sizeof(kind), "-%s", mm_names[k]);
+        if (cases[i].fn == initdeath_rank) snprintf(kind, sizeof(kind), "+%dms", initdeath_ms[k]);
+        printf("case %s%s over %s: %.2f s\n", cases[i].name, kind, transports[t], zt_now() - t0);
       }
     }
   }
