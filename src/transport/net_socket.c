@@ -209,7 +209,7 @@ static zccResult_t peer_failed(zcc_conn_t *conn, sock_conn_t *s, const char *tex
   char text[ZCC_WIRE_FAIL_TEXT + 1] = "";
   size_t len = s->in_hdr.bytes <= ZCC_WIRE_FAIL_TEXT ? (size_t)s->in_hdr.bytes : 0;
   if (have > len) have = len;
-  memcpy(text, text_in, have);
+  if (have) memcpy(text, text_in, have);
   zcc_wait_t w = zcc_wait_in(200, NULL, "socket failure record");
   if (len > have && zcc_socket_recv_all(s->fd, text + have, len - have, &w) != zccSuccess)
     len = have;
@@ -305,6 +305,20 @@ static zccResult_t recv_xfer(zcc_conn_t *conn, sock_conn_t *s, zcc_xfer_t *x, ch
     }
     /* Done when buf is full; bytes read past it mean all of it is here. */
     if (s->in_checked && (*got == want || s->la_len)) return zccSuccess;
+    if (!s->in_checked && s->in_hdr_got == 0) {
+      /* Nothing of the record yet: poll with a plain recv of it, which costs
+         less than a recvmsg while the peer has not sent (the common case of
+         a waiting receiver); the data follows in the same pass. */
+      ssize_t r = recv(s->fd, &s->in_hdr, sizeof(s->in_hdr), MSG_DONTWAIT);
+      if (r > 0) {
+        s->in_hdr_got = (size_t)r;
+        *moved = 1;
+        continue;
+      }
+      if (r == 0) return zcc_error(zccRemoteError, "connection closed by peer");
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return zccSuccess;
+      return zcc_error(zccRemoteError, "recv failed, peer connection lost: %s", strerror(errno));
+    }
     struct iovec iov[3];
     int n = 0;
     size_t hleft = s->in_checked ? 0 : sizeof(s->in_hdr) - s->in_hdr_got;
