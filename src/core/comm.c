@@ -113,8 +113,17 @@ zccResult_t zcc_comm_enter_op(struct zccComm *comm, const char *fn) {
 
 void zcc_comm_leave_op(struct zccComm *comm) {
   if (atomic_load_explicit(&comm->owner, memory_order_relaxed) == self_token() &&
-      --comm->owner_depth == 0)
+      --comm->owner_depth == 0) {
+    /* Still the owner: tell the peers what another thread's abort or
+       destroy could not while this thread was sending. */
+    if (atomic_exchange(&comm->fail_deferred, 0)) {
+      char last[256];
+      snprintf(last, sizeof(last), "%s", zcc_last_error());
+      zcc_transport_fail_all(comm);
+      zcc_restore_last_error(last);
+    }
     atomic_store_explicit(&comm->owner, 0, memory_order_release);
+  }
   zcc_comm_leave(comm);
 }
 

@@ -67,6 +67,10 @@ struct zccComm {
   atomic_uintptr_t owner;
   int owner_depth;            /* touched by the owner only */
   const char *_Atomic owner_fn;
+  atomic_int fail_deferred;   /* a transport could not tell its peers of the
+                                 error from the thread that found it (another
+                                 thread was sending): the owner does it when
+                                 its call ends (zcc_comm_leave_op) */
   uint64_t op_seq;            /* collectives issued (opsig.h: their numbers) */
   uint64_t op_count;          /* operations issued: collectives and p2p plans */
   _Atomic uint64_t ops_done;  /* the last operation known to have completed */

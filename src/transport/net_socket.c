@@ -49,7 +49,8 @@ typedef struct sock_conn {
   /* The record of the transfer being sent, and how much of it went. */
   zcc_wire_hdr_t out_hdr;
   size_t out_hdr_done;
-  int out_active;         /* a transfer is under way: its record was made */
+  atomic_int out_active;  /* a transfer is under way: its record was made
+                             (atomic: sock_fail may look from another thread) */
   uint64_t send_pseq;
   /* The record of the transfer being received. */
   zcc_wire_hdr_t in_hdr;
@@ -176,10 +177,10 @@ static zccResult_t io_vec(int fd, struct iovec *iov, int n, int sending, size_t 
 
 /* Send the record (first) and then src[done, avail). */
 static zccResult_t send_xfer(sock_conn_t *s, zcc_xfer_t *x) {
-  if (!s->out_active) {
+  if (!atomic_load_explicit(&s->out_active, memory_order_relaxed)) {
     zcc_wire_hdr_fill(&s->out_hdr, x->sig, x->bytes, is_p2p(x) ? ++s->send_pseq : 0);
     s->out_hdr_done = 0;
-    s->out_active = 1;
+    atomic_store_explicit(&s->out_active, 1, memory_order_relaxed);
   }
   while (s->out_hdr_done < sizeof(s->out_hdr) || x->done < x->avail) {
     struct iovec iov[2];
@@ -195,7 +196,8 @@ static zccResult_t send_xfer(sock_conn_t *s, zcc_xfer_t *x) {
     s->out_hdr_done += h;
     x->done += moved - h;
   }
-  if (x->done == x->bytes && s->out_hdr_done == sizeof(s->out_hdr)) s->out_active = 0;
+  if (x->done == x->bytes && s->out_hdr_done == sizeof(s->out_hdr))
+    atomic_store_explicit(&s->out_active, 0, memory_order_relaxed);
   return zccSuccess;
 }
 
@@ -410,8 +412,15 @@ static int sock_pending(zcc_conn_t *conn) {
 static void sock_fail(zcc_conn_t *conn) {
   sock_conn_t *s = conn->priv;
   if (!s || s->fd < 0) return;
-  if (!s->out_active) {
-    /* Between transfers: say why, best effort, then close our side. */
+  /* Between transfers, and from the thread that sends on it: say why, best
+     effort, then close our side. */
+  uintptr_t owner = atomic_load(&conn->comm->owner);
+  if (owner != 0 && !zcc_comm_held_here(conn->comm)) {
+    /* Another thread's call is in flight: it sends the record when it ends. */
+    atomic_store(&conn->comm->fail_deferred, 1);
+    return;
+  }
+  if (!atomic_load_explicit(&s->out_active, memory_order_relaxed)) {
     struct {
       zcc_wire_hdr_t h;
       char text[ZCC_WIRE_FAIL_TEXT];
@@ -425,7 +434,7 @@ static void sock_fail(zcc_conn_t *conn) {
     /* A plain send: the thread's last error must stay the original one. */
     size_t len = sizeof(rec.h) + (size_t)rec.h.bytes;
     (void)!send(s->fd, &rec, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-    s->out_active = 1; /* nothing more may follow */
+    atomic_store_explicit(&s->out_active, 1, memory_order_relaxed); /* nothing may follow */
   }
   /* Only our direction: closing the other with bytes unread would reset the
      connection, and the peer's kernel would drop what we sent it (the
