@@ -28,6 +28,11 @@
  *               split; and 1000 on a new id's root, then an init: each takes
  *               under 1 s (the issue's target is 100 ms over the same step
  *               without strangers; both are printed as figures).
+ *   sigstop     rank 1 stops itself (SIGSTOP) between allreduces: rank 0's
+ *               next one is zccTimeout within ZCC_TIMEOUT (1 s) + 2 s.
+ *   cycles      200 (ZCC_TEST_CYCLES) split/allreduce/destroy cycles on both ranks leave the
+ *               open descriptors, the threads and the /dev/shm entries
+ *               as they were.
  *   threads     a second thread's call on a communicator with a call in
  *               flight is refused at once (zccInvalidUsage) and changes
  *               nothing: the first call and the next ones are exact.
@@ -512,6 +517,110 @@ static int strangers_rank(int rank, int nranks, const zccUniqueId *id, void *arg
   return 0;
 }
 
+/* ---- sigstop: a stopped peer ---- */
+
+static int sigstop_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
+  (void)arg;
+  zt_set_tag("[sigstop %s rank %d]", sh->transport, rank);
+  zccComm_t comm = NULL;
+  zccResult_t rc = zt_comm_init_host(&comm, nranks, id, rank);
+  if (rc != zccSuccess) {
+    zt_fail("init: %s: %s", zt_rc_name(rc), zccGetLastError(NULL));
+    return 1;
+  }
+  float v[16], out[16];
+  for (int i = 0; i < 16; i++) v[i] = 1;
+  ZT_EXPECT_RC(zccSuccess, zccAllReduce(v, out, 16, zccFloat, zccSum, comm, NULL));
+  if (rank == 1) {
+    sh->mark = zt_now();
+    raise(SIGSTOP); /* the runner kills it once rank 0 is done */
+    return 0;
+  }
+  double t0 = zt_now();
+  while (sh->mark == 0 && zt_now() - t0 < 10) zt_sleep(0.001);
+  t0 = zt_now();
+  rc = zccAllReduce(v, out, 16, zccFloat, zccSum, comm, NULL);
+  double dt = zt_now() - t0;
+  figure("sigstop", dt, rc);
+  zt_log("allreduce with a stopped peer: %s after %.3f s: \"%s\"", zt_rc_name(rc), dt,
+         zccGetLastError(comm));
+  ZT_CHECK(rc == zccTimeout && dt >= 0.9 && dt < 1.0 + LIMIT_S,
+           "expected zccTimeout after ZCC_TIMEOUT (1 s) and within 3 s, got %s after %.2f s",
+           zt_rc_name(rc), dt);
+  destroy_and_rebuild(comm, 0, 1, "sigstop");
+  return 0;
+}
+
+/* ---- cycles: nothing leaks ---- */
+
+static int count_dir(const char *path, const char *prefix) {
+  DIR *d = opendir(path);
+  if (!d) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (e->d_name[0] != '.' && (!prefix || strncmp(e->d_name, prefix, strlen(prefix)) == 0)) n++;
+  closedir(d);
+  return n;
+}
+
+static void counts(int *fds, int *threads) {
+  *fds = count_dir("/proc/self/fd", NULL);
+  *threads = count_dir("/proc/self/task", NULL);
+}
+
+#define CYCLES 200
+
+static int cycles_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
+  (void)arg;
+  zt_set_tag("[cycles %s rank %d]", sh->transport, rank);
+  zccComm_t comm = NULL;
+  zccResult_t rc = zt_comm_init_host(&comm, nranks, id, rank);
+  if (rc != zccSuccess) {
+    zt_fail("init: %s: %s", zt_rc_name(rc), zccGetLastError(NULL));
+    return 1;
+  }
+  int fd0 = 0, th0 = 0, fd1 = 0, th1 = 0, shm0 = -1, shm1 = -1;
+  double t0 = 0;
+  const char *ce = getenv("ZCC_TEST_CYCLES"); /* more, for a long run */
+  int ncycles = ce && atoi(ce) > 0 ? atoi(ce) : CYCLES;
+  for (int c = 0; c < ncycles + 5; c++) {
+    if (c == 5) { /* warmed up: the counts from here must not grow */
+      if (zt_barrier_wait(&sh->bar, nranks, 20) != 0) zt_fail("barrier");
+      counts(&fd0, &th0);
+      shm0 = count_dir("/dev/shm", "zcc-");
+      t0 = zt_now();
+    }
+    zccComm_t sub = NULL;
+    rc = zccCommSplit(comm, 0, rank, &sub, NULL);
+    if (rc != zccSuccess) {
+      zt_fail("cycle %d: split: %s: %s", c, zt_rc_name(rc), zccGetLastError(comm));
+      break;
+    }
+    float v = 1, o = 0;
+    rc = zccAllReduce(&v, &o, 1, zccFloat, zccSum, sub, NULL);
+    if (rc != zccSuccess || o != nranks) zt_fail("cycle %d: allreduce %s %g", c, zt_rc_name(rc), o);
+    if (zccCommDestroy(sub) != zccSuccess) zt_fail("cycle %d: destroy", c);
+  }
+  double dt = zt_now() - t0;
+  if (zt_barrier_wait(&sh->bar2, nranks, 20) != 0) zt_fail("barrier");
+  /* Threads that serve a finished rendezvous end on their own: give them a moment. */
+  for (int k = 0; k < 100; k++) {
+    counts(&fd1, &th1);
+    shm1 = count_dir("/dev/shm", "zcc-");
+    if (fd1 <= fd0 && th1 <= th0 && shm1 <= shm0) break;
+    zt_sleep(0.01);
+  }
+  figure("cycles-per-init-destroy", dt / ncycles, zccSuccess);
+  zt_log("%d cycles in %.2f s: fds %d -> %d, threads %d -> %d, /dev/shm zcc-* %d -> %d", ncycles,
+         dt, fd0, fd1, th0, th1, shm0, shm1);
+  ZT_CHECK(fd1 <= fd0 && th1 <= th0 && shm1 <= shm0,
+           "after %d cycles: fds %d -> %d, threads %d -> %d, /dev/shm %d -> %d", ncycles, fd0,
+           fd1, th0, th1, shm0, shm1);
+  zccCommDestroy(comm);
+  return 0;
+}
+
 /* ---- threads: a second thread's call is refused ---- */
 
 typedef struct {
@@ -731,6 +840,8 @@ static const fault_case_t cases[] = {
     {"initdeath", initdeath_rank, 3, "60000", INITDEATH_KINDS, NULL},
     {"threads", threads_rank, 2, "20000", 1, NULL},
     {"strangers", strangers_rank, 2, "20000", 1, NULL},
+    {"sigstop", sigstop_rank, 2, "1000", 1, NULL},
+    {"cycles", cycles_rank, 2, "20000", 1, NULL},
     {"split", split_rank, 3, "20000", 1, NULL},
     {"destroy", destroy_rank, 2, "20000", 1, NULL},
     {"group", group_rank, 2, "20000", 1, NULL},
@@ -769,6 +880,13 @@ static void run_case(const fault_case_t *c, int kind, const char *transport) {
       zt_sleep(initdeath_ms[kind] / 1000.0);
       sh->mark = zt_now();
       kill(g.pid[2], SIGKILL);
+    }
+    if (strcmp(c->name, "sigstop") == 0) {
+      if (zt_wait_rank(&g, 0, 60) < 0) zt_fail("sigstop: rank 0 did not finish");
+      kill(g.pid[1], SIGKILL);
+      int st = zt_wait_rank(&g, 1, 10);
+      ZT_CHECK(st >= 0 && WIFSIGNALED(st), "sigstop: the stopped rank's status 0x%x", st);
+      g.status[1] = 0;
     }
     if (strcmp(c->name, "zombie") == 0 || strcmp(c->name, "initdeath") == 0) {
       /* Reap the survivors first: the victim stays a zombie meanwhile. */
