@@ -4,6 +4,14 @@
  * The API mirrors nccl.h with the zcc prefix, same argument order and
  * semantics, so that porting from NCCL is a rename. This is the only
  * installed header.
+ *
+ * Threads: a communicator takes operations (collectives, send and receive,
+ * split) from one thread at a time; a call from a second thread while one
+ * is in flight, or queued in that thread's open group, is refused with
+ * zccInvalidUsage and changes nothing. Queries, zccCommGetAsyncError,
+ * zccCommDump and zccCommAbort may come from any thread. A communicator
+ * that met an error fails every later call with that error's cause until
+ * it is destroyed or aborted.
  */
 #ifndef ZCC_H_
 #define ZCC_H_
@@ -213,7 +221,11 @@ ZCC_API zccResult_t zccCommSplit(zccComm_t comm, int color, int key,
 /** Finish outstanding work; the communicator must still be destroyed. */
 ZCC_API zccResult_t zccCommFinalize(zccComm_t comm);
 
-/** Free the communicator. */
+/**
+ * Free the communicator. A call blocked on it in another thread gives up at
+ * once; inside a group with operations queued on it, zccInvalidUsage (end
+ * the group first, or abort).
+ */
 ZCC_API zccResult_t zccCommDestroy(zccComm_t comm);
 
 /**

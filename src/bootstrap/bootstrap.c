@@ -66,8 +66,12 @@ zccResult_t zcc_bootstrap_gate_init(gate_t *g, const uint8_t *secret,
   memset(g, 0, sizeof(*g));
   if (pipe2(g->wake, O_NONBLOCK | O_CLOEXEC) != 0)
     return zcc_error(zccSystemError, "pipe2 failed: %s", strerror(errno));
+  if (pipe2(g->kick, O_NONBLOCK | O_CLOEXEC) != 0) {
+    close(g->wake[0]);
+    close(g->wake[1]);
+    return zcc_error(zccSystemError, "pipe2 failed: %s", strerror(errno));
+  }
   pthread_mutex_init(&g->lock, NULL);
-  pthread_cond_init(&g->idle, NULL);
   atomic_init(&g->stop, 0);
   memcpy(g->secret, secret, ZCC_SECRET_BYTES);
   g->context = context;
@@ -77,58 +81,145 @@ zccResult_t zcc_bootstrap_gate_init(gate_t *g, const uint8_t *secret,
   return zccSuccess;
 }
 
-void zcc_bootstrap_gate_wake(gate_t *g) {
+static void pipe_poke(int fd) {
   char c = 1;
   ssize_t n;
   do {
-    n = write(g->wake[1], &c, 1);
+    n = write(fd, &c, 1);
   } while (n < 0 && errno == EINTR);
 }
 
-static void *gate_handler(void *arg) {
-  gate_conn_t *c = arg;
-  gate_t *g = c->gate;
-  zcc_wait_t w = zcc_wait_in(HANDSHAKE_MS, &g->stop, "bootstrap handshake");
-  if (g->deadline_ns < w.deadline_ns)
-    w.deadline_ns = g->deadline_ns;
-  zccResult_t res = zcc_socket_auth_server(c->fd, g->secret, g->context, &w);
-  if (res == zccSuccess)
-    res = zcc_socket_recv_all(c->fd, c->hello, g->hello_bytes, &w);
-  pthread_mutex_lock(&g->lock);
-  if (res == zccSuccess && !atomic_load(&g->stop)) {
-    c->next = g->ready;
-    g->ready = c;
-  } else {
-    if (atomic_load(&g->stop))
-      ZCC_INFO(BOOT,
-               "%s: closed connection from %s that was still authenticating",
-               g->owner, c->from);
-    else
-      ZCC_WARN("%s: dropped connection from %s: %s", g->owner, c->from,
-               zcc_last_error());
-    zcc_socket_close(&c->fd);
-    free(c);
+static void pipe_drain(int fd) {
+  char buf[64];
+  while (read(fd, buf, sizeof(buf)) > 0) {
   }
-  /* wake the owner while the gate surely exists: it is freed only once
-   * active drops to zero */
-  zcc_bootstrap_gate_wake(g);
-  g->active--;
-  if (g->active == 0)
-    pthread_cond_broadcast(&g->idle);
-  pthread_mutex_unlock(&g->lock);
+}
+
+void zcc_bootstrap_gate_wake(gate_t *g) { pipe_poke(g->wake[1]); }
+
+/* One step of a connection's handshake: 1 done, 0 more to come, -1 failed. */
+static int gate_step(gate_t *g, gate_conn_t *c) {
+  if (c->auth.phase < 2) {
+    int r = zcc_socket_auth_server_step(c->fd, &c->auth, g->secret, g->context);
+    if (r <= 0) return r;
+  }
+  while (c->hello_got < g->hello_bytes) {
+    ssize_t n = recv(c->fd, c->hello + c->hello_got, g->hello_bytes - c->hello_got,
+                     MSG_DONTWAIT);
+    if (n > 0) {
+      c->hello_got += (size_t)n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    zcc_error(zccRemoteError, "hello: %s", n == 0 ? "connection closed" : strerror(errno));
+    return -1;
+  }
+  return 1;
+}
+
+static void gate_drop(gate_t *g, gate_conn_t *c, const char *why) {
+  if (atomic_load(&g->stop))
+    ZCC_INFO(BOOT, "%s: closed connection from %s that was still authenticating", g->owner,
+             c->from);
+  else
+    ZCC_WARN("%s: dropped connection from %s: %s", g->owner, c->from, why);
+  zcc_socket_close(&c->fd);
+  free(c);
+}
+
+/* The worker: every connection still authenticating, in one poll loop. */
+static void *gate_worker(void *arg) {
+  gate_t *g = arg;
+  gate_conn_t *mine = NULL;
+  struct pollfd *pfd = NULL;
+  gate_conn_t **who = NULL;
+  size_t cap = 0;
+  while (!atomic_load(&g->stop)) {
+    pthread_mutex_lock(&g->lock);
+    while (g->incoming) {
+      gate_conn_t *c = g->incoming;
+      g->incoming = c->next;
+      c->next = mine;
+      mine = c;
+    }
+    pthread_mutex_unlock(&g->lock);
+    size_t n = 1;
+    for (gate_conn_t *c = mine; c; c = c->next) n++;
+    if (n > cap) {
+      size_t ncap = n * 2;
+      struct pollfd *p2 = realloc(pfd, ncap * sizeof(*pfd));
+      if (p2) pfd = p2;
+      gate_conn_t **w2 = p2 ? realloc(who, ncap * sizeof(*who)) : NULL;
+      if (w2) who = w2;
+      if (!p2 || !w2) { /* out of memory: serve what fits, retry soon */
+        poll(NULL, 0, 10);
+        continue;
+      }
+      cap = ncap;
+    }
+    int64_t now = zcc_now_ns(), next = now + 100 * 1000000LL;
+    pfd[0] = (struct pollfd){g->kick[0], POLLIN, 0};
+    n = 1;
+    for (gate_conn_t *c = mine; c; c = c->next) {
+      pfd[n] = (struct pollfd){c->fd, POLLIN, 0};
+      who[n++] = c;
+      if (c->deadline_ns < next) next = c->deadline_ns;
+    }
+    int ms = next > now ? (int)((next - now + 999999) / 1000000) : 0;
+    if (poll(pfd, (nfds_t)n, ms) < 0 && errno != EINTR) poll(NULL, 0, 10);
+    if (pfd[0].revents) pipe_drain(g->kick[0]);
+    now = zcc_now_ns();
+    int finished = 0;
+    for (size_t i = 1; i < n; i++) {
+      gate_conn_t *c = who[i];
+      int r = pfd[i].revents ? gate_step(g, c) : 0;
+      if (r == 0 && now >= c->deadline_ns) {
+        zcc_error(zccTimeout, "no handshake within %d ms", HANDSHAKE_MS);
+        r = -1;
+      }
+      if (r == 0) continue;
+      c->done = r;
+      finished = 1;
+    }
+    if (!finished) continue;
+    gate_conn_t **link = &mine;
+    int woke = 0;
+    while (*link) {
+      gate_conn_t *c = *link;
+      if (!c->done) {
+        link = &c->next;
+        continue;
+      }
+      *link = c->next;
+      if (c->done > 0) {
+        pthread_mutex_lock(&g->lock);
+        c->next = g->ready;
+        g->ready = c;
+        pthread_mutex_unlock(&g->lock);
+        woke = 1;
+      } else {
+        gate_drop(g, c, zcc_last_error());
+      }
+    }
+    if (woke) zcc_bootstrap_gate_wake(g);
+  }
+  while (mine) {
+    gate_conn_t *c = mine;
+    mine = c->next;
+    gate_drop(g, c, "gate stopped");
+  }
+  free(pfd);
+  free(who);
   return NULL;
 }
 
-int zcc_bootstrap_gate_has_room(gate_t *g) {
-  pthread_mutex_lock(&g->lock);
-  int room = g->active < GATE_MAX_PENDING;
-  pthread_mutex_unlock(&g->lock);
-  return room;
-}
+int zcc_bootstrap_gate_has_room(gate_t *g) { return !atomic_load(&g->stop); }
 
-/* Accept what is pending on listen_fd and start a handler for each. */
+/* Accept what is pending on listen_fd and hand it to the worker. */
 void zcc_bootstrap_gate_accept(gate_t *g, int listen_fd) {
-  while (zcc_bootstrap_gate_has_room(g)) {
+  int added = 0;
+  for (;;) {
     struct sockaddr_storage from;
     socklen_t len = sizeof(from);
     int fd = accept4(listen_fd, (struct sockaddr *)&from, &len,
@@ -138,7 +229,7 @@ void zcc_bootstrap_gate_accept(gate_t *g, int listen_fd) {
         continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK)
         ZCC_WARN("%s: accept failed: %s", g->owner, strerror(errno));
-      return;
+      break;
     }
     int one = 1;
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -150,28 +241,37 @@ void zcc_bootstrap_gate_accept(gate_t *g, int listen_fd) {
     }
     c->gate = g;
     c->fd = fd;
+    c->deadline_ns = zcc_now_ns() + HANDSHAKE_MS * 1000000LL;
+    if (g->deadline_ns < c->deadline_ns) c->deadline_ns = g->deadline_ns;
     zcc_sockaddr_t a;
     memset(&a, 0, sizeof(a));
     memcpy(&a.u, &from, len < sizeof(a.u) ? len : sizeof(a.u));
     zcc_sockaddr_str(&a, c->from);
-    pthread_attr_t attr;
-    pthread_t t;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_mutex_lock(&g->lock);
-    g->active++;
-    int rc = pthread_create(&t, &attr, gate_handler, c);
-    if (rc != 0)
-      g->active--;
+    c->next = g->incoming;
+    g->incoming = c;
     pthread_mutex_unlock(&g->lock);
-    pthread_attr_destroy(&attr);
-    if (rc != 0) {
-      ZCC_WARN("%s: cannot start a handshake thread for %s: %s", g->owner,
-               c->from, strerror(rc));
-      close(fd);
-      free(c);
-    }
+    added = 1;
   }
+  if (!added) return;
+  if (!g->worker_started) {
+    int rc = pthread_create(&g->worker, NULL, gate_worker, g);
+    if (rc != 0) {
+      ZCC_WARN("%s: cannot start the handshake thread: %s", g->owner, strerror(rc));
+      pthread_mutex_lock(&g->lock);
+      gate_conn_t *list = g->incoming;
+      g->incoming = NULL;
+      pthread_mutex_unlock(&g->lock);
+      while (list) {
+        gate_conn_t *c = list;
+        list = c->next;
+        gate_drop(g, c, "no handshake thread");
+      }
+      return;
+    }
+    g->worker_started = 1;
+  }
+  pipe_poke(g->kick[1]);
 }
 
 /* Drain the wake pipe and take the authenticated connections (oldest first). */
@@ -192,14 +292,23 @@ gate_conn_t *zcc_bootstrap_gate_take(gate_t *g) {
   return rev;
 }
 
-/* Stop the handlers (they notice within a wait slice), wait for them, close
- * all. */
+/* Stop the worker, wait for it, close what is left. */
 void zcc_bootstrap_gate_stop(gate_t *g) {
   atomic_store(&g->stop, 1);
+  if (g->worker_started) {
+    pipe_poke(g->kick[1]);
+    pthread_join(g->worker, NULL);
+    g->worker_started = 0;
+  }
   pthread_mutex_lock(&g->lock);
-  while (g->active > 0)
-    pthread_cond_wait(&g->idle, &g->lock);
+  gate_conn_t *in = g->incoming;
+  g->incoming = NULL;
   pthread_mutex_unlock(&g->lock);
+  while (in) {
+    gate_conn_t *c = in;
+    in = c->next;
+    gate_drop(g, c, "gate stopped");
+  }
   for (gate_conn_t *c = zcc_bootstrap_gate_take(g), *n; c != NULL; c = n) {
     n = c->next;
     zcc_socket_close(&c->fd);
@@ -207,7 +316,8 @@ void zcc_bootstrap_gate_stop(gate_t *g) {
   }
   close(g->wake[0]);
   close(g->wake[1]);
-  pthread_cond_destroy(&g->idle);
+  close(g->kick[0]);
+  close(g->kick[1]);
   pthread_mutex_destroy(&g->lock);
 }
 
@@ -559,6 +669,80 @@ static zccResult_t recv_table(zcc_bootstrap_t *b, int fd, const zcc_wait_t *w) {
   return zccSuccess;
 }
 
+static zccResult_t out_connect(zcc_bootstrap_t *b, int peer, const zcc_wait_t *w);
+
+/* Closed by the peer: our outgoing connection to it is write-only, so any
+   readiness to read is its end (a crash or a freed bootstrap). */
+static int out_closed(zcc_bootstrap_t *b, int peer) {
+  out_conn_t *o = &b->out[peer];
+  if (pthread_mutex_trylock(&o->lock) != 0) return 0; /* a send is under way */
+  int closed = 0;
+  if (o->fd >= 0) {
+    struct pollfd p = {o->fd, POLLIN | POLLRDHUP, 0};
+    closed = poll(&p, 1, 0) > 0 && p.revents != 0;
+  }
+  pthread_mutex_unlock(&o->lock);
+  return closed;
+}
+
+/* Caller holds qlock. */
+static int in_closed(const zcc_bootstrap_t *b, int peer) {
+  return b->in_seen[peer] && b->in_open[peer] == 0;
+}
+
+zccResult_t zcc_bootstrap_peer_check(zcc_bootstrap_t *b, int peer) {
+  if (!b || peer < 0 || peer >= b->nranks || peer == b->rank) return zccSuccess;
+  pthread_mutex_lock(&b->qlock);
+  int gone = in_closed(b, peer);
+  pthread_mutex_unlock(&b->qlock);
+  if (gone || out_closed(b, peer))
+    return zcc_error(zccRemoteError,
+                     "rank %d closed its bootstrap connection (it exited or gave up)", peer);
+  return zccSuccess;
+}
+
+/*
+ * Link the ring before init goes on: connect to the next rank, and wait
+ * (within the init deadline) for the previous one's connection. From then
+ * on a rank's death closes a connection its neighbour watches, so that a
+ * rank killed right after the rendezvous fails the others' init at once
+ * (and within ZCC_INIT_TIMEOUT when it dies before linking), not after
+ * ZCC_CONNECT_TIMEOUT; failures travel around the ring the same way.
+ */
+static zccResult_t ring_link(zcc_bootstrap_t *b, const zcc_wait_t *w) {
+  if (b->nranks == 1) return zccSuccess;
+  int next = (b->rank + 1) % b->nranks, prev = (b->rank + b->nranks - 1) % b->nranks;
+  pthread_mutex_lock(&b->out[next].lock);
+  zccResult_t res = out_connect(b, next, w);
+  pthread_mutex_unlock(&b->out[next].lock);
+  if (res != zccSuccess) {
+    char doing[64];
+    snprintf(doing, sizeof(doing), "bootstrap: linking to rank %d", next);
+    return zcc_bootstrap_error_in(res, doing);
+  }
+  pthread_mutex_lock(&b->qlock);
+  while (!b->in_seen[prev]) {
+    res = zcc_wait_check(w);
+    if (res == zccSuccess && out_closed(b, next))
+      res = zcc_error(zccRemoteError,
+                      "bootstrap: rank %d closed its connection while the ring was being "
+                      "linked (it exited or gave up)", next);
+    if (res != zccSuccess) {
+      pthread_mutex_unlock(&b->qlock);
+      char doing[128];
+      snprintf(doing, sizeof(doing),
+               "bootstrap: rank %d never connected to rank %d after the rendezvous (did it "
+               "exit?)", prev, b->rank);
+      return zcc_bootstrap_error_in(res, doing);
+    }
+    int64_t until = zcc_now_ns() + zcc_wait_poll_ms(w, SLICE_MS) * 1000000LL;
+    struct timespec ts = {until / 1000000000LL, until % 1000000000LL};
+    pthread_cond_timedwait(&b->qcond, &b->qlock, &ts);
+  }
+  pthread_mutex_unlock(&b->qlock);
+  return zccSuccess;
+}
+
 zccResult_t zcc_bootstrap_init(const zccUniqueId *id, int rank, int nranks,
                                int64_t timeout_ms, const atomic_int *abort,
                                zcc_bootstrap_t **out) {
@@ -616,6 +800,7 @@ zccResult_t zcc_bootstrap_init(const zccUniqueId *id, int rank, int nranks,
                  fail);
   ZCC_CHECK_GOTO(recv_table(b, root_fd, &w), res, fail);
   zcc_socket_close(&root_fd);
+  ZCC_CHECK_GOTO(ring_link(b, &w), res, fail);
   char buf2[ZCC_SOCKADDR_STRLEN];
   ZCC_INFO(BOOT, "bootstrap: rank %d of %d joined via root %s, listening on %s",
            rank, nranks, zcc_sockaddr_str(&u.root, buf),

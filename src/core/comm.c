@@ -3,9 +3,11 @@
 #include "devops.h"
 
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "debug.h"
 #include "coll.h"
 #include "planner.h"
@@ -69,16 +71,60 @@ zccResult_t zcc_comm_enter(struct zccComm *comm, const char *fn, int check_error
     return zcc_error(zccInvalidUsage, "%s: communicator is being aborted", fn);
   }
   if (check_error) {
-    int err = atomic_load(&comm->async_error);
+    int err = atomic_load_explicit(&comm->async_error, memory_order_acquire);
     if (err != zccSuccess) {
       atomic_fetch_sub(&comm->busy, 1);
       return zcc_error((zccResult_t)err,
-                       "%s: communicator is in error state after an earlier "
-                       "failure (%s); destroy or abort it",
-                       fn, zccGetErrorString((zccResult_t)err));
+                       "%s: communicator %s is in error state since an earlier failure "
+                       "(%s: %s); destroy or abort it",
+                       fn, comm->name, zccGetErrorString((zccResult_t)err), comm->error_msg);
     }
   }
   return zccSuccess;
+}
+
+/* A token for the calling thread: the address of a thread-local. */
+static _Thread_local char thread_token;
+static uintptr_t self_token(void) { return (uintptr_t)&thread_token; }
+
+int zcc_comm_held_here(const struct zccComm *comm) {
+  return atomic_load_explicit(&comm->owner, memory_order_acquire) == self_token();
+}
+
+zccResult_t zcc_comm_enter_op(struct zccComm *comm, const char *fn) {
+  ZCC_CHECK(zcc_comm_enter(comm, fn, 1));
+  uintptr_t me = self_token(), none = 0;
+  if (atomic_load_explicit(&comm->owner, memory_order_relaxed) == me) {
+    comm->owner_depth++;
+    return zccSuccess;
+  }
+  if (!atomic_compare_exchange_strong(&comm->owner, &none, me)) {
+    const char *other = atomic_load(&comm->owner_fn);
+    atomic_fetch_sub(&comm->busy, 1);
+    return zcc_error(zccInvalidUsage,
+                     "%s: communicator %s is in use by another thread (%s in flight or "
+                     "queued in its open group); a communicator takes calls from one "
+                     "thread at a time", fn, comm->name, other ? other : "a call");
+  }
+  comm->owner_depth = 1;
+  atomic_store(&comm->owner_fn, fn);
+  return zccSuccess;
+}
+
+void zcc_comm_leave_op(struct zccComm *comm) {
+  if (atomic_load_explicit(&comm->owner, memory_order_relaxed) == self_token() &&
+      --comm->owner_depth == 0) {
+    /* Still the owner: tell the peers what another thread's abort or
+       destroy could not while this thread was sending. */
+    if (atomic_exchange(&comm->fail_deferred, 0)) {
+      char last[256];
+      snprintf(last, sizeof(last), "%s", zcc_last_error());
+      zcc_transport_fail_all(comm);
+      zcc_restore_last_error(last);
+    }
+    atomic_store_explicit(&comm->owner, 0, memory_order_release);
+  }
+  zcc_comm_leave(comm);
 }
 
 void zcc_comm_leave(struct zccComm *comm) { atomic_fetch_sub(&comm->busy, 1); }
@@ -90,12 +136,24 @@ void zcc_comm_foreach(void (*fn)(struct zccComm *comm, void *arg), void *arg) {
 }
 
 void zcc_comm_set_error(struct zccComm *comm, zccResult_t res) {
-  int expected = zccSuccess;
-  if (atomic_compare_exchange_strong(&comm->async_error, &expected, (int)res)) {
-    ZCC_INFO(COLL, "communicator %s rank %d enters error state: %s", comm->name,
-             comm->rank, zccGetErrorString(res));
+  zcc_comm_set_error_msg(comm, res, zcc_last_error());
+}
+
+void zcc_comm_set_error_msg(struct zccComm *comm, zccResult_t res, const char *msg) {
+  int expected = 0;
+  if (res == zccSuccess) res = zccInternalError;
+  if (atomic_compare_exchange_strong(&comm->error_claim, &expected, 1)) {
+    snprintf(comm->error_msg, sizeof(comm->error_msg), "%s", msg && *msg ? msg : "no message");
+    comm->fail_opno = atomic_load(&comm->ops_done) + 1;
+    atomic_store_explicit(&comm->async_error, (int)res, memory_order_release);
+    ZCC_INFO(COLL, "communicator %s rank %d enters error state: %s: %s", comm->name,
+             comm->rank, zccGetErrorString(res), comm->error_msg);
+    /* The caller's last error stays the cause, whatever these meet. */
+    char last[256];
+    snprintf(last, sizeof(last), "%s", zcc_last_error());
     zcc_trace_on_error(comm, res); /* from the thread that found the error */
     zcc_transport_fail_all(comm);
+    zcc_restore_last_error(last);
   }
 }
 

@@ -3,15 +3,72 @@
  * plan that runs now or joins the open group.
  */
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
 
 #include "check.h"
 #include "coll.h"
 #include "comm.h"
 #include "debug.h"
 #include "group.h"
+#include "param.h"
 #include "reduce.h"
 #include "trace.h"
 #include "devops.h"
+
+ZCC_PARAM_STR(check_mode, "CHECK_MODE", "cheap",
+              "host collectives: cheap (each transfer carries its call's signature, "
+              "checked by the receiver) or full (also an agreement step over the "
+              "bootstrap before every collective outside a group, so that a "
+              "mismatch fails on every rank at that call; for debugging)")
+
+/* ZCC_CHECK_MODE=full: 1; cheap: 0; else -1. */
+static int check_full(void) {
+  static atomic_int mode = -2;
+  int m = atomic_load_explicit(&mode, memory_order_relaxed);
+  if (m == -2) {
+    const char *s = zcc_param_check_mode();
+    m = !s || !*s || strcasecmp(s, "cheap") == 0 ? 0 : strcasecmp(s, "full") == 0 ? 1 : -1;
+    atomic_store_explicit(&mode, m, memory_order_relaxed);
+  }
+  return m;
+}
+
+/*
+ * The agreement step of ZCC_CHECK_MODE=full: every rank's signature of
+ * this call, compared before anything moves. A mismatch fails the call on
+ * every rank and leaves the communicator in step (nobody ran it).
+ */
+static zccResult_t agree(struct zccComm *comm, const zcc_op_sig_t *mine, const char *fn) {
+  int n = comm->nranks;
+  if (n == 1) return zccSuccess;
+  zcc_op_sig_t *all = calloc((size_t)n, sizeof(*all));
+  if (!all) return zcc_error(zccSystemError, "%s: out of memory", fn);
+  all[comm->rank] = *mine;
+  zccResult_t res = zcc_bootstrap_allgather(comm->bootstrap, all, sizeof(*all),
+                                            comm->timeout_ms > 0 ? comm->timeout_ms : 0);
+  if (res != zccSuccess) {
+    zcc_comm_set_error(comm, res);
+  } else {
+    for (int i = 0; i < n; i++) {
+      all[i].opno = mine->opno;
+      if (zcc_opsig_same(&all[i], mine)) continue;
+      char theirs_s[128], mine_s[128];
+      zcc_opsig_describe(&all[i], 0, theirs_s, sizeof(theirs_s));
+      zcc_opsig_describe(mine, 0, mine_s, sizeof(mine_s));
+      res = zcc_error(zccInvalidUsage,
+                      "%s: rank %d called %s as op #%llu (algorithm %s) where rank %d called "
+                      "%s as op #%llu (algorithm %s) (ZCC_CHECK_MODE=full)",
+                      fn, i, theirs_s, (unsigned long long)all[i].seq,
+                      zcc_algo_name((zcc_algo_t)all[i].algo), comm->rank, mine_s,
+                      (unsigned long long)mine->seq, zcc_algo_name((zcc_algo_t)mine->algo));
+      break;
+    }
+  }
+  free(all);
+  return res;
+}
 
 static zccResult_t check_type(zccDataType_t t, const char *fn) {
   if ((int)t < 0 || (int)t >= zccNumTypes)
@@ -83,7 +140,7 @@ static zccResult_t run_coll(zcc_coll_args_t *a, zccComm_t comm, zccStream_t stre
                 a->coll == ZCC_COLL_REDUCESCATTER;
   if (reduces) ZCC_CHECK(check_op(a->op, fn));
   else a->op = zccSum;
-  ZCC_CHECK(zcc_comm_enter(comm, fn, 1));
+  ZCC_CHECK(zcc_comm_enter_op(comm, fn));
   zccResult_t res = zccSuccess;
   if (reduces)
     ZCC_CHECK_GOTO(zcc_redop_resolve(comm, a->op, a->type, fn, &a->op, &a->scale, &a->scalar,
@@ -113,9 +170,26 @@ static zccResult_t run_coll(zcc_coll_args_t *a, zccComm_t comm, zccStream_t stre
   (void)stream;
   zcc_plan_t *plan = NULL;
   ZCC_CHECK_GOTO(zcc_plan_coll(comm, a, &plan), res, fail);
+  /* Its number and signature travel with its transfers (opsig.h). */
+  plan->sig = (zcc_op_sig_t){.seq = ++comm->op_seq, .count = a->count, .coll = a->coll,
+                             .type = a->type, .op = reduces ? (int32_t)a->op : -1,
+                             .root = rooted ? a->root : -1, .algo = plan->algo,
+                             .flags = a->scale ? ZCC_SIG_PREMUL : 0,
+                             .opno = ++comm->op_count};
+  comm->sig_hist[plan->sig.seq % ZCC_SIG_HISTORY] = plan->sig;
   plan->trace_id = zcc_trace_enqueue(comm, a->coll, a->count,
                                      a->count * zcc_type_size(a->type), a->type, a->op,
                                      trace_root, plan->algo);
+  if (check_full() && !zcc_group_active()) {
+    res = check_full() < 0 ? zcc_error(zccInvalidArgument,
+                                       "%s: ZCC_CHECK_MODE=%s: expected cheap or full", fn,
+                                       zcc_param_check_mode())
+                           : agree(comm, &plan->sig, fn);
+    if (res != zccSuccess) {
+      zcc_plan_free(plan);
+      goto fail;
+    }
+  }
   if (zcc_group_active()) {
     res = zcc_group_add_plan(plan);
     if (res != zccSuccess) {
@@ -126,7 +200,7 @@ static zccResult_t run_coll(zcc_coll_args_t *a, zccComm_t comm, zccStream_t stre
   }
   return zcc_run_plan_now(plan);
 fail:
-  zcc_comm_leave(comm);
+  zcc_comm_leave_op(comm);
   return res;
 }
 
@@ -173,7 +247,7 @@ zccResult_t zccAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
 static zccResult_t run_p2p(int is_recv, void *buf, size_t count, zccDataType_t type, int peer,
                            zccComm_t comm, zccStream_t stream, const char *fn) {
   ZCC_CHECK(check_type(type, fn));
-  ZCC_CHECK(zcc_comm_enter(comm, fn, 1));
+  ZCC_CHECK(zcc_comm_enter_op(comm, fn));
   zccResult_t res = zccSuccess;
   size_t bytes = 0;
   if (peer < 0 || peer >= comm->nranks) {
@@ -202,7 +276,7 @@ static zccResult_t run_p2p(int is_recv, void *buf, size_t count, zccDataType_t t
     if (zcc_group_active()) {
       int kept = 0;
       res = zcc_group_gpu_p2p_add(comm, &op, &kept);
-      if (res != zccSuccess || !kept) zcc_comm_leave(comm);
+      if (res != zccSuccess || !kept) zcc_comm_leave_op(comm);
       return res;
     }
     res = comm->dev->p2p(comm, &op, 1, fn);
@@ -213,15 +287,21 @@ static zccResult_t run_p2p(int is_recv, void *buf, size_t count, zccDataType_t t
     zcc_plan_t *plan;
     int created;
     ZCC_CHECK_GOTO(zcc_group_p2p_plan(comm, &plan, &created), res, fail);
+    if (created) {
+      zcc_opsig_p2p(&plan->sig, comm->op_seq);
+      plan->sig.opno = ++comm->op_count;
+    }
     if (created)
       plan->trace_id = zcc_trace_enqueue(comm, ZCC_COLL_SENDRECV, count, bytes, type, zccSum,
                                          peer, ZCC_ALGO_ONESHOT);
     res = zcc_plan_p2p(plan, is_recv, peer, buf, bytes);
-    if (!created) zcc_comm_leave(comm);
+    if (!created) zcc_comm_leave_op(comm);
     return res;
   }
   zcc_plan_t *plan;
   ZCC_CHECK_GOTO(zcc_plan_new(comm, ZCC_COLL_SENDRECV, &plan), res, fail);
+  zcc_opsig_p2p(&plan->sig, comm->op_seq);
+  plan->sig.opno = ++comm->op_count;
   plan->trace_id = zcc_trace_enqueue(comm, ZCC_COLL_SENDRECV, count, bytes, type, zccSum, peer,
                                      ZCC_ALGO_ONESHOT);
   res = zcc_plan_p2p(plan, is_recv, peer, buf, bytes);
@@ -231,7 +311,7 @@ static zccResult_t run_p2p(int is_recv, void *buf, size_t count, zccDataType_t t
   }
   return zcc_run_plan_now(plan);
 fail:
-  zcc_comm_leave(comm);
+  zcc_comm_leave_op(comm);
   return res;
 }
 

@@ -67,7 +67,7 @@ static zccResult_t gpu_p2p_flush(void) {
     gpu_p2p_list_t *l = &gpu_lists[i];
     if (res == zccSuccess) res = l->comm->dev->p2p(l->comm, l->ops, l->n, "zccGroupEnd");
     free(l->ops);
-    zcc_comm_leave(l->comm);
+    zcc_comm_leave_op(l->comm);
   }
   free(gpu_lists);
   gpu_lists = NULL;
@@ -140,15 +140,42 @@ static void free_chain(zcc_plan_t *p) {
     /* The plan goes back to its communicator: leave only afterwards, since
        an abort waiting in another thread frees the communicator then. */
     zcc_plan_free(p);
-    zcc_comm_leave(comm);
+    zcc_comm_leave_op(comm);
     p = next;
   }
+}
+
+int zcc_group_drop_comm(struct zccComm *comm) {
+  int dropped = 0;
+  for (int i = 0; i < nchains; i++)
+    if (chains[i].comm == comm) {
+      dropped += chains[i].nplans;
+      free_chain(chains[i].head);
+      chains[i] = chains[--nchains];
+      break;
+    }
+  for (int i = 0; i < ngpu_lists; i++)
+    if (gpu_lists[i].comm == comm) {
+      dropped += gpu_lists[i].n;
+      free(gpu_lists[i].ops);
+      zcc_comm_leave_op(comm);
+      gpu_lists[i] = gpu_lists[--ngpu_lists];
+      break;
+    }
+  return dropped;
+}
+
+/* A chain ran to its end: its operations count as completed (opsig.h). */
+static void chain_done(zcc_plan_t *p) {
+  while (p && p->next) p = p->next;
+  if (p) atomic_store(&p->comm->ops_done, p->sig.opno);
 }
 
 zccResult_t zcc_run_plan_now(zcc_plan_t *plan) {
   zccResult_t res = zccSuccess;
   if (plan->coll == ZCC_COLL_SENDRECV) res = zcc_plan_p2p_finish(plan);
   if (res == zccSuccess) res = zcc_exec_chains(&plan, 1);
+  if (res == zccSuccess) chain_done(plan);
   free_chain(plan);
   return res;
 }
@@ -171,6 +198,8 @@ zccResult_t zccGroupEnd(void) {
       if (p->coll == ZCC_COLL_SENDRECV) res = zcc_plan_p2p_finish(p);
   }
   if (res == zccSuccess && nchains > 0) res = zcc_exec_chains(heads, nchains);
+  if (res == zccSuccess)
+    for (int i = 0; i < nchains; i++) chain_done(heads[i]);
   zccResult_t gres = gpu_p2p_flush();
   if (res == zccSuccess) res = gres;
   for (int i = 0; i < nchains; i++) free_chain(chains[i].head);

@@ -10,6 +10,7 @@
 #include "cudawrap.h"
 #include "devops.h"
 #include "debug.h"
+#include "group.h"
 #include "param.h"
 #include "planner.h"
 #include "topo.h"
@@ -426,13 +427,30 @@ zccResult_t zccCommFinalize(zccComm_t comm) {
   return zccSuccess;
 }
 
+/* Wait for the calls still holding comm (their waits see the abort flag). */
+static void stop_calls(struct zccComm *comm) {
+  if (atomic_load(&comm->busy) > 0) {
+    /* A call in flight in another thread (a usage error, but it must not
+       make destroy wait for that call's timeout): it gives up now. */
+    atomic_store(&comm->abort_flag, 1);
+    zcc_comm_set_error_msg(comm, zccRemoteError,
+                           "the communicator was destroyed while a call was in flight");
+  }
+  zcc_comm_wait_idle(comm);
+}
+
 zccResult_t zccCommDestroy(zccComm_t comm) {
   if (!comm) return zcc_error(zccInvalidArgument, "zccCommDestroy: comm is NULL");
+  if (zcc_comm_is_live(comm) && zcc_comm_held_here(comm))
+    return zcc_error(zccInvalidUsage,
+                     "zccCommDestroy: comm %s has operations queued in this thread's open "
+                     "group; call zccGroupEnd first (or zccCommAbort to drop them)",
+                     comm->name);
   if (!zcc_comm_unregister(comm))
     return zcc_error(zccInvalidUsage,
                      "zccCommDestroy: comm %p is not a live communicator (destroyed, "
                      "aborted or never created)", (void *)comm);
-  zcc_comm_wait_idle(comm);
+  stop_calls(comm);
   ZCC_INFO(INIT, "comm %s rank %d destroyed", comm->name, comm->rank);
   zcc_comm_free(comm);
   return zccSuccess;
@@ -445,7 +463,12 @@ zccResult_t zccCommAbort(zccComm_t comm) {
                      "zccCommAbort: comm %p is not a live communicator (destroyed, "
                      "aborted or never created)", (void *)comm);
   atomic_store(&comm->abort_flag, 1);
-  zcc_comm_set_error(comm, zccRemoteError);
+  zcc_comm_set_error_msg(comm, zccRemoteError, "the communicator was aborted (zccCommAbort)");
+  /* Operations this thread queued in its open group will never run. */
+  int dropped = zcc_group_drop_comm(comm);
+  if (dropped)
+    ZCC_INFO(INIT, "comm %s rank %d: abort drops %d operation(s) queued in the open group",
+             comm->name, comm->rank, dropped);
   if (comm->dev) comm->dev->stop(comm);
   zcc_comm_wait_idle(comm);
   ZCC_INFO(INIT, "comm %s rank %d aborted", comm->name, comm->rank);

@@ -77,7 +77,7 @@ zccResult_t zccRecvAny(void *recvbuff, size_t count, zccDataType_t datatype, int
     return zcc_error(zccInvalidArgument, "%s: datatype %d is not a zccDataType_t", fn,
                      (int)datatype);
   if (!peer) return zcc_error(zccInvalidArgument, "%s: peer is NULL", fn);
-  ZCC_CHECK(zcc_comm_enter(comm, fn, 1));
+  ZCC_CHECK(zcc_comm_enter_op(comm, fn));
   zccResult_t res = zccSuccess;
   size_t ts = zcc_type_size(datatype);
   if (comm->device >= 0) {
@@ -127,6 +127,8 @@ zccResult_t zccRecvAny(void *recvbuff, size_t count, zccDataType_t datatype, int
   }
   zcc_plan_t *plan;
   ZCC_CHECK_GOTO(zcc_plan_new(comm, ZCC_COLL_SENDRECV, &plan), res, fail);
+  zcc_opsig_p2p(&plan->sig, comm->op_seq);
+  plan->sig.opno = ++comm->op_count;
   res = zcc_plan_p2p(plan, 1, from, recvbuff, count * ts);
   if (res != zccSuccess) {
     zcc_plan_free(plan);
@@ -136,6 +138,6 @@ zccResult_t zccRecvAny(void *recvbuff, size_t count, zccDataType_t datatype, int
   if (res == zccSuccess) *peer = from;
   return res;
 fail:
-  zcc_comm_leave(comm);
+  zcc_comm_leave_op(comm);
   return res;
 }

@@ -3,6 +3,7 @@
  * the first rank of each colour creates a fresh rendezvous (new secret) and
  * sends its id to the other members, which then build the communicator.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,7 +13,15 @@
 
 typedef struct split_entry {
   int32_t color, key, rank;
+  int32_t status; /* zccSuccess, or why this rank's arguments are refused */
 } split_entry_t;
+
+/* What the first rank of a colour sends the others. */
+typedef struct split_id {
+  int32_t status; /* zccSuccess, or why it could not make the rendezvous */
+  int32_t pad;
+  zccUniqueId id;
+} split_id_t;
 
 static int by_key(const void *a, const void *b) {
   const split_entry_t *x = a, *y = b;
@@ -22,15 +31,17 @@ static int by_key(const void *a, const void *b) {
 
 #define SPLIT_TAG_BASE 0x5000
 
+/*
+ * Arguments are checked on every rank, and every rank takes part in the
+ * exchange even when its own are bad, so that all of them fail at once
+ * (rather than wait for the one that left) and the parent stays in step.
+ */
 zccResult_t zccCommSplit(zccComm_t comm, int color, int key, zccComm_t *newcomm,
                          zccConfig_t *config) {
   const char *fn = "zccCommSplit";
-  if (!newcomm) return zcc_error(zccInvalidArgument, "%s: newcomm is NULL", fn);
-  if (color < 0 && color != ZCC_SPLIT_NOCOLOR)
-    return zcc_error(zccInvalidArgument,
-                     "%s: color %d must be non-negative or ZCC_SPLIT_NOCOLOR", fn, color);
-  ZCC_CHECK(zcc_comm_enter(comm, fn, 1));
-  zccResult_t res = zccSuccess;
+  ZCC_CHECK(zcc_comm_enter_op(comm, fn));
+  zccResult_t res = zccSuccess, mine = zccSuccess;
+  char why[256] = "";
   zccConfig_t inherited = ZCC_CONFIG_INITIALIZER;
   if (!config) {
     inherited.deviceType = comm->device_type;
@@ -40,18 +51,42 @@ zccResult_t zccCommSplit(zccComm_t comm, int color, int key, zccComm_t *newcomm,
   int dt;
   int64_t to;
   const char *nm;
-  ZCC_CHECK_GOTO(zcc_config_resolve(config, &dt, &to, &nm, fn), res, out);
+  if (!newcomm) {
+    mine = zcc_error(zccInvalidArgument, "%s: newcomm is NULL", fn);
+  } else if (color < 0 && color != ZCC_SPLIT_NOCOLOR) {
+    mine = zcc_error(zccInvalidArgument,
+                     "%s: color %d must be non-negative or ZCC_SPLIT_NOCOLOR", fn, color);
+  } else {
+    mine = zcc_config_resolve(config, &dt, &to, &nm, fn);
+  }
+  if (mine != zccSuccess) snprintf(why, sizeof(why), "%s", zcc_last_error());
   int n = comm->nranks;
   split_entry_t *all = calloc((size_t)n, sizeof(*all));
   if (!all) {
     res = zcc_error(zccSystemError, "%s: out of memory", fn);
     goto out;
   }
-  all[comm->rank] = (split_entry_t){color, key, comm->rank};
+  all[comm->rank] = (split_entry_t){color, key, comm->rank, (int32_t)mine};
   int64_t timeout = comm->timeout_ms > 0 ? comm->timeout_ms : 0;
-  ZCC_CHECK_GOTO(zcc_bootstrap_allgather(comm->bootstrap, all, sizeof(*all), timeout), res,
-                 free_all);
+  res = zcc_bootstrap_allgather(comm->bootstrap, all, sizeof(*all), timeout);
+  if (res != zccSuccess) {
+    /* The parent's ranks are out of step now: it cannot be used again. */
+    zcc_comm_set_error(comm, res);
+    goto free_all;
+  }
   int tag = SPLIT_TAG_BASE + comm->split_seq++;
+  if (mine != zccSuccess) {
+    res = zcc_error(mine, "%s", why);
+    goto free_all;
+  }
+  for (int i = 0; i < n; i++)
+    if (all[i].status != zccSuccess) {
+      res = zcc_error(zccInvalidArgument,
+                      "%s: rank %d passed invalid arguments (color %d, key %d: %s); no "
+                      "communicator was made on any rank", fn, i, (int)all[i].color,
+                      (int)all[i].key, zccGetErrorString((zccResult_t)all[i].status));
+      goto free_all;
+    }
   if (color == ZCC_SPLIT_NOCOLOR) {
     *newcomm = NULL;
     goto free_all;
@@ -67,28 +102,44 @@ zccResult_t zccCommSplit(zccComm_t comm, int color, int key, zccComm_t *newcomm,
   qsort(members, (size_t)m, sizeof(*members), by_key);
   int newrank = 0;
   while (members[newrank].rank != comm->rank) newrank++;
-  zccUniqueId id;
+  split_id_t sid;
+  memset(&sid, 0, sizeof(sid));
   if (newrank == 0) {
     zcc_sockaddr_t addr = *zcc_bootstrap_addr(comm->bootstrap);
     zcc_sockaddr_set_port(&addr, 0);
-    ZCC_CHECK_GOTO(zcc_bootstrap_create_root(&id, &addr, NULL, NULL), res, free_members);
-    for (int i = 1; i < m; i++)
-      ZCC_CHECK_GOTO(zcc_bootstrap_send(comm->bootstrap, members[i].rank, tag, &id,
-                                        sizeof(id), timeout),
-                     res, free_members);
+    res = zcc_bootstrap_create_root(&sid.id, &addr, NULL, NULL);
+    sid.status = (int32_t)res;
+    char cause[256];
+    snprintf(cause, sizeof(cause), "%s", zcc_last_error());
+    /* The members hear of a failure too, instead of waiting for an id. */
+    for (int i = 1; i < m; i++) {
+      zccResult_t sres = zcc_bootstrap_send(comm->bootstrap, members[i].rank, tag, &sid,
+                                            sizeof(sid), timeout);
+      if (sres != zccSuccess && res == zccSuccess) res = sres;
+    }
+    if (res != zccSuccess) {
+      if (sid.status != zccSuccess) zcc_restore_last_error(cause);
+      goto free_members;
+    }
   } else {
-    ZCC_CHECK_GOTO(zcc_bootstrap_recv(comm->bootstrap, members[0].rank, tag, &id, sizeof(id),
-                                      timeout),
+    ZCC_CHECK_GOTO(zcc_bootstrap_recv(comm->bootstrap, members[0].rank, tag, &sid,
+                                      sizeof(sid), timeout),
                    res, free_members);
+    if (sid.status != zccSuccess) {
+      res = zcc_error((zccResult_t)sid.status,
+                      "%s: rank %d (rank 0 of colour %d) could not start the new "
+                      "communicator's rendezvous", fn, members[0].rank, color);
+      goto free_members;
+    }
   }
   ZCC_INFO(INIT, "comm %s rank %d splits with color %d key %d into rank %d of %d", comm->name,
            comm->rank, color, key, newrank, m);
-  res = zcc_comm_init(newcomm, m, &id, newrank, config, fn);
+  res = zcc_comm_init(newcomm, m, &sid.id, newrank, config, fn);
 free_members:
   free(members);
 free_all:
   free(all);
 out:
-  zcc_comm_leave(comm);
+  zcc_comm_leave_op(comm);
   return res;
 }

@@ -63,7 +63,8 @@ static zccResult_t add_xfer(zcc_plan_t *p, int is_recv, int peer, const void *sr
   zcc_xfer_t x = {.conn = peer == p->comm->rank ? NULL : p->comm->conns[peer],
                   .is_recv = is_recv, .src = src, .dst = dst, .red = red,
                   .type = p->type, .op = p->op, .bytes = bytes, .avail = bytes,
-                  .after = -1, .limit_by = limit_by, .fwd = -1, .fwd_ready = NULL};
+                  .after = -1, .limit_by = limit_by, .fwd = -1, .fwd_ready = NULL,
+                  .sig = &p->sig};
   for (int i = it->first + it->count - 1; i >= it->first; i--) {
     if (x.conn && p->xfers[i].conn == x.conn && p->xfers[i].is_recv == is_recv) {
       x.after = i;

@@ -90,6 +90,12 @@ zccResult_t zcc_bootstrap_send(zcc_bootstrap_t *b, int peer, int tag,
 zccResult_t zcc_bootstrap_recv(zcc_bootstrap_t *b, int peer, int tag, void *data,
                                size_t bytes, int64_t timeout_ms);
 
+/*
+ * zccRemoteError when `peer` is known to be gone: the connection it opened
+ * to this rank closed, or the one this rank opened to it did. Never blocks.
+ */
+zccResult_t zcc_bootstrap_peer_check(zcc_bootstrap_t *b, int peer);
+
 /* Close every connection. */
 void zcc_bootstrap_free(zcc_bootstrap_t *b);
 

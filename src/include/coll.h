@@ -99,6 +99,7 @@ typedef struct zcc_plan {
   uint64_t trace_id; /* its flight recorder record (trace.h); 0: none */
   struct zcc_op_rec *trace_rec; /* that record's slot, found on first use */
   int trace_started;
+  zcc_op_sig_t sig; /* what its transfers carry (opsig.h); set by the caller */
   struct zcc_plan *next;
 } zcc_plan_t;
 

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "bootstrap.h"
+#include "opsig.h"
 #include "socket.h"
 #include "zcc.h"
 
@@ -59,7 +60,25 @@ struct zccComm {
 
   atomic_int abort_flag;  /* set by zccCommAbort: waits give up */
   atomic_int async_error; /* first error met; collectives refuse after it */
+  atomic_int error_claim; /* the first setter of the error writes error_msg */
+  char error_msg[256];    /* its message, written before async_error is set */
   atomic_int busy;        /* calls in flight (registry-protected entry) */
+  /* One thread at a time issues operations (zcc_comm_enter_op): the one
+     that holds it, how deep (its open groups hold it too), and for what. */
+  atomic_uintptr_t owner;
+  int owner_depth;            /* touched by the owner only */
+  const char *_Atomic owner_fn;
+  atomic_int fail_deferred;   /* a transport could not tell its peers of the
+                                 error from the thread that found it (another
+                                 thread was sending): the owner does it when
+                                 its call ends (zcc_comm_leave_op) */
+  uint64_t op_seq;            /* collectives issued (opsig.h: their numbers) */
+  uint64_t op_count;          /* operations issued: collectives and p2p plans */
+  _Atomic uint64_t ops_done;  /* the last operation known to have completed */
+  uint64_t fail_opno;         /* in error: the first operation not completed */
+#define ZCC_SIG_HISTORY 16
+  zcc_op_sig_t sig_hist[ZCC_SIG_HISTORY]; /* the last collectives, by seq: a
+                                 late peer's record names what ran here */
 
   zcc_bootstrap_t *bootstrap;
   zcc_peer_info_t *peers;          /* [nranks] */
@@ -114,6 +133,17 @@ void zcc_redop_free_all(struct zccComm *comm);
 zccResult_t zcc_comm_enter(struct zccComm *comm, const char *fn, int check_error);
 void zcc_comm_leave(struct zccComm *comm);
 
+/*
+ * zcc_comm_enter for calls that issue operations (collectives, send and
+ * receive, split): also claims the communicator for the calling thread, so
+ * that a second thread's call is refused (zccInvalidUsage) instead of
+ * interleaving with it. Released by zcc_comm_leave_op.
+ */
+zccResult_t zcc_comm_enter_op(struct zccComm *comm, const char *fn);
+void zcc_comm_leave_op(struct zccComm *comm);
+/* Does the calling thread hold comm (an op in flight or queued in its group)? */
+int zcc_comm_held_here(const struct zccComm *comm);
+
 /* Call fn on every live communicator, under the registry lock (they stay alive). */
 void zcc_comm_foreach(void (*fn)(struct zccComm *comm, void *arg), void *arg);
 
@@ -125,8 +155,14 @@ int zcc_comm_unregister(struct zccComm *comm);
 /* Non-zero if comm is a live communicator of this library (no reference taken). */
 int zcc_comm_is_live(const struct zccComm *comm);
 
-/* Record an error on the communicator (first one wins) and poison its connections. */
+/*
+ * Record an error on the communicator (first one wins; its message is the
+ * thread's last error) and poison its connections, so that the peers stop
+ * too. Every later call fails with this cause until destroy or abort.
+ */
 void zcc_comm_set_error(struct zccComm *comm, zccResult_t res);
+/* The same with an explicit message. */
+void zcc_comm_set_error_msg(struct zccComm *comm, zccResult_t res, const char *msg);
 
 /* Build a communicator (the body of zccCommInitRankConfig). */
 zccResult_t zcc_comm_init(struct zccComm **out, int nranks, const zccUniqueId *id,

@@ -23,5 +23,10 @@ zccResult_t zcc_group_p2p_plan(struct zccComm *comm, zcc_plan_t **plan, int *cre
 zccResult_t zcc_group_gpu_p2p_add(struct zccComm *comm, const zcc_gpu_p2p_op_t *op, int *kept);
 /* Run one plan now (outside groups), then free it and leave the comm. */
 zccResult_t zcc_run_plan_now(zcc_plan_t *plan);
+/*
+ * Drop what the calling thread's open group holds of comm (its queued
+ * plans and their references); returns how many operations were dropped.
+ */
+int zcc_group_drop_comm(struct zccComm *comm);
 
 #endif /* ZCC_GROUP_H_ */

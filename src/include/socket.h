@@ -83,6 +83,23 @@ zccResult_t zcc_socket_auth_client(int fd, const uint8_t secret[ZCC_SECRET_BYTES
 zccResult_t zcc_socket_auth_server(int fd, const uint8_t secret[ZCC_SECRET_BYTES],
                                    uint64_t context, const zcc_wait_t *w);
 
+/*
+ * The server side without blocking, one step per call, for a poll loop
+ * that serves many connections at once (the bootstrap gate): reads what has
+ * arrived, answers when a message is complete. Returns 1 when the client
+ * proved the secret, 0 when it needs more bytes (poll for POLLIN), -1 on
+ * failure (last error set; the caller drops the connection). Start from a
+ * zeroed state.
+ */
+typedef struct zcc_auth_server_state {
+  int phase;       /* 0: reading HELLO, 1: reading PROOF, 2: done */
+  size_t got;
+  uint8_t in[56];  /* one message */
+  uint8_t nc[16], ns[16];
+} zcc_auth_server_state_t;
+int zcc_socket_auth_server_step(int fd, zcc_auth_server_state_t *st,
+                                const uint8_t secret[ZCC_SECRET_BYTES], uint64_t context);
+
 void zcc_socket_close(int *fd);
 
 /* Cryptographic helpers (src/misc/sha256.c). */

@@ -20,6 +20,7 @@
 #include <stddef.h>
 
 #include "comm.h"
+#include "opsig.h"
 #include "zcc.h"
 
 typedef struct zcc_conn {
@@ -51,6 +52,9 @@ typedef struct zcc_xfer {
   struct zcc_xfer *fwd_ready; /* recv: set by the executor when that send is
                        caught up and may be written now, so the transport
                        can produce both outputs in one pass; else NULL */
+  const zcc_op_sig_t *sig; /* the operation it belongs to (its plan's); the
+                       transport sends it with the first bytes and checks
+                       the peer's against it (opsig.h) */
 } zcc_xfer_t;
 
 typedef enum {
@@ -125,8 +129,11 @@ extern const zcc_transport_gpu_t zcc_shm_gpu_face; /* shm's GPU face (shm_gpu.c)
 /* The per-communicator state slot of a transport (NULL until it sets one). */
 void **zcc_transport_slot(struct zccComm *comm, const zcc_transport_ops_t *ops);
 
+/* ZCC_CONNECT_TIMEOUT: what connecting a pair of ranks may take, in ms. */
+int64_t zcc_transport_connect_timeout_ms(void);
+
 /* Fill self's transport fields, exchange peer info, connect every pair
-   (host communicators; GPU communicators connect in zcc_transport_connect_gpu). */
+   (host communicators; GPU communicators connect in zcc_transport_pick_gpu). */
 zccResult_t zcc_transport_connect_all(struct zccComm *comm);
 /*
  * GPU communicators (the GPU executor's setup): pick the transport, the

@@ -615,6 +615,72 @@ zccResult_t zcc_socket_auth_client(int fd,
   return zccSuccess;
 }
 
+/* A whole message on a fresh connection's empty send buffer, or failure. */
+static int auth_send_now(int fd, const auth_msg_t *m) {
+  uint8_t wire[AUTH_MSG_BYTES];
+  auth_encode(m, wire);
+  ssize_t n;
+  do {
+    n = send(fd, wire, sizeof(wire), MSG_NOSIGNAL | MSG_DONTWAIT);
+  } while (n < 0 && errno == EINTR);
+  if (n == (ssize_t)sizeof(wire)) return 0;
+  zcc_error(zccRemoteError, "handshake: cannot send %zu bytes at once: %s", sizeof(wire),
+            n < 0 ? strerror(errno) : "short write");
+  return -1;
+}
+
+int zcc_socket_auth_server_step(int fd, zcc_auth_server_state_t *st,
+                                const uint8_t secret[ZCC_SECRET_BYTES], uint64_t context) {
+  _Static_assert(sizeof(st->in) == AUTH_MSG_BYTES, "auth message size");
+  _Static_assert(sizeof(st->nc) == AUTH_NONCE, "auth nonce size");
+  if (st->phase >= 2) return 1;
+  while (st->got < AUTH_MSG_BYTES) {
+    ssize_t n = recv(fd, st->in + st->got, AUTH_MSG_BYTES - st->got, MSG_DONTWAIT);
+    if (n > 0) {
+      st->got += (size_t)n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    zcc_error(zccRemoteError, "handshake: %s",
+              n == 0 ? "connection closed by peer" : strerror(errno));
+    return -1;
+  }
+  st->got = 0;
+  uint32_t magic, kind;
+  memcpy(&magic, st->in, 4);
+  memcpy(&kind, st->in + 4, 4);
+  uint32_t want = st->phase == 0 ? AUTH_HELLO : AUTH_PROOF;
+  if (ntohl(magic) != AUTH_MAGIC || ntohl(kind) != want) {
+    zcc_error(zccRemoteError, "handshake: expected message %u, got magic 0x%08x kind %u",
+              want, ntohl(magic), ntohl(kind));
+    return -1;
+  }
+  if (st->phase == 0) {
+    auth_msg_t chal = {AUTH_CHALLENGE, {0}, {0}};
+    memcpy(st->nc, st->in + 8, AUTH_NONCE);
+    if (zcc_random_bytes(st->ns, AUTH_NONCE) != zccSuccess) return -1;
+    memcpy(chal.nonce, st->ns, AUTH_NONCE);
+    auth_proof(secret, 'S', context, st->nc, st->ns, chal.proof);
+    if (auth_send_now(fd, &chal) != 0) return -1;
+    st->phase = 1;
+    return zcc_socket_auth_server_step(fd, st, secret, context);
+  }
+  uint8_t expect[32];
+  auth_proof(secret, 'C', context, st->nc, st->ns, expect);
+  auth_msg_t ack = {AUTH_ACCEPT, {0}, {0}};
+  if (!equal_ct(expect, st->in + 8 + AUTH_NONCE, 32)) {
+    ack.kind = AUTH_REJECT;
+    (void)auth_send_now(fd, &ack);
+    zcc_error(zccRemoteError,
+              "handshake: client does not hold the secret (or another communicator)");
+    return -1;
+  }
+  if (auth_send_now(fd, &ack) != 0) return -1;
+  st->phase = 2;
+  return 1;
+}
+
 zccResult_t zcc_socket_auth_server(int fd,
                                    const uint8_t secret[ZCC_SECRET_BYTES],
                                    uint64_t context, const zcc_wait_t *w) {

@@ -4,15 +4,21 @@
  * connects to the lower, proves the communicator's secret, and names its
  * rank. Sends go straight from the user buffer to the kernel; receives land
  * in the destination, or in a small staging buffer when they reduce.
+ * Every transfer begins with its operation's record (opsig.h), checked by
+ * the receiver before it uses any byte; a side that gives up sends a
+ * ZCC_WIRE_FAIL record with its cause (when it is between transfers) and
+ * shuts the connection down.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "check.h"
+#include "coll.h"
 #include "debug.h"
 #include "param.h"
 #include "reduce.h"
@@ -40,7 +46,25 @@ typedef struct sock_conn {
   int fd;
   char *stage;
   size_t stage_cap, stage_fill;
+  /* The record of the transfer being sent, and how much of it went. */
+  zcc_wire_hdr_t out_hdr;
+  size_t out_hdr_done;
+  atomic_int out_active;  /* a transfer is under way: its record was made
+                             (atomic: sock_fail may look from another thread) */
+  uint64_t send_pseq;
+  /* The record of the transfer being received. */
+  zcc_wire_hdr_t in_hdr;
+  size_t in_hdr_got;
+  int in_checked;         /* in_hdr is complete and matched */
+  uint64_t recv_pseq;
+  /* Read ahead with the last bytes of a transfer: the start of the next
+     record (so that a failure record behind the data is seen, and the
+     next header needs no system call of its own). */
+  char la[sizeof(zcc_wire_hdr_t)];
+  size_t la_len;
 } sock_conn_t;
+
+static int is_p2p(const zcc_xfer_t *x) { return x->sig && x->sig->coll == ZCC_COLL_SENDRECV; }
 
 
 static int sock_can_connect(const struct zccComm *comm, const zcc_peer_info_t *self,
@@ -101,7 +125,8 @@ static zccResult_t sock_connect(zcc_conn_t *conn, zcc_connect_phase_t phase) {
   }
   if (phase != ZCC_CONNECT_ATTACH) return zccSuccess;
   sock_conn_t *s = conn->priv;
-  zcc_wait_t w = zcc_wait_in(60000, &comm->abort_flag, "socket connect");
+  zcc_wait_t w = zcc_wait_in(zcc_transport_connect_timeout_ms(), &comm->abort_flag,
+                             "socket connect");
   if (conn->peer < comm->rank) {
     ZCC_CHECK(zcc_socket_connect(&comm->peers[conn->peer].net_addr, &s->fd, &w));
     ZCC_CHECK(zcc_socket_auth_client(s->fd, comm->secret, comm->hash, &w));
@@ -110,7 +135,13 @@ static zccResult_t sock_connect(zcc_conn_t *conn, zcc_connect_phase_t phase) {
   } else {
     while (st->pending[conn->peer] < 0) {
       ZCC_CHECK(zcc_wait_check(&w));
-      ZCC_CHECK(accept_one(comm, st, &w));
+      ZCC_CHECK(zcc_bootstrap_peer_check(comm->bootstrap, conn->peer));
+      /* Accept in slices, so that the peer's death is seen while waiting. */
+      zcc_wait_t slice = zcc_wait_in(100, &comm->abort_flag, "socket connect");
+      if (slice.deadline_ns > w.deadline_ns) slice.deadline_ns = w.deadline_ns;
+      zccResult_t res = accept_one(comm, st, &slice);
+      if (res == zccTimeout && zcc_now_ns() < w.deadline_ns) continue;
+      ZCC_CHECK(res);
     }
     s->fd = st->pending[conn->peer];
     st->pending[conn->peer] = -1;
@@ -119,14 +150,207 @@ static zccResult_t sock_connect(zcc_conn_t *conn, zcc_connect_phase_t phase) {
   return zccSuccess;
 }
 
+/* writev/readv that never block; *moved counts bytes of either part. */
+static zccResult_t io_vec(int fd, struct iovec *iov, int n, int sending, size_t *moved) {
+  *moved = 0;
+  for (;;) {
+    ssize_t r = sending ? sendmsg(fd, &(struct msghdr){.msg_iov = iov, .msg_iovlen = (size_t)n},
+                                  MSG_NOSIGNAL | MSG_DONTWAIT)
+                        : recvmsg(fd, &(struct msghdr){.msg_iov = iov, .msg_iovlen = (size_t)n},
+                                  MSG_DONTWAIT);
+    if (r > 0) {
+      *moved = (size_t)r;
+      return zccSuccess;
+    }
+    if (r == 0 && !sending) return zcc_error(zccRemoteError, "connection closed by peer");
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return zccSuccess;
+    int err = r < 0 ? errno : EPIPE;
+    if (err == EPIPE || err == ECONNRESET || err == ENOTCONN || err == ETIMEDOUT ||
+        err == EHOSTUNREACH || err == ENETUNREACH)
+      return zcc_error(zccRemoteError, "%s failed, peer connection lost: %s",
+                       sending ? "send" : "recv", strerror(err));
+    return zcc_error(zccSystemError, "%s failed: %s", sending ? "send" : "recv", strerror(err));
+  }
+}
+
+/* Send the record (first) and then src[done, avail). */
+static zccResult_t send_xfer(sock_conn_t *s, zcc_xfer_t *x) {
+  if (!atomic_load_explicit(&s->out_active, memory_order_relaxed)) {
+    zcc_wire_hdr_fill(&s->out_hdr, x->sig, x->bytes, is_p2p(x) ? ++s->send_pseq : 0);
+    s->out_hdr_done = 0;
+    atomic_store_explicit(&s->out_active, 1, memory_order_relaxed);
+  }
+  while (s->out_hdr_done < sizeof(s->out_hdr) || x->done < x->avail) {
+    struct iovec iov[2];
+    int n = 0;
+    size_t hleft = sizeof(s->out_hdr) - s->out_hdr_done;
+    if (hleft) iov[n++] = (struct iovec){(char *)&s->out_hdr + s->out_hdr_done, hleft};
+    if (x->done < x->avail)
+      iov[n++] = (struct iovec){(char *)x->src + x->done, x->avail - x->done};
+    size_t moved = 0;
+    ZCC_CHECK(io_vec(s->fd, iov, n, 1, &moved));
+    if (!moved) break;
+    size_t h = moved < hleft ? moved : hleft;
+    s->out_hdr_done += h;
+    x->done += moved - h;
+  }
+  if (x->done == x->bytes && s->out_hdr_done == sizeof(s->out_hdr))
+    atomic_store_explicit(&s->out_active, 0, memory_order_relaxed);
+  return zccSuccess;
+}
+
+/*
+ * A ZCC_WIRE_FAIL record arrived in s->in_hdr, `have` bytes of its text
+ * already read into `text`: read the rest (briefly) into the error. A peer
+ * that gave up over a usage error (a mismatch) makes it one here too.
+ */
+static zccResult_t peer_failed(zcc_conn_t *conn, sock_conn_t *s, const char *text_in,
+                               size_t have) {
+  char text[ZCC_WIRE_FAIL_TEXT + 1] = "";
+  size_t len = s->in_hdr.bytes <= ZCC_WIRE_FAIL_TEXT ? (size_t)s->in_hdr.bytes : 0;
+  if (have > len) have = len;
+  if (have) memcpy(text, text_in, have);
+  zcc_wait_t w = zcc_wait_in(200, NULL, "socket failure record");
+  if (len > have && zcc_socket_recv_all(s->fd, text + have, len - have, &w) != zccSuccess)
+    len = have;
+  text[len] = '\0';
+  zccResult_t code = (zccResult_t)s->in_hdr.code;
+  return zcc_error(code == zccInvalidUsage ? zccInvalidUsage : zccRemoteError,
+                   "rank %d gave up on the communicator (%s%s%s)", conn->peer,
+                   zccGetErrorString(code), len ? ": " : "", text);
+}
+
+/*
+ * The next record's header, when all of it is here and none of it has been
+ * taken yet: copied to *h, returns 1 (take_record then consumes it).
+ */
+static int next_record(sock_conn_t *s, zcc_wire_hdr_t *h) {
+  if (s->in_checked || s->in_hdr_got) return 0;
+  if (s->la_len == sizeof(*h)) {
+    memcpy(h, s->la, sizeof(*h));
+    return 1;
+  }
+  if (s->la_len) return 0;
+  return recv(s->fd, h, sizeof(*h), MSG_PEEK | MSG_DONTWAIT) == (ssize_t)sizeof(*h);
+}
+
+/* Consume the record next_record saw into s->in_hdr. */
+static zccResult_t take_record(sock_conn_t *s) {
+  if (s->la_len) {
+    memcpy(&s->in_hdr, s->la, sizeof(s->in_hdr));
+    s->la_len = 0;
+    return zccSuccess;
+  }
+  zcc_wait_t w = zcc_wait_in(200, NULL, "socket failure record");
+  return zcc_socket_recv_all(s->fd, &s->in_hdr, sizeof(s->in_hdr), &w);
+}
+
+/* The peer's failure record is next: take it and report it. */
+static zccResult_t take_failure(zcc_conn_t *conn, sock_conn_t *s) {
+  if (take_record(s) != zccSuccess)
+    return zcc_error(zccRemoteError, "rank %d gave up on the communicator", conn->peer);
+  return peer_failed(conn, s, NULL, 0);
+}
+
+/*
+ * After a failed send, the reason from what the peer sent next: its
+ * failure record, or the record of a call that does not match this one.
+ */
+static zccResult_t send_failed(zcc_conn_t *conn, sock_conn_t *s, const zcc_xfer_t *x,
+                               zccResult_t res) {
+  zcc_wire_hdr_t h;
+  if (res != zccRemoteError || !next_record(s, &h)) return res;
+  if (h.magic == ZCC_WIRE_DATA) {
+    char cause[256];
+    snprintf(cause, sizeof(cause), "%s", zcc_last_error());
+    zccResult_t mm = zcc_wire_hdr_check(&h, x->sig, h.bytes, h.pseq, conn->peer, conn->comm);
+    if (mm != zccSuccess) return mm;
+    zcc_restore_last_error(cause);
+    return res;
+  }
+  return h.magic == ZCC_WIRE_FAIL ? take_failure(conn, s) : res;
+}
+
+/*
+ * Receive into buf[0, want): behind the rest of the record while it is not
+ * complete (checked once it is), and, when `last` (want ends the
+ * transfer), with up to one record's worth of what follows into the
+ * look-ahead. *got: bytes of buf filled; *moved: any bytes taken.
+ */
+static zccResult_t recv_xfer(zcc_conn_t *conn, sock_conn_t *s, zcc_xfer_t *x, char *buf,
+                             size_t want, int last, size_t *got, int *moved) {
+  *got = 0;
+  if (!s->in_checked && !s->in_hdr_got && s->la_len) {
+    memcpy(&s->in_hdr, s->la, s->la_len);
+    s->in_hdr_got = s->la_len;
+    s->la_len = 0;
+  }
+  for (;;) {
+    if (!s->in_checked && s->in_hdr_got == sizeof(s->in_hdr)) {
+      if (s->in_hdr.magic == ZCC_WIRE_FAIL) {
+        /* Its text went where the data would have: into buf, then the look-ahead. */
+        char text[ZCC_WIRE_FAIL_TEXT];
+        size_t t = *got < sizeof(text) ? *got : sizeof(text);
+        memcpy(text, buf, t);
+        size_t l = s->la_len < sizeof(text) - t ? s->la_len : sizeof(text) - t;
+        memcpy(text + t, s->la, l);
+        s->la_len = 0;
+        return peer_failed(conn, s, text, t + l);
+      }
+      uint64_t pseq = is_p2p(x) ? s->recv_pseq + 1 : 0;
+      ZCC_CHECK(zcc_wire_hdr_check(&s->in_hdr, x->sig, x->bytes, pseq, conn->peer,
+                                   conn->comm));
+      if (pseq) s->recv_pseq = pseq;
+      s->in_checked = 1;
+    }
+    /* Done when buf is full; bytes read past it mean all of it is here. */
+    if (s->in_checked && (*got == want || s->la_len)) return zccSuccess;
+    if (!s->in_checked && s->in_hdr_got == 0) {
+      /* Nothing of the record yet: poll with a plain recv of it, which costs
+         less than a recvmsg while the peer has not sent (the common case of
+         a waiting receiver); the data follows in the same pass. */
+      ssize_t r = recv(s->fd, &s->in_hdr, sizeof(s->in_hdr), MSG_DONTWAIT);
+      if (r > 0) {
+        s->in_hdr_got = (size_t)r;
+        *moved = 1;
+        continue;
+      }
+      if (r == 0) return zcc_error(zccRemoteError, "connection closed by peer");
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return zccSuccess;
+      return zcc_error(zccRemoteError, "recv failed, peer connection lost: %s", strerror(errno));
+    }
+    struct iovec iov[3];
+    int n = 0;
+    size_t hleft = s->in_checked ? 0 : sizeof(s->in_hdr) - s->in_hdr_got;
+    size_t dleft = want - *got;
+    if (hleft) iov[n++] = (struct iovec){(char *)&s->in_hdr + s->in_hdr_got, hleft};
+    if (dleft) iov[n++] = (struct iovec){buf + *got, dleft};
+    if (last) iov[n++] = (struct iovec){s->la + s->la_len, sizeof(s->la) - s->la_len};
+    size_t r = 0;
+    ZCC_CHECK(io_vec(s->fd, iov, n, 0, &r));
+    if (!r) return zccSuccess;
+    *moved = 1;
+    size_t h = r < hleft ? r : hleft;
+    s->in_hdr_got += h;
+    r -= h;
+    size_t d = r < dleft ? r : dleft;
+    *got += d;
+    s->la_len += r - d;
+  }
+}
+
 static zccResult_t sock_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
   sock_conn_t *s = conn->priv;
   size_t before = x->done;
   if (!x->is_recv) {
-    /* *_some treat *done as the offset already moved within buf. */
-    ZCC_CHECK(zcc_socket_send_some(s->fd, x->src, x->avail, &x->done));
+    zccResult_t res = send_xfer(s, x);
+    if (res != zccSuccess) return send_failed(conn, s, x, res);
   } else if (!x->red) {
-    ZCC_CHECK(zcc_socket_recv_some(s->fd, x->dst, x->bytes, &x->done));
+    size_t got = 0;
+    ZCC_CHECK(recv_xfer(conn, s, x, (char *)x->dst + x->done, x->bytes - x->done, 1, &got,
+                        moved));
+    x->done += got;
   } else {
     size_t tsize = zcc_type_size(x->type);
     if (!s->stage) {
@@ -137,10 +361,13 @@ static zccResult_t sock_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
       if (!s->stage) return zcc_error(zccSystemError, "socket: out of memory for staging");
       s->stage_cap = cap;
     }
-    size_t want = x->bytes - x->done - s->stage_fill;
-    if (want > s->stage_cap - s->stage_fill) want = s->stage_cap - s->stage_fill;
+    size_t want = x->bytes - x->done - s->stage_fill, last = 1;
+    if (want > s->stage_cap - s->stage_fill) {
+      want = s->stage_cap - s->stage_fill;
+      last = 0;
+    }
     size_t got = 0;
-    ZCC_CHECK(zcc_socket_recv_some(s->fd, s->stage + s->stage_fill, want, &got));
+    ZCC_CHECK(recv_xfer(conn, s, x, s->stage + s->stage_fill, want, (int)last, &got, moved));
     s->stage_fill += got;
     size_t whole = s->stage_fill - s->stage_fill % tsize;
     if (whole) {
@@ -150,7 +377,19 @@ static zccResult_t sock_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
       memmove(s->stage, s->stage + whole, s->stage_fill - whole);
       s->stage_fill -= whole;
     }
-    if (got) *moved = 1;
+  }
+  if (x->is_recv && x->done == x->bytes) {
+    s->in_checked = 0;
+    s->in_hdr_got = 0;
+    /* A peer that gave up after sending these bytes says so behind them
+       (read ahead with them): its call failed, so this one must not
+       succeed on its data. */
+    zcc_wire_hdr_t h;
+    uint64_t opno = s->in_hdr.sig.opno;
+    if (s->la_len == sizeof(h)) {
+      memcpy(&h, s->la, sizeof(h));
+      if (h.magic == ZCC_WIRE_FAIL && opno >= h.pseq) return take_failure(conn, s);
+    }
   }
   if (x->done != before) *moved = 1;
   return zccSuccess;
@@ -163,7 +402,7 @@ static zccResult_t sock_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
 static int sock_pending(zcc_conn_t *conn) {
   sock_conn_t *s = conn->priv;
   if (!s || s->fd < 0) return 0;
-  if (s->stage_fill) return 1;
+  if (s->stage_fill || s->la_len) return 1;
   char c;
   ssize_t n = recv(s->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
   return n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
@@ -171,7 +410,53 @@ static int sock_pending(zcc_conn_t *conn) {
 
 static void sock_fail(zcc_conn_t *conn) {
   sock_conn_t *s = conn->priv;
-  if (s && s->fd >= 0) shutdown(s->fd, SHUT_RDWR);
+  if (!s || s->fd < 0) return;
+  /* Between transfers, and from the thread that sends on it: say why, best
+     effort, then close our side. */
+  uintptr_t owner = atomic_load(&conn->comm->owner);
+  if (owner != 0 && !zcc_comm_held_here(conn->comm)) {
+    /* Another thread's call is in flight: it sends the record when it ends. */
+    atomic_store(&conn->comm->fail_deferred, 1);
+    return;
+  }
+  if (!atomic_load_explicit(&s->out_active, memory_order_relaxed)) {
+    struct {
+      zcc_wire_hdr_t h;
+      char text[ZCC_WIRE_FAIL_TEXT];
+    } rec;
+    memset(&rec, 0, sizeof(rec));
+    rec.h.magic = ZCC_WIRE_FAIL;
+    rec.h.code = (uint32_t)atomic_load(&conn->comm->async_error);
+    rec.h.pseq = conn->comm->fail_opno;
+    snprintf(rec.text, sizeof(rec.text), "%s", conn->comm->error_msg);
+    rec.h.bytes = strlen(rec.text);
+    /* A plain send: the thread's last error must stay the original one. */
+    size_t len = sizeof(rec.h) + (size_t)rec.h.bytes;
+    (void)!send(s->fd, &rec, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    atomic_store_explicit(&s->out_active, 1, memory_order_relaxed); /* nothing may follow */
+  }
+  /* Only our direction: closing the other with bytes unread would reset the
+     connection, and the peer's kernel would drop what we sent it (the
+     record that says why). Destroy closes the rest. */
+  shutdown(s->fd, SHUT_WR);
+}
+
+/*
+ * While waiting: has the peer given up (its record is next) or closed the
+ * connection? Looks without taking anything.
+ */
+static zccResult_t sock_check(zcc_conn_t *conn) {
+  sock_conn_t *s = conn->priv;
+  if (!s || s->fd < 0 || s->in_hdr_got || s->in_checked) return zccSuccess;
+  zcc_wire_hdr_t h;
+  if (next_record(s, &h)) return h.magic == ZCC_WIRE_FAIL ? take_failure(conn, s) : zccSuccess;
+  if (s->la_len) return zccSuccess;
+  ssize_t n = recv(s->fd, &h, sizeof(h), MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0) return zcc_error(zccRemoteError, "rank %d closed the connection", conn->peer);
+  if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+    return zcc_error(zccRemoteError, "connection to rank %d lost: %s", conn->peer,
+                     strerror(errno));
+  return zccSuccess;
 }
 
 static void sock_free(zcc_conn_t *conn) {
@@ -200,6 +485,7 @@ const zcc_transport_ops_t zcc_transport_socket = {
     .connect = sock_connect,
     .progress = sock_progress,
     .pending = sock_pending,
+    .check = sock_check,
     .fail = sock_fail,
     .free = sock_free,
     .comm_free = sock_comm_free,

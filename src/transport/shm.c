@@ -4,8 +4,15 @@
  * data into a slot (the one copy), the receiver copies or reduces straight
  * out of it into the destination, slot by slot, so reduction overlaps
  * movement. The segment is unlinked once both sides mapped it.
+ *
+ * The first slot of every transfer carries the operation's record
+ * (opsig.h), which the receiver checks before it takes any byte. A side
+ * that gives up says so in the segment (with its error); one that is
+ * destroyed says it is gone. A peer's death is seen through a pidfd, which
+ * turns readable at exit (also while the process is an unreaped zombie).
  */
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdalign.h>
@@ -15,9 +22,11 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "check.h"
+#include "coll.h"
 #include "debug.h"
 #include "param.h"
 #include "reduce.h"
@@ -29,20 +38,33 @@ ZCC_PARAM_INT(shm_slot_size, "SHM_SLOT_SIZE", 131072,
               "bytes per shared-memory FIFO slot (multiple of 64)")
 ZCC_PARAM_INT(shm_nslots, "SHM_NSLOTS", 16, "slots per shared-memory FIFO (2 to 256)")
 
-#define SHM_MAGIC 0x7a636373686d3031ULL
+#define SHM_MAGIC 0x7a636373686d3032ULL
 #define SHM_MAX_SLOTS 256
+
+/* What the sender says of a slot. */
+typedef struct shm_desc {
+  uint32_t size;
+  uint32_t first;     /* the first slot of a transfer: hdr is its record */
+  zcc_wire_hdr_t hdr;
+} shm_desc_t;
 
 typedef struct shm_fifo {
   alignas(64) atomic_uint_least64_t tail; /* written by the sender */
   alignas(64) atomic_uint_least64_t head; /* written by the receiver */
-  alignas(64) uint32_t sizes[SHM_MAX_SLOTS];
+  alignas(64) shm_desc_t desc[SHM_MAX_SLOTS];
 } shm_fifo_t;
+
+enum { SHM_LIVE = 0, SHM_FAILED = 1, SHM_GONE = 2 };
 
 typedef struct shm_header {
   uint64_t magic;
   uint32_t nslots;
   uint32_t slot_size;
-  alignas(64) atomic_int failed[2]; /* [0]: lower rank gave up, [1]: higher */
+  alignas(64) atomic_int failed[2]; /* [0]: lower rank, [1]: higher; SHM_* */
+  int32_t fail_code[2];             /* SHM_FAILED: the side's error */
+  uint64_t fail_opno[2];            /* SHM_FAILED: its first operation that did not
+                                       complete; its bytes from there on are void */
+  char fail_msg[2][ZCC_WIRE_FAIL_TEXT];
   shm_fifo_t fifo[2];               /* [0]: lower -> higher, [1]: higher -> lower */
 } shm_header_t;
 
@@ -60,8 +82,13 @@ typedef struct shm_conn {
   uint64_t recv_head;
   size_t recv_off; /* bytes consumed of the current receive slot */
   atomic_int *my_failed, *peer_failed;
+  int32_t *my_code, *peer_code;
+  uint64_t *my_fail_opno, *peer_fail_opno;
+  char *my_msg, *peer_msg;
+  uint64_t send_pseq, recv_pseq; /* point-to-point messages each way */
   pid_t peer_pid;
   int check_pid;
+  int pidfd; /* the peer's pidfd; -1: none (then /proc is read) */
 } shm_conn_t;
 
 static int shm_can_connect(const struct zccComm *comm, const zcc_peer_info_t *self,
@@ -82,8 +109,15 @@ static void bind_views(shm_conn_t *s) {
   s->recv = &h->fifo[1 - out];
   s->send_data = data + (size_t)out * dir_bytes;
   s->recv_data = data + (size_t)(1 - out) * dir_bytes;
-  s->my_failed = &h->failed[s->lower ? 0 : 1];
-  s->peer_failed = &h->failed[s->lower ? 1 : 0];
+  int me = s->lower ? 0 : 1;
+  s->my_failed = &h->failed[me];
+  s->peer_failed = &h->failed[1 - me];
+  s->my_code = &h->fail_code[me];
+  s->my_fail_opno = &h->fail_opno[me];
+  s->peer_fail_opno = &h->fail_opno[1 - me];
+  s->peer_code = &h->fail_code[1 - me];
+  s->my_msg = h->fail_msg[me];
+  s->peer_msg = h->fail_msg[1 - me];
 }
 
 static zccResult_t shm_create(zcc_conn_t *conn, shm_conn_t *s) {
@@ -149,7 +183,44 @@ static zccResult_t shm_attach(zcc_conn_t *conn, shm_conn_t *s) {
   s->nslots = h->nslots;
   s->slot_size = h->slot_size;
   bind_views(s);
+  /* Both sides have it mapped now: a creator that dies before its FINISH
+     phase leaves no segment behind. */
+  shm_unlink(s->name);
   return zccSuccess;
+}
+
+/* A pidfd for the peer, so that its death is seen even before it is reaped. */
+static int open_pidfd(pid_t pid) {
+#ifdef SYS_pidfd_open
+  int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+  if (fd >= 0) {
+    int fl = fcntl(fd, F_GETFD);
+    if (fl >= 0) fcntl(fd, F_SETFD, fl | FD_CLOEXEC);
+  }
+  return fd;
+#else
+  (void)pid;
+  return -1;
+#endif
+}
+
+/* Has process pid exited (dead, or a zombie not yet reaped)? */
+static int pid_exited(shm_conn_t *s) {
+  if (s->pidfd >= 0) {
+    struct pollfd p = {.fd = s->pidfd, .events = POLLIN};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR));
+  }
+  if (kill(s->peer_pid, 0) != 0 && errno == ESRCH) return 1;
+  char path[64], buf[256];
+  snprintf(path, sizeof(path), "/proc/%d/stat", (int)s->peer_pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT;
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  const char *paren = strrchr(buf, ')'); /* the name may hold spaces */
+  return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
 }
 
 static zccResult_t shm_connect(zcc_conn_t *conn, zcc_connect_phase_t phase) {
@@ -160,12 +231,14 @@ static zccResult_t shm_connect(zcc_conn_t *conn, zcc_connect_phase_t phase) {
     s = calloc(1, sizeof(*s));
     if (!s) return zcc_error(zccSystemError, "shm: out of memory");
     conn->priv = s;
+    s->pidfd = -1;
     s->lower = comm->rank < conn->peer;
     snprintf(s->name, sizeof(s->name), "/zcc-%016llx-%d-%d-%d",
              (unsigned long long)comm->hash, (int)comm->peers[s->lower ? comm->rank : conn->peer].pid,
              s->lower ? comm->rank : conn->peer, s->lower ? conn->peer : comm->rank);
     s->peer_pid = comm->peers[conn->peer].pid;
     s->check_pid = comm->peers[conn->peer].pidns == comm->peers[comm->rank].pidns;
+    s->pidfd = s->check_pid ? open_pidfd(s->peer_pid) : -1;
     return s->lower ? shm_create(conn, s) : zccSuccess;
   case ZCC_CONNECT_ATTACH:
     return s->lower ? zccSuccess : shm_attach(conn, s);
@@ -180,15 +253,32 @@ static zccResult_t shm_connect(zcc_conn_t *conn, zcc_connect_phase_t phase) {
   }
 }
 
+/* The peer's failure, as it recorded it. */
+static zccResult_t peer_failed(zcc_conn_t *conn, shm_conn_t *s) {
+  char msg[ZCC_WIRE_FAIL_TEXT];
+  memcpy(msg, s->peer_msg, sizeof(msg));
+  msg[sizeof(msg) - 1] = '\0';
+  /* A peer that gave up over a usage error (a mismatch) makes it one here too. */
+  zccResult_t code = (zccResult_t)*s->peer_code;
+  return zcc_error(code == zccInvalidUsage ? zccInvalidUsage : zccRemoteError,
+                   "rank %d (pid %d) gave up on the communicator (%s%s%s)",
+                   conn->peer, (int)s->peer_pid, zccGetErrorString((zccResult_t)*s->peer_code),
+                   msg[0] ? ": " : "", msg);
+}
+
 static zccResult_t peer_gone(zcc_conn_t *conn, shm_conn_t *s) {
-  if (atomic_load_explicit(s->peer_failed, memory_order_relaxed))
-    return zcc_error(zccRemoteError, "rank %d (pid %d) gave up on the communicator",
+  int st = atomic_load_explicit(s->peer_failed, memory_order_acquire);
+  if (st == SHM_FAILED) return peer_failed(conn, s);
+  if (st == SHM_GONE)
+    return zcc_error(zccRemoteError, "rank %d (pid %d) destroyed the communicator",
                      conn->peer, (int)s->peer_pid);
-  if (s->check_pid && kill(s->peer_pid, 0) != 0 && errno == ESRCH)
+  if (s->check_pid && pid_exited(s))
     return zcc_error(zccRemoteError, "rank %d (pid %d) exited", conn->peer,
                      (int)s->peer_pid);
   return zccSuccess;
 }
+
+static int is_p2p(const zcc_xfer_t *x) { return x->sig && x->sig->coll == ZCC_COLL_SENDRECV; }
 
 /* The next free send slot of s, or NULL when the FIFO is full. */
 static char *send_slot(shm_conn_t *s) {
@@ -197,8 +287,12 @@ static char *send_slot(shm_conn_t *s) {
   return s->send_data + (size_t)(s->send_tail % s->nslots) * s->slot_size;
 }
 
-static void send_post(shm_conn_t *s, size_t n) {
-  s->send->sizes[s->send_tail % s->nslots] = (uint32_t)n;
+/* Post n bytes of x's next chunk; its first carries x's record. */
+static void send_post(shm_conn_t *s, size_t n, const zcc_xfer_t *x) {
+  shm_desc_t *d = &s->send->desc[s->send_tail % s->nslots];
+  d->size = (uint32_t)n;
+  d->first = x->done == 0;
+  if (d->first) zcc_wire_hdr_fill(&d->hdr, x->sig, x->bytes, is_p2p(x) ? ++s->send_pseq : 0);
   s->send_tail++;
   atomic_store_explicit(&s->send->tail, s->send_tail, memory_order_release);
 }
@@ -207,11 +301,13 @@ static zccResult_t shm_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
   shm_conn_t *s = conn->priv;
   if (!x->is_recv) {
     char *out;
+    if (x->done == 0 && atomic_load_explicit(s->peer_failed, memory_order_acquire) == SHM_FAILED)
+      return peer_failed(conn, s); /* it will not take them */
     while (x->done < x->avail && (out = send_slot(s)) != NULL) {
       size_t n = x->avail - x->done;
       if (n > s->slot_size) n = s->slot_size;
       memcpy(out, (const char *)x->src + x->done, n);
-      send_post(s, n);
+      send_post(s, n, x);
       x->done += n;
       *moved = 1;
     }
@@ -221,8 +317,29 @@ static zccResult_t shm_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
   uint64_t tail = atomic_load_explicit(&s->recv->tail, memory_order_acquire);
   while (x->done < x->bytes && s->recv_head < tail) {
     uint32_t idx = (uint32_t)(s->recv_head % s->nslots);
+    const shm_desc_t *d = &s->recv->desc[idx];
+    if (x->done == 0) {
+      /* A new transfer: the peer must be live and sending this very call. */
+      if (atomic_load_explicit(s->peer_failed, memory_order_acquire) == SHM_FAILED &&
+          d->hdr.sig.opno >= *s->peer_fail_opno)
+        return peer_failed(conn, s); /* bytes of a call that failed there */
+      if (s->recv_off != 0 || !d->first)
+        return zcc_error(zccInvalidUsage,
+                         "%s: the bytes from rank %d do not begin a transfer (an earlier "
+                         "call's sizes differed between the ranks)",
+                         x->sig ? zcc_coll_name((zcc_coll_t)x->sig->coll) : "transfer",
+                         conn->peer);
+      uint64_t pseq = is_p2p(x) ? s->recv_pseq + 1 : 0;
+      ZCC_CHECK(zcc_wire_hdr_check(&d->hdr, x->sig, x->bytes, pseq, conn->peer,
+                                   conn->comm));
+      if (pseq) s->recv_pseq = pseq;
+    } else if (s->recv_off == 0 && d->first) {
+      return zcc_error(zccInvalidUsage,
+                       "rank %d began a new transfer inside one of %zu bytes (sizes differ "
+                       "between the ranks)", conn->peer, x->bytes);
+    }
     const char *slot = s->recv_data + (size_t)idx * s->slot_size + s->recv_off;
-    size_t avail = s->recv->sizes[idx] - s->recv_off;
+    size_t avail = d->size - s->recv_off;
     size_t n = x->bytes - x->done;
     if (n > avail) n = avail;
     if (n % tsize)
@@ -244,7 +361,7 @@ static zccResult_t shm_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
       if (out) memcpy(out, slot, n);
     }
     if (out) {
-      send_post(fs, n);
+      send_post(fs, n, f);
       f->done += n;
     }
     /* Once a chunk went unforwarded the send is behind: it must copy that
@@ -252,7 +369,7 @@ static zccResult_t shm_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
     if (!out || f->done == f->bytes) x->fwd_ready = NULL;
     x->done += n;
     s->recv_off += n;
-    if (s->recv_off == s->recv->sizes[idx]) {
+    if (s->recv_off == d->size) {
       s->recv_off = 0;
       s->recv_head++;
       atomic_store_explicit(&s->recv->head, s->recv_head, memory_order_release);
@@ -276,12 +393,22 @@ static zccResult_t shm_check(zcc_conn_t *conn) {
 
 static void shm_fail(zcc_conn_t *conn) {
   shm_conn_t *s = conn->priv;
-  if (s && s->base) atomic_store(s->my_failed, 1);
+  if (!s || !s->base || atomic_load(s->my_failed) != SHM_LIVE) return;
+  struct zccComm *comm = conn->comm;
+  *s->my_code = atomic_load(&comm->async_error);
+  *s->my_fail_opno = comm->fail_opno;
+  snprintf(s->my_msg, ZCC_WIRE_FAIL_TEXT, "%s", comm->error_msg);
+  atomic_store_explicit(s->my_failed, SHM_FAILED, memory_order_release);
 }
 
 static void shm_free(zcc_conn_t *conn) {
   shm_conn_t *s = conn->priv;
   if (!s) return;
+  if (s->base) {
+    int live = SHM_LIVE;
+    atomic_compare_exchange_strong(s->my_failed, &live, SHM_GONE);
+  }
+  if (s->pidfd >= 0) close(s->pidfd);
   if (s->linked) shm_unlink(s->name);
   if (s->base) munmap(s->base, s->map_bytes);
   free(s);

@@ -15,6 +15,8 @@
 ZCC_PARAM_INT(connect_timeout_ms, "CONNECT_TIMEOUT", 60000,
               "ms allowed for connecting the ranks' transports during init")
 
+int64_t zcc_transport_connect_timeout_ms(void) { return zcc_param_connect_timeout_ms(); }
+
 /* Priority order: the first that can connect a pair wins (host communicators
    take the host entries, GPU communicators those with a GPU face). */
 static const zcc_transport_ops_t *const transports[] = {
