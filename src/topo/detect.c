@@ -8,6 +8,7 @@
  */
 #include <ctype.h>
 #include <hwloc.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -338,7 +339,21 @@ static void scan_networks(det_t *d, int *rdma, int *eth) {
   }
 }
 
+/*
+ * hwloc loads its plugins with the first topology and unloads them with the
+ * last; its PCI plugin (libpciaccess) keeps allocations it never frees, which
+ * then read as leaks from an unknown module. One empty topology kept for the
+ * life of the process keeps the plugins loaded, so detecting again (a process
+ * detects once, src/topo/topo.c) costs no reload either.
+ */
+static pthread_once_t keep_once = PTHREAD_ONCE_INIT;
+static hwloc_topology_t keep_plugins;
+static void keep_plugins_loaded(void) {
+  if (hwloc_topology_init(&keep_plugins) != 0) keep_plugins = NULL;
+}
+
 zccResult_t zcc_topo_detect(zcc_topo_t **out) {
+  pthread_once(&keep_once, keep_plugins_loaded);
   det_t d;
   memset(&d, 0, sizeof(d));
   d.net_rdma = d.net_eth = -1;
