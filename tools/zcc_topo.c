@@ -18,6 +18,7 @@
 #include "comm.h"
 #include "debug.h"
 #include "param.h"
+#include "perf_util.h"
 #include "planner.h"
 #include "topo.h"
 #include "zcc.h"
@@ -247,25 +248,9 @@ static int print_measure(void) {
   return 0;
 }
 
-/* SIZE with an optional K, M or G (powers of 1024). */
-static int parse_bytes(const char *s, size_t *out) {
-  char *end = NULL;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno || end == s) return -1;
-  unsigned long long mul = 1;
-  if (*end == 'K' || *end == 'k') mul = 1ULL << 10;
-  else if (*end == 'M' || *end == 'm') mul = 1ULL << 20;
-  else if (*end == 'G' || *end == 'g') mul = 1ULL << 30;
-  if (mul > 1) end++;
-  if (*end || v == 0 || v > (1ULL << 40) / mul) return -1;
-  *out = (size_t)(v * mul);
-  return 0;
-}
-
 static int print_explain(const zcc_planner_t *p, const char *size, const char *coll_name) {
   size_t bytes;
-  if (parse_bytes(size, &bytes) != 0) {
+  if (perf_parse_size(size, &bytes) != 0 || bytes == 0 || bytes > ((size_t)1 << 40)) {
     fprintf(stderr, "zcc_topo: --explain %s: not a size from 1 byte to 1 TiB (e.g. 4096, 64M)\n",
             size);
     return 2;
