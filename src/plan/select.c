@@ -225,14 +225,12 @@ zccResult_t zcc_select(const zcc_select_ctx_t *c, zcc_coll_t coll, size_t bytes,
                  : -1;
   }
   zcc_choice_t best = {ZCC_ALGO_ONESHOT, ZCC_PROTO_SIMPLE, INFINITY};
-  int forced = want_a >= 0 || want_p >= 0;
   for (int a = 0; a < ZCC_ALGO_COUNT; a++)
     for (int q = 0; q < ZCC_PROTO_COUNT; q++) {
       if ((want_a >= 0 && a != want_a) || (want_p >= 0 && q != want_p)) continue;
       if (!zcc_select_can_run(c, coll, a, q, bytes, NULL, 0)) continue;
-      /* Forced: every candidate that matches; else what the model may pick. */
-      if (!forced && !zcc_select_auto(c, coll, a, q, staged)) continue;
-      if (forced && want_a < 0 && !zcc_select_auto(c, coll, a, q, staged)) continue;
+      /* A forced algorithm runs as asked; otherwise only what the model may pick. */
+      if (want_a < 0 && !zcc_select_auto(c, coll, a, q, staged)) continue;
       double t = zcc_select_predict(c, coll, a, q, bytes, staged);
       if (t < best.time_us) best = (zcc_choice_t){a, q, t};
     }
