@@ -279,6 +279,7 @@ class Communicator:
         self.device = v.value  # CUDA device, -1 on the host
         self.is_cuda = self.device >= 0
         self._barrier_buf = None
+        self._held = []  # (event, tensors): pinned CPU tensors the GPU still uses
 
     # ---- construction -------------------------------------------------
 
@@ -387,7 +388,10 @@ class Communicator:
         if self._h is None:
             return
         h, self._h = self._h, None
-        check(_lib.zccCommDestroy(h), "zccCommDestroy")
+        try:
+            check(_lib.zccCommDestroy(h), "zccCommDestroy")
+        finally:
+            self._drop_held()
 
     def abort(self):
         """zccCommAbort: operations in progress (also in other threads)
@@ -395,7 +399,16 @@ class Communicator:
         if self._h is None:
             return
         h, self._h = self._h, None
-        check(_lib.zccCommAbort(h), "zccCommAbort")
+        try:
+            check(_lib.zccCommAbort(h), "zccCommAbort")
+        finally:
+            self._drop_held()
+
+    def _drop_held(self):
+        """The pinned CPU tensors kept for the GPU (_hold), once it is past them."""
+        for ev, _ in self._held:
+            ev.synchronize()
+        self._held = []
 
     def async_error(self):
         """zccCommGetAsyncError: 0 (zccSuccess) or the first error met."""
@@ -486,6 +499,21 @@ class Communicator:
             return _torch.cuda.current_stream(dev).cuda_stream
         return getattr(stream, "cuda_stream", stream)
 
+    def _hold(self, s, *tensors):
+        """Keep the pinned CPU tensors among ``tensors`` (None allowed) until
+        the GPU is past this call on stream ``s``. The kernels read and write
+        them after the call returns; torch frees a CPU tensor at its last
+        reference and its pinned-memory cache hands the block to the next
+        pin_memory(), which the kernels would then read or overwrite (a CUDA
+        tensor needs none of this: its allocator is ordered by the stream)."""
+        pinned = tuple(t for t in tensors if t is not None and not t.is_cuda)
+        if not pinned:
+            return
+        self._held = [h for h in self._held if not h[0].query()]
+        ev = _torch.cuda.Event()
+        ev.record(_torch.cuda.ExternalStream(s, device=_torch.device("cuda", self.device)))
+        self._held.append((ev, pinned))
+
     def _same(self, a, b, what):
         if b.dtype != a.dtype:
             raise TypeError("zcc: %s has dtype %s, expected %s like the input"
@@ -531,6 +559,8 @@ class Communicator:
                           self._h, s)
         if rc:
             raise self._fail(rc, "zccAllReduce")
+        if s is not None and not (tensor.is_cuda and out.is_cuda):
+            self._hold(s, tensor, out)
         return out
 
     def broadcast(self, tensor, root=0, out=None, stream=None):
@@ -545,6 +575,8 @@ class Communicator:
                           self._h, s)
         if rc:
             raise self._fail(rc, "zccBroadcast")
+        if s is not None:
+            self._hold(s, tensor, out)
         return out
 
     def reduce(self, tensor, root=0, op=RedOp.SUM, out=None, stream=None):
@@ -563,6 +595,8 @@ class Communicator:
                        self._h, s)
         if rc:
             raise self._fail(rc, "zccReduce")
+        if s is not None:
+            self._hold(s, tensor, out)
         return out
 
     def all_gather(self, output, input, stream=None):
@@ -582,6 +616,8 @@ class Communicator:
         rc = zccAllGather(input.data_ptr(), output.data_ptr(), input.numel(), dt, self._h, s)
         if rc:
             raise self._fail(rc, "zccAllGather")
+        if s is not None:
+            self._hold(s, input, output)
         return output
 
     def reduce_scatter(self, output, input, op=RedOp.SUM, stream=None):
@@ -611,6 +647,8 @@ class Communicator:
                 raise failed
             if rc:
                 raise self._fail(rc, "zccGroupEnd")
+            if s is not None:
+                self._hold(s, output, *ins)
             return output
         self._check(input, "input")
         self._blocks(input, output, "input", "output")
@@ -619,6 +657,8 @@ class Communicator:
                               self._h, s)
         if rc:
             raise self._fail(rc, "zccReduceScatter")
+        if s is not None:
+            self._hold(s, input, output)
         return output
 
     def _rank_list(self, tensors, like, what):
@@ -652,6 +692,8 @@ class Communicator:
                              self._h, s)
             if rc:
                 raise self._fail(rc, "zccAlltoAll")
+            if s is not None:
+                self._hold(s, input, output)
             return output
         ins = _row_splits(input, input_split_sizes, n, "input")
         outs = _row_splits(output, output_split_sizes, n, "output")
@@ -689,6 +731,8 @@ class Communicator:
             raise failed
         if rc:
             raise self._fail(rc, "zccGroupEnd")
+        if s is not None:
+            self._hold(s, *ins, *outs)
 
     def gather(self, input, outputs=None, root=0, stream=None):
         """Every rank's input to ``outputs`` (a list of size tensors) on
@@ -732,6 +776,8 @@ class Communicator:
         rc = zccSend(tensor.data_ptr(), tensor.numel(), dt, peer, self._h, s)
         if rc:
             raise self._fail(rc, "zccSend")
+        if s is not None:
+            self._hold(s, tensor)
 
     def recv(self, tensor, peer, stream=None):
         """zccRecv from rank ``peer`` into tensor."""
@@ -740,6 +786,8 @@ class Communicator:
         rc = zccRecv(tensor.data_ptr(), tensor.numel(), dt, peer, self._h, s)
         if rc:
             raise self._fail(rc, "zccRecv")
+        if s is not None:
+            self._hold(s, tensor)
         return tensor
 
     def recv_any(self, tensor):

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "bootstrap_proto.h"
@@ -426,6 +427,13 @@ static void in_conn_count(zcc_bootstrap_t *b, int peer, int delta) {
 static int in_conn_progress(zcc_bootstrap_t *b, in_conn_t *c) {
   for (;;) {
     if (c->msg == NULL) {
+      /* A rank that closes between messages (its communicator destroyed)
+         is no error: look before reading, so none is raised and logged. */
+      char one;
+      if (c->hdr_done == 0 && recv(c->fd, &one, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
+        ZCC_INFO(BOOT, "connection from rank %d closed", c->peer);
+        return -1;
+      }
       if (zcc_socket_recv_some(c->fd, c->hdr, MSG_HDR_BYTES, &c->hdr_done) !=
           zccSuccess) {
         if (c->hdr_done == 0)

@@ -87,17 +87,26 @@ static zccResult_t dev_err(int e, const char *what, const char *fn) {
 static int ptr_known(const zcc_gpu_t *g, const void *ptr) {
   uintptr_t p = (uintptr_t)ptr;
   for (int i = 0; i < ZCC_GPU_PTR_CACHE; i++)
-    if (p >= g->ptr_ok[i].lo && p < g->ptr_ok[i].hi) return 1;
+    if (p >= g->ptr_ok[i].lo && p < g->ptr_ok[i].hi) {
+      /* the same allocation still: a range freed (and perhaps reallocated,
+       * on another GPU) since has another buffer id, or none */
+      unsigned long long id;
+      return zcc_cuda_buffer_id(ptr, &id) == 0 && id == g->ptr_ok[i].id;
+    }
   return 0;
 }
 
 static void ptr_remember(zcc_gpu_t *g, const void *ptr) {
   void *base = NULL;
   size_t size = 0;
-  if (zcc_cuda_mem_range(ptr, &base, &size) != 0 || size == 0) return;
+  unsigned long long id;
+  if (zcc_cuda_mem_range(ptr, &base, &size) != 0 || size == 0 ||
+      zcc_cuda_buffer_id(ptr, &id) != 0)
+    return;
   int i = g->ptr_next++ % ZCC_GPU_PTR_CACHE;
   g->ptr_ok[i].lo = (uintptr_t)base;
   g->ptr_ok[i].hi = (uintptr_t)base + size;
+  g->ptr_ok[i].id = id;
 }
 
 /*

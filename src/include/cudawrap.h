@@ -28,6 +28,12 @@ int zcc_cuda_device_info(int index, char *bus_id, size_t bus_cap, char *name, si
 int zcc_cuda_can_access_peer(int a, int b);
 /* The allocation holding device pointer ptr: its base and size; 0 or -1. */
 int zcc_cuda_mem_range(const void *ptr, void **base, size_t *size);
+/*
+ * The process-wide id of the allocation holding ptr (never reused, so a
+ * freed or reallocated range has another or none); 0, or -1 when the
+ * driver knows no allocation there.
+ */
+int zcc_cuda_buffer_id(const void *ptr, unsigned long long *id);
 /* Is ptr device (or managed) memory known to the driver? */
 int zcc_cuda_is_device_ptr(const void *ptr);
 /*

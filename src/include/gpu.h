@@ -77,7 +77,7 @@ typedef struct zcc_gpu {
   void *ev_fork, *ev_join;             /* cudaEvent_t */
   void *ev_copy[ZCC_GPU_CE_SLOTS];     /* cudaEvent_t: a slot's push has read its input */
   /* Device allocations already checked (gpu_coll.c, zcc_gpu_check_ptr). */
-  struct { uintptr_t lo, hi; } ptr_ok[ZCC_GPU_PTR_CACHE];
+  struct { uintptr_t lo, hi; unsigned long long id; } ptr_ok[ZCC_GPU_PTR_CACHE];
   unsigned ptr_next;
   /* Connectors (device.h): the ring and tree kernels' FIFOs and flags, in
      every window after the staging buffer; the table in device memory. */

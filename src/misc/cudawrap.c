@@ -122,6 +122,13 @@ int zcc_cuda_is_device_ptr(const void *ptr) {
   return type == 2;
 }
 
+int zcc_cuda_buffer_id(const void *ptr, unsigned long long *id) {
+  if (zcc_cuda_device_count() == 0 || !cu.pointer_get_attribute) return -1;
+  /* CU_POINTER_ATTRIBUTE_BUFFER_ID = 7: unique per allocation, never reused */
+  if (cu.pointer_get_attribute(id, 7, (CUdeviceptr_)(uintptr_t)ptr) != 0) return -1;
+  return 0;
+}
+
 int zcc_cuda_device_info(int index, char *bus_id, size_t bus_cap, char *name, size_t name_cap,
                          int *arch) {
   if (index < 0 || index >= zcc_cuda_device_count() || !cu.device_get || !cu.bus_id ||
