@@ -118,5 +118,7 @@ extern const zcc_net_ops_t zcc_net_socket_ops;
  * default); NULL with the last error set when none has that name.
  */
 const zcc_net_ops_t *zcc_net_find(const char *name);
+/* ZCC_NET_PLUGIN's value (the plug-in zcc_net_find(NULL) looks for). */
+const char *zcc_net_plugin_name(void);
 
 #endif /* ZCC_NET_H_ */

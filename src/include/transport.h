@@ -122,6 +122,7 @@ typedef struct zcc_transport_ops {
 } zcc_transport_ops_t;
 
 extern const zcc_transport_ops_t zcc_transport_shm;
+extern const zcc_transport_ops_t zcc_transport_net;    /* network plug-ins (net.h) */
 extern const zcc_transport_ops_t zcc_transport_socket;
 extern const zcc_transport_ops_t zcc_transport_p2p; /* GPU builds only */
 extern const zcc_transport_gpu_t zcc_shm_gpu_face; /* shm's GPU face (shm_gpu.c) */

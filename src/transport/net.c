@@ -13,6 +13,8 @@ ZCC_PARAM_STR(net_plugin, "NET_PLUGIN", "ib",
 static const zcc_net_ops_t *const net_plugins[] = {&zcc_net_ib_ops,
                                                    &zcc_net_socket_ops};
 
+const char *zcc_net_plugin_name(void) { return zcc_param_net_plugin(); }
+
 const zcc_net_ops_t *zcc_net_find(const char *name) {
   if (!name)
     name = zcc_param_net_plugin();

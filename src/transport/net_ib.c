@@ -52,7 +52,7 @@ ZCC_PARAM_INT(
 #define IB_DEPTH ZCC_NET_MAX_REQUESTS
 #define IB_HANDLE_MAGIC 0x7a636962u /* "zcib" */
 #define IB_SIDE_MAGIC 0x7a636973u   /* side channel hello */
-#define IB_PENDING 8 /* unauthenticated connections a listener holds */
+#define IB_PENDING 64 /* unauthenticated connections a listener holds */
 
 enum { WR_DATA = 1, WR_CTS = 2, WR_RECV = 3 };
 

@@ -24,7 +24,7 @@
 #define SK_HANDLE_MAGIC 0x7a63736bu /* "zcsk" */
 #define SK_SIDE_MAGIC 0x7a637373u
 #define SK_DEPTH ZCC_NET_MAX_REQUESTS
-#define SK_PENDING 8
+#define SK_PENDING 64 /* unauthenticated connections a listener holds */
 
 typedef struct {
   uint32_t magic;

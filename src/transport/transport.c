@@ -24,6 +24,7 @@ static const zcc_transport_ops_t *const transports[] = {
     &zcc_transport_p2p,
 #endif
     &zcc_transport_shm,
+    &zcc_transport_net,
     &zcc_transport_socket,
 };
 #define NTRANSPORTS ((int)(sizeof(transports) / sizeof(transports[0])))
