@@ -37,6 +37,8 @@
 ZCC_PARAM_INT(net_disable, "NET_DISABLE", 0, "1: the net transport connects no pair");
 ZCC_PARAM_INT(net_slots, "NET_SLOTS", 8,
               "staging slots of the net transport, each way of each connection");
+ZCC_PARAM_INT(net_linger_ms, "NET_LINGER_MS", 1500,
+              "ms a destroy waits to deliver a failure record the peer has not taken");
 ZCC_PARAM_INT(net_slot_bytes, "NET_SLOT_BYTES", 262144,
               "bytes of data in one net transport message (one staging slot)");
 
@@ -69,12 +71,15 @@ typedef struct net_conn {
   ring_t tx, rx;
   /* the send transfer under way */
   int out_active;   /* its first message was posted */
+  zcc_op_sig_t out_sig; /* its operation's (when out_active) */
   size_t out_posted;/* bytes of it posted */
   uint64_t send_pseq, recv_pseq;
   /* the receive transfer under way: its record was taken and matched */
   int in_checked;
   uint8_t connect_handle[ZCC_NET_HANDLE_BYTES]; /* the peer's, as connect uses it */
   int hello_sent, failed_sent;
+  int fail_pending; /* the failure record waits for the peer's clear-to-send */
+  size_t fail_bytes;
 } net_conn_t;
 
 typedef struct accepted {
@@ -154,9 +159,16 @@ static slot_t *slot_at(const net_state_t *st, ring_t *r, unsigned i) {
   return &r->slots[i % (unsigned)st->nslots];
 }
 
-/* Keep every free receive slot posted. */
-static zccResult_t rx_post(net_state_t *st, void *comm, ring_t *r) {
-  while (r->next - r->head < (unsigned)st->nslots) {
+/*
+ * Post receives for `want` more bytes of the transfer under way (at most
+ * every slot). Never more than the sender will use: each posted receive is a
+ * clear-to-send it answers with a message, and one it never answers would
+ * sit unread in its connection (the socket plug-in's TCP stream resets when
+ * closed over unread bytes, dropping what it still had to deliver).
+ */
+static zccResult_t rx_post(net_state_t *st, void *comm, ring_t *r, size_t want) {
+  while (r->next - r->head < (unsigned)st->nslots &&
+         (size_t)(r->next - r->head) * st->data_bytes < want) {
     slot_t *s = slot_at(st, r, r->next);
     void *req = NULL;
     ZCC_CHECK(st->net->irecv(comm, slot_buf(st, r, r->next), st->stride, r->mh, &req));
@@ -171,7 +183,6 @@ static zccResult_t rx_post(net_state_t *st, void *comm, ring_t *r) {
 /* The oldest receive, when it has landed: its slot (state 2), else NULL. */
 static zccResult_t rx_head(net_state_t *st, void *comm, ring_t *r, slot_t **out) {
   *out = NULL;
-  if (r->head == r->next) ZCC_CHECK(rx_post(st, comm, r));
   if (r->head == r->next) return zccSuccess;
   slot_t *s = slot_at(st, r, r->head);
   if (s->state == 1) {
@@ -187,11 +198,10 @@ static zccResult_t rx_head(net_state_t *st, void *comm, ring_t *r, slot_t **out)
   return zccSuccess;
 }
 
-/* The head receive is used up: post its slot again. */
-static zccResult_t rx_pop(net_state_t *st, void *comm, ring_t *r) {
+/* The head receive is used up. */
+static void rx_pop(net_state_t *st, ring_t *r) {
   slot_at(st, r, r->head)->state = 0;
   r->head++;
-  return rx_post(st, comm, r);
 }
 
 /* Sends that went: their slots free again; *bytes: the data they carried. */
@@ -312,7 +322,7 @@ static zccResult_t claim(struct zccComm *comm, net_state_t *st, accepted_t *a, i
     *claimed = -1;
     return zccSuccess;
   }
-  ZCC_CHECK(rx_pop(st, a->recv_comm, &a->rx));
+  rx_pop(st, &a->rx);
   c->recv_comm = a->recv_comm;
   c->rx = a->rx;
   *claimed = 1;
@@ -368,7 +378,7 @@ static zccResult_t net_connect_all(struct zccComm *comm, net_state_t *st) {
       memset(a, 0, sizeof(*a));
       a->recv_comm = rc;
       ZCC_CHECK(ring_make(st, rc, &a->rx));
-      ZCC_CHECK(rx_post(st, rc, &a->rx));
+      ZCC_CHECK(rx_post(st, rc, &a->rx, 1)); /* for the hello */
       moved = 1;
     }
     for (int i = st->nunknown - 1; i >= 0; i--) {
@@ -444,6 +454,12 @@ static zccResult_t send_progress(zcc_conn_t *conn, net_state_t *st, net_conn_t *
     ZCC_CHECK(tx_post(st, c, off + n, n, &posted));
     if (!posted) break;
     if (!c->out_active && is_p2p(x)) c->send_pseq++;
+    if (!c->out_active) {
+      if (x->sig)
+        c->out_sig = *x->sig;
+      else
+        memset(&c->out_sig, 0, sizeof(c->out_sig));
+    }
     c->out_active = 1;
     c->out_posted += n;
   }
@@ -458,6 +474,7 @@ static zccResult_t recv_progress(zcc_conn_t *conn, net_state_t *st, net_conn_t *
                                  zcc_xfer_t *x) {
   for (;;) {
     if (c->in_checked && x->done == x->bytes) break;
+    ZCC_CHECK(rx_post(st, c->recv_comm, &c->rx, x->bytes - x->done));
     slot_t *s = NULL;
     ZCC_CHECK(rx_head(st, c->recv_comm, &c->rx, &s));
     if (!s) break;
@@ -493,7 +510,7 @@ static zccResult_t recv_progress(zcc_conn_t *conn, net_state_t *st, net_conn_t *
       }
       x->done += n;
     }
-    ZCC_CHECK(rx_pop(st, c->recv_comm, &c->rx));
+    rx_pop(st, &c->rx);
   }
   if (c->in_checked && x->done == x->bytes) c->in_checked = 0;
   return zccSuccess;
@@ -520,24 +537,68 @@ static int net_pending(zcc_conn_t *conn) {
   net_conn_t *c = conn->priv;
   if (!c || !c->recv_comm) return 0;
   slot_t *s = NULL;
-  if (rx_head(st, c->recv_comm, &c->rx, &s) != zccSuccess) return 1;
+  /* one receive posted to see it by (the next transfer from the peer uses it) */
+  if (rx_post(st, c->recv_comm, &c->rx, 1) != zccSuccess ||
+      rx_head(st, c->recv_comm, &c->rx, &s) != zccSuccess)
+    return 1;
   return s != NULL;
 }
 
-/* While waiting: has the peer given up (its record is next) or gone? */
+/*
+ * While waiting: has the peer given up (its record is next), gone, or sent
+ * a transfer of another call with this one's number? A send waits for the
+ * peer to post a receive, so two ranks that both only send (a broadcast with
+ * different roots) would wait for each other until the timeout: one receive
+ * posted here lets the peer's first message land, and its record tells.
+ */
 static zccResult_t net_check(zcc_conn_t *conn) {
   net_state_t *st = state_of(conn->comm);
   net_conn_t *c = conn->priv;
   /* (a dead peer under a send shows in the send's own progress: its test fails) */
-  if (!c || !c->recv_comm) return zccSuccess;
-  if (c->in_checked) return zccSuccess;
+  if (!c || !c->recv_comm || c->in_checked) return zccSuccess;
+  ZCC_CHECK(rx_post(st, c->recv_comm, &c->rx, 1));
   slot_t *s = NULL;
   ZCC_CHECK(rx_head(st, c->recv_comm, &c->rx, &s));
   if (!s || s->bytes < sizeof(zcc_wire_hdr_t)) return zccSuccess;
   const char *msg = slot_buf(st, &c->rx, c->rx.head);
-  uint32_t magic;
-  memcpy(&magic, msg, sizeof(magic));
-  return magic == ZCC_WIRE_FAIL ? peer_failed(conn, msg, s->bytes) : zccSuccess;
+  zcc_wire_hdr_t h;
+  memcpy(&h, msg, sizeof(h));
+  if (h.magic == ZCC_WIRE_FAIL) return peer_failed(conn, msg, s->bytes);
+  if (c->out_active && h.magic == ZCC_WIRE_DATA && h.sig.seq == c->out_sig.seq &&
+      h.sig.coll != ZCC_COLL_SENDRECV && c->out_sig.coll != ZCC_COLL_SENDRECV) {
+    zcc_op_sig_t theirs = h.sig, mine = c->out_sig;
+    theirs.opno = mine.opno = 0;
+    theirs.algo = mine.algo;
+    if (!zcc_opsig_same(&theirs, &mine))
+      return zcc_wire_hdr_check(&h, &c->out_sig, h.bytes, h.pseq, conn->peer, conn->comm);
+  }
+  return zccSuccess;
+}
+
+/*
+ * Post the failure record (it waits in the next slot) once the peer asks
+ * for a message, and wait until it went: up to ms. The plug-ins move bytes
+ * only when called, so this side must stay to hand the record over.
+ */
+static void fail_deliver(net_state_t *st, net_conn_t *c, int64_t ms) {
+  zcc_wait_t w = zcc_wait_in(ms, NULL, "net failure record");
+  size_t went;
+  for (;;) {
+    /* A peer that failed too waits to hand over its own record: one receive
+       posted lets it go, and its record lands where nobody reads it. */
+    slot_t *s = NULL;
+    if (c->recv_comm && !c->in_checked && rx_post(st, c->recv_comm, &c->rx, 1) == zccSuccess &&
+        rx_head(st, c->recv_comm, &c->rx, &s) == zccSuccess && s)
+      rx_pop(st, &c->rx);
+    if (c->fail_pending) {
+      int posted = 0;
+      if (tx_post(st, c, c->fail_bytes, 0, &posted) != zccSuccess) break;
+      if (posted) c->fail_pending = 0;
+    }
+    if (!c->fail_pending && c->tx.head == c->tx.next) break;
+    if (tx_reap(st, c, &went) != zccSuccess || zcc_wait_check(&w) != zccSuccess) break;
+    pause_briefly();
+  }
 }
 
 static void net_fail(zcc_conn_t *conn) {
@@ -551,6 +612,8 @@ static void net_fail(zcc_conn_t *conn) {
     return;
   }
   c->failed_sent = 1;
+  /* Not in the middle of a transfer (its messages would take the record for
+     data), and not when every slot is in flight. */
   if (c->out_active || c->tx.next - c->tx.head == (unsigned)st->nslots) return;
   /* Best effort, and the thread's last error must stay the original one. */
   char saved[1024];
@@ -566,16 +629,10 @@ static void net_fail(zcc_conn_t *conn) {
   h.bytes = strlen(text);
   memcpy(buf, &h, sizeof(h));
   memcpy(buf + sizeof(h), text, (size_t)h.bytes);
-  int posted = 0;
-  if (tx_post(st, c, sizeof(h) + (size_t)h.bytes, 0, &posted) == zccSuccess && posted) {
-    /* the plug-in moves bytes when tested: give it a moment to deliver */
-    zcc_wait_t w = zcc_wait_in(200, NULL, "net failure record");
-    size_t went;
-    while (c->tx.head != c->tx.next && tx_reap(st, c, &went) == zccSuccess &&
-           zcc_wait_check(&w) == zccSuccess)
-      pause_briefly();
-  }
+  c->fail_bytes = sizeof(h) + (size_t)h.bytes;
+  c->fail_pending = 1;
   c->out_active = 1; /* nothing may follow */
+  fail_deliver(st, c, 200);
   zcc_restore_last_error(saved);
 }
 
@@ -583,6 +640,14 @@ static void net_free(zcc_conn_t *conn) {
   net_state_t *st = state_of(conn->comm);
   net_conn_t *c = conn->priv;
   if (!c) return;
+  if (st && c->send_comm && (c->fail_pending || (c->failed_sent && c->tx.head != c->tx.next)) &&
+      !atomic_load(&conn->comm->abort_flag)) {
+    /* a failure record the peer has not taken yet: it says why this rank left */
+    char saved[1024];
+    snprintf(saved, sizeof(saved), "%s", zcc_last_error());
+    fail_deliver(st, c, zcc_param_net_linger_ms());
+    zcc_restore_last_error(saved);
+  }
   if (st) {
     /* closing the comms frees their requests too */
     ring_free(st, c->send_comm, &c->tx);

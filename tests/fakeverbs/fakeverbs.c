@@ -1030,6 +1030,23 @@ static void fv_ack(fv_qp_t *q, enum ibv_wc_status st) {
   }
 }
 
+/* Write the queued ACKs now (waiting up to 100 ms for room). */
+static void fv_flush_acks(fv_qp_t *q) {
+  struct pollfd p = {q->in_fd, POLLOUT, 0};
+  while (q->ack_n > 0) {
+    ssize_t r = fv_io(q->in_fd, (char *)q->acks + q->ack_off,
+                      sizeof(fv_ack_t) * (size_t)q->ack_n - q->ack_off, 1);
+    if (r < 0 || (r == 0 && poll(&p, 1, 100) <= 0))
+      return;
+    q->ack_off += (size_t)r;
+    int whole = (int)(q->ack_off / sizeof(fv_ack_t));
+    memmove(q->acks, q->acks + whole,
+            sizeof(fv_ack_t) * (size_t)(q->ack_n - whole));
+    q->ack_n -= whole;
+    q->ack_off -= sizeof(fv_ack_t) * (size_t)whole;
+  }
+}
+
 /* Responder error: NAK, then the QP goes to error (the NAK is sent first). */
 static void fv_resp_error(fv_qp_t *q, enum ibv_wc_status nak,
                           int local_recv_status) {
@@ -1227,12 +1244,18 @@ static int fv_responder(fv_qp_t *q) {
       q->in_state = 3;
     }
     if (q->in_state == 3) {
-      if (h->op != OP_WRITE) {
-        if (!fv_take_rwr(q))
-          return moved; /* write with immediate consumes a receive */
-        fv_recv_done(q);
-      }
+      if (h->op != OP_WRITE && !fv_take_rwr(q))
+        return moved; /* write with immediate consumes a receive */
+      /*
+       * The ACK leaves before the receive completes, as an HCA acknowledges
+       * the packet it placed: a receiver that sees its completion and closes
+       * the QP at once must not leave the requester without the ACK (its
+       * write would then fail with RETRY_EXC_ERR although it landed).
+       */
       fv_ack(q, IBV_WC_SUCCESS);
+      fv_flush_acks(q);
+      if (h->op != OP_WRITE)
+        fv_recv_done(q);
       q->in_state = 1;
     }
   }
