@@ -70,7 +70,10 @@ typedef struct net_conn {
   void *send_comm, *recv_comm;
   ring_t tx, rx;
   /* the send transfer under way */
-  int out_active;   /* its first message was posted */
+  int out_active;   /* a send transfer is under way (the executor gave it) */
+  int hdr_sent;     /* its first message was posted */
+  size_t out_bytes; /* its size */
+  size_t tx_went;   /* its bytes that went, seen outside its progress */
   zcc_op_sig_t out_sig; /* its operation's (when out_active) */
   size_t out_posted;/* bytes of it posted */
   uint64_t send_pseq, recv_pseq;
@@ -433,7 +436,17 @@ static zccResult_t send_progress(zcc_conn_t *conn, net_state_t *st, net_conn_t *
                                  zcc_xfer_t *x) {
   size_t went = 0;
   ZCC_CHECK(tx_reap(st, c, &went));
-  x->done += went;
+  x->done += went + c->tx_went;
+  c->tx_went = 0;
+  if (!c->out_active) {
+    c->out_active = 1;
+    c->hdr_sent = 0;
+    c->out_bytes = x->bytes;
+    if (x->sig)
+      c->out_sig = *x->sig;
+    else
+      memset(&c->out_sig, 0, sizeof(c->out_sig));
+  }
   while (c->out_posted < x->bytes) {
     ring_t *r = &c->tx;
     if (r->next - r->head == (unsigned)st->nslots) break;
@@ -443,7 +456,7 @@ static zccResult_t send_progress(zcc_conn_t *conn, net_state_t *st, net_conn_t *
     if (n == 0) break;
     char *buf = slot_buf(st, r, r->next);
     size_t off = 0;
-    if (!c->out_active) {
+    if (!c->hdr_sent) {
       zcc_wire_hdr_t h;
       zcc_wire_hdr_fill(&h, x->sig, x->bytes, is_p2p(x) ? c->send_pseq + 1 : 0);
       memcpy(buf, &h, sizeof(h));
@@ -453,18 +466,13 @@ static zccResult_t send_progress(zcc_conn_t *conn, net_state_t *st, net_conn_t *
     int posted = 0;
     ZCC_CHECK(tx_post(st, c, off + n, n, &posted));
     if (!posted) break;
-    if (!c->out_active && is_p2p(x)) c->send_pseq++;
-    if (!c->out_active) {
-      if (x->sig)
-        c->out_sig = *x->sig;
-      else
-        memset(&c->out_sig, 0, sizeof(c->out_sig));
-    }
-    c->out_active = 1;
+    if (!c->hdr_sent && is_p2p(x)) c->send_pseq++;
+    c->hdr_sent = 1;
     c->out_posted += n;
   }
-  if (c->out_active && x->done == x->bytes && c->tx.head == c->tx.next) {
+  if (c->hdr_sent && x->done == x->bytes && c->tx.head == c->tx.next) {
     c->out_active = 0; /* every message of it went */
+    c->hdr_sent = 0;
     c->out_posted = 0;
   }
   return zccSuccess;
@@ -521,12 +529,12 @@ static zccResult_t net_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
   net_conn_t *c = conn->priv;
   if (x->bytes == 0) return zccSuccess; /* never sent, on either side */
   size_t before = x->done;
-  int was_checked = c->in_checked, was_active = c->out_active;
+  int was_checked = c->in_checked, was_active = c->hdr_sent;
   if (x->is_recv)
     ZCC_CHECK(recv_progress(conn, st, c, x));
   else
     ZCC_CHECK(send_progress(conn, st, c, x));
-  if (x->done != before || c->in_checked != was_checked || c->out_active != was_active)
+  if (x->done != before || c->in_checked != was_checked || c->hdr_sent != was_active)
     *moved = 1;
   return zccSuccess;
 }
@@ -555,10 +563,24 @@ static zccResult_t net_check(zcc_conn_t *conn) {
   net_state_t *st = state_of(conn->comm);
   net_conn_t *c = conn->priv;
   /* (a dead peer under a send shows in the send's own progress: its test fails) */
-  if (!c || !c->recv_comm || c->in_checked) return zccSuccess;
-  ZCC_CHECK(rx_post(st, c->recv_comm, &c->rx, 1));
+  if (!c || !c->recv_comm || c->in_checked || !c->out_active) return zccSuccess;
   slot_t *s = NULL;
-  ZCC_CHECK(rx_head(st, c->recv_comm, &c->rx, &s));
+  zccResult_t res = rx_post(st, c->recv_comm, &c->rx, 1);
+  if (res == zccSuccess) res = rx_head(st, c->recv_comm, &c->rx, &s);
+  if (res != zccSuccess) {
+    /* The peer is gone; but it may have left after taking all of our send,
+       whose last completion is then in: the send decides (the probe's error
+       stays in the ring for the next receive to meet). */
+    size_t went = 0;
+    if (tx_reap(st, c, &went) == zccSuccess) {
+      c->tx_went += went;
+      if (c->hdr_sent && c->out_posted == c->out_bytes && c->tx.head == c->tx.next) {
+        zcc_clear_last_error();
+        return zccSuccess;
+      }
+    }
+    return res;
+  }
   if (!s || s->bytes < sizeof(zcc_wire_hdr_t)) return zccSuccess;
   const char *msg = slot_buf(st, &c->rx, c->rx.head);
   zcc_wire_hdr_t h;
@@ -614,7 +636,7 @@ static void net_fail(zcc_conn_t *conn) {
   c->failed_sent = 1;
   /* Not in the middle of a transfer (its messages would take the record for
      data), and not when every slot is in flight. */
-  if (c->out_active || c->tx.next - c->tx.head == (unsigned)st->nslots) return;
+  if (c->hdr_sent || c->tx.next - c->tx.head == (unsigned)st->nslots) return;
   /* Best effort, and the thread's last error must stay the original one. */
   char saved[1024];
   snprintf(saved, sizeof(saved), "%s", zcc_last_error());
@@ -631,7 +653,7 @@ static void net_fail(zcc_conn_t *conn) {
   memcpy(buf + sizeof(h), text, (size_t)h.bytes);
   c->fail_bytes = sizeof(h) + (size_t)h.bytes;
   c->fail_pending = 1;
-  c->out_active = 1; /* nothing may follow */
+  c->out_active = c->hdr_sent = 1; /* nothing may follow */
   fail_deliver(st, c, 200);
   zcc_restore_last_error(saved);
 }

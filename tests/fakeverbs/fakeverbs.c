@@ -185,15 +185,18 @@ static void fv_load_gids(void) {
   struct ifaddrs *ifa = NULL;
   if (getifaddrs(&ifa) != 0)
     return;
-  for (struct ifaddrs *i = ifa; i && fv_ngids < FV_MAX_GIDS; i = i->ifa_next) {
-    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET ||
-        !(i->ifa_flags & IFF_UP))
-      continue;
-    union ibv_gid *g = &fv_gids[fv_ngids];
-    g->raw[10] = g->raw[11] = 0xff;
-    memcpy(&g->raw[12], &((struct sockaddr_in *)i->ifa_addr)->sin_addr, 4);
-    fv_gid_type[fv_ngids++] = IBV_GID_TYPE_ROCE_V2;
-  }
+  /* Loopback addresses last: a RoCE port has its netdev's addresses, and a
+     GID of 127.0.0.1 would reach this host from any network namespace. */
+  for (int lo = 0; lo < 2; lo++)
+    for (struct ifaddrs *i = ifa; i && fv_ngids < FV_MAX_GIDS; i = i->ifa_next) {
+      if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET ||
+          !(i->ifa_flags & IFF_UP) || !(i->ifa_flags & IFF_LOOPBACK) != !lo)
+        continue;
+      union ibv_gid *g = &fv_gids[fv_ngids];
+      g->raw[10] = g->raw[11] = 0xff;
+      memcpy(&g->raw[12], &((struct sockaddr_in *)i->ifa_addr)->sin_addr, 4);
+      fv_gid_type[fv_ngids++] = IBV_GID_TYPE_ROCE_V2;
+    }
   freeifaddrs(ifa);
 }
 
@@ -1247,15 +1250,17 @@ static int fv_responder(fv_qp_t *q) {
       if (h->op != OP_WRITE && !fv_take_rwr(q))
         return moved; /* write with immediate consumes a receive */
       /*
-       * The ACK leaves before the receive completes, as an HCA acknowledges
-       * the packet it placed: a receiver that sees its completion and closes
-       * the QP at once must not leave the requester without the ACK (its
-       * write would then fail with RETRY_EXC_ERR although it landed).
+       * The receive completes, then the ACK leaves at once, both under
+       * fv_lock: a receiver that sees its completion and destroys the QP
+       * (which takes fv_lock) cannot leave the requester without the ACK (its
+       * write would then fail with RETRY_EXC_ERR although it landed), and a
+       * requester that sees the ACK and leaves finds the receiver's
+       * completion already in its CQ.
        */
-      fv_ack(q, IBV_WC_SUCCESS);
-      fv_flush_acks(q);
       if (h->op != OP_WRITE)
         fv_recv_done(q);
+      fv_ack(q, IBV_WC_SUCCESS);
+      fv_flush_acks(q);
       q->in_state = 1;
     }
   }

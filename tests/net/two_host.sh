@@ -14,6 +14,11 @@
 #                    ring forced (ZCC_ALGO=ring), exact results; every rank
 #                    logs the host ring 0 2 1 3, which crosses between the
 #                    namespaces twice, not at every step
+#   phase net-socket check, linkdown and kill over the net transport with the
+#                    socket plug-in (ZCC_NET_PLUGIN=socket); the ranks' logs
+#                    name net for every pair across the namespaces
+#   phase net-ib     the same with the ib plug-in on the fake verbs provider
+#                    (ZCC_TEST_FAKEVERBS: the path of libzcc_fakeverbs.so)
 #
 # Usage: two_host.sh /path/to/net_driver
 # Skips (exit 0, "0 passed, 0 failed, 1 skipped") without the privileges to
@@ -35,6 +40,8 @@ IPB=10.77.0.2
 FAULT_TIMEOUT_MS=3000
 PIDS=()
 WORK=
+RANK_ENV=()  # more variables for every rank (the net phases)
+PHASE_TAG=   # prefix of the phases' folders
 
 log() { echo "two_host: $*"; }
 pass() { PASSED=$((PASSED + 1)); }
@@ -102,7 +109,7 @@ log "namespaces $NSA ($VA $IPA) and $NSB ($VB $IPB); seed $SEED (rerun with ZCC_
 start_rank() {
   local ns=$1 host=$2 ifname=$3 log=$4
   shift 4
-  local env=(env ZCC_SOCKET_IFNAME="=$ifname" ZCC_HOSTNAME="$host" ZCC_DEVICE=host)
+  local env=(env ZCC_SOCKET_IFNAME="=$ifname" ZCC_HOSTNAME="$host" ZCC_DEVICE=host "${RANK_ENV[@]}")
   if [ "$UTS" = 1 ]; then
     ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$host" \
       "${env[@]}" "$@" >"$log" 2>&1 &
@@ -159,7 +166,7 @@ veth_bytes() { # rx+tx bytes of VA
 rank_ns() { if [ "$1" -lt 2 ]; then echo "$NSA zcc-host-a $VA"; else echo "$NSB zcc-host-b $VB"; fi; }
 
 phase_check() {
-  local dir=$WORK/check pids=() r st before after
+  local dir=$WORK/${PHASE_TAG}check pids=() r st before after
   mkdir -p "$dir"
   before=$(veth_bytes)
   local t0=$(date +%s)
@@ -231,7 +238,7 @@ phase_interleave() {
 
 # phase_fault NAME: start 4 looping ranks, make the fault, check them
 phase_fault() {
-  local name=$1 dir=$WORK/$1 pids=() r st
+  local name=$1 dir=$WORK/$PHASE_TAG$1 pids=() r st
   mkdir -p "$dir"
   for r in 0 1 2 3; do
     # shellcheck disable=SC2046
@@ -277,6 +284,39 @@ phase_fault() {
   fi
 }
 
+# phase_net PLUGIN: check, linkdown and kill over the net transport
+phase_net() {
+  local plugin=$1 r peer
+  RANK_ENV=(ZCC_NET_PLUGIN="$plugin" ZCC_DEBUG=INFO ZCC_DEBUG_SUBSYS=INIT,NET)
+  if [ "$plugin" = ib ]; then
+    if [ -z "${ZCC_TEST_FAKEVERBS:-}" ] || [ ! -f "$ZCC_TEST_FAKEVERBS" ]; then
+      fail "net-ib: ZCC_TEST_FAKEVERBS does not name libzcc_fakeverbs.so (got '${ZCC_TEST_FAKEVERBS:-}')"
+      RANK_ENV=()
+      return
+    fi
+    RANK_ENV+=(ZCC_IBV_LIBRARY="$ZCC_TEST_FAKEVERBS")
+  fi
+  PHASE_TAG="net-$plugin-"
+  phase_check
+  # every pair across the namespaces connected through the plug-in
+  for r in 0 1 2 3; do
+    for peer in 0 1 2 3; do
+      [ $((r / 2)) -eq $((peer / 2)) ] && continue
+      if grep -q "rank $r -> rank $peer (.*) via net" "$WORK/${PHASE_TAG}check/rank$r.log"; then
+        pass
+      else
+        fail "net-$plugin: rank $r's log does not say that it reached rank $peer via net:"
+        grep " via " "$WORK/${PHASE_TAG}check/rank$r.log" | sed "s/^/  /"
+      fi
+    done
+  done
+  grep -h -m1 "net transport: plug-in" "$WORK/${PHASE_TAG}check/rank0.log" | sed "s/^/  /"
+  phase_fault linkdown
+  phase_fault kill
+  RANK_ENV=()
+  PHASE_TAG=
+}
+
 for phase in $PHASES; do
   log "--- phase $phase"
   case $phase in
@@ -285,6 +325,8 @@ for phase in $PHASES; do
     env) phase_env ;;
     linkdown) phase_fault linkdown ;;
     kill) phase_fault kill ;;
+    net-socket) phase_net socket ;;
+    net-ib) phase_net ib ;;
     *) fail "unknown phase $phase" ;;
   esac
 done
