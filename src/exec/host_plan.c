@@ -530,8 +530,65 @@ zccResult_t zcc_plan_p2p(zcc_plan_t *p, int is_recv, int peer, void *buf, size_t
   return add_xfer(p, is_recv, peer, buf, is_recv ? buf : NULL, NULL, bytes, -1, NULL);
 }
 
+static int ranges_overlap(const char *a, size_t an, const char *b, size_t bn) {
+  return an && bn && a < b + bn && b < a + an;
+}
+
+/*
+ * A send whose bytes a receive of the same group overwrites (zccSend and
+ * zccRecv on one buffer, as sendrecv_perf's in-place case): its data is
+ * copied aside before the transfers start, so that it sends what the buffer
+ * held at the call whatever order the transfers move in.
+ */
+static zccResult_t stage_aliased_sends(zcc_plan_t *p) {
+  const char *lo = NULL, *hi = NULL;
+  for (int i = 0; i < p->nxfers; i++) {
+    const zcc_xfer_t *x = &p->xfers[i];
+    if (!x->is_recv || !x->bytes) continue;
+    const char *d = x->dst;
+    if (!lo || d < lo) lo = d;
+    if (!hi || d + x->bytes > hi) hi = d + x->bytes;
+  }
+  if (!lo) return zccSuccess;
+  size_t total = 0;
+  int nstaged = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    size_t off = 0;
+    for (int i = 0; i < p->nxfers; i++) {
+      zcc_xfer_t *x = &p->xfers[i];
+      if (x->is_recv || !ranges_overlap(x->src, x->bytes, lo, (size_t)(hi - lo)))
+        continue;
+      int aliased = 0;
+      for (int j = 0; j < p->nxfers && !aliased; j++)
+        aliased = p->xfers[j].is_recv &&
+                  ranges_overlap(x->src, x->bytes, p->xfers[j].dst, p->xfers[j].bytes);
+      if (!aliased) continue;
+      size_t at = (off + 63) / 64 * 64;
+      if (pass == 0) {
+        total = at + x->bytes;
+        nstaged++;
+      } else {
+        char *tmp = (char *)p->tmp + at;
+        /* the copies go first: before the batch of transfers */
+        ZCC_CHECK(grow((void **)&p->items, &p->cap_items, p->nitems + 1, sizeof(zcc_item_t)));
+        memmove(p->items + 1, p->items, sizeof(zcc_item_t) * (size_t)p->nitems);
+        p->items[0] = (zcc_item_t){.kind = ZCC_ITEM_COPY, .dst = tmp, .a = x->src, .n = x->bytes};
+        p->nitems++;
+        x->src = tmp;
+      }
+      off = at + x->bytes;
+    }
+    if (pass == 0) {
+      if (!nstaged) return zccSuccess;
+      ZCC_CHECK(alloc_tmp(p, total));
+    }
+  }
+  return zccSuccess;
+}
+
 zccResult_t zcc_plan_p2p_finish(zcc_plan_t *p) {
   batch_end(p);
+  ZCC_CHECK(stage_aliased_sends(p));
   /* Pair sends to self with receives from self, in order, as copies. */
   int nsend = 0, nrecv = 0;
   for (int i = 0; i < p->nxfers; i++)

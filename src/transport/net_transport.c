@@ -73,6 +73,8 @@ typedef struct net_conn {
   int out_active;   /* a send transfer is under way (the executor gave it) */
   int hdr_sent;     /* its first message was posted */
   size_t out_bytes; /* its size */
+  size_t staged_msg, staged_data; /* a message copied into the next slot, not yet
+                                     posted (the plug-in said not now): its bytes */
   size_t tx_went;   /* its bytes that went, seen outside its progress */
   zcc_op_sig_t out_sig; /* its operation's (when out_active) */
   size_t out_posted;/* bytes of it posted */
@@ -450,22 +452,29 @@ static zccResult_t send_progress(zcc_conn_t *conn, net_state_t *st, net_conn_t *
   while (c->out_posted < x->bytes) {
     ring_t *r = &c->tx;
     if (r->next - r->head == (unsigned)st->nslots) break;
-    size_t ready = x->avail - c->out_posted, n = ready < st->data_bytes ? ready : st->data_bytes;
-    /* whole grains, unless this is the end of the transfer */
-    if (c->out_posted + n < x->bytes) n -= n % NET_GRAIN;
-    if (n == 0) break;
-    char *buf = slot_buf(st, r, r->next);
-    size_t off = 0;
-    if (!c->hdr_sent) {
-      zcc_wire_hdr_t h;
-      zcc_wire_hdr_fill(&h, x->sig, x->bytes, is_p2p(x) ? c->send_pseq + 1 : 0);
-      memcpy(buf, &h, sizeof(h));
-      off = sizeof(h);
+    if (!c->staged_msg) {
+      size_t ready = x->avail - c->out_posted;
+      size_t n = ready < st->data_bytes ? ready : st->data_bytes;
+      /* whole grains, unless this is the end of the transfer */
+      if (c->out_posted + n < x->bytes) n -= n % NET_GRAIN;
+      if (n == 0) break;
+      char *buf = slot_buf(st, r, r->next);
+      size_t off = 0;
+      if (!c->hdr_sent) {
+        zcc_wire_hdr_t h;
+        zcc_wire_hdr_fill(&h, x->sig, x->bytes, is_p2p(x) ? c->send_pseq + 1 : 0);
+        memcpy(buf, &h, sizeof(h));
+        off = sizeof(h);
+      }
+      memcpy(buf + off, (const char *)x->src + c->out_posted, n);
+      c->staged_msg = off + n;
+      c->staged_data = n;
     }
-    memcpy(buf + off, (const char *)x->src + c->out_posted, n);
+    size_t n = c->staged_data;
     int posted = 0;
-    ZCC_CHECK(tx_post(st, c, off + n, n, &posted));
+    ZCC_CHECK(tx_post(st, c, c->staged_msg, n, &posted));
     if (!posted) break;
+    c->staged_msg = c->staged_data = 0;
     if (!c->hdr_sent && is_p2p(x)) c->send_pseq++;
     c->hdr_sent = 1;
     c->out_posted += n;
@@ -636,7 +645,7 @@ static void net_fail(zcc_conn_t *conn) {
   c->failed_sent = 1;
   /* Not in the middle of a transfer (its messages would take the record for
      data), and not when every slot is in flight. */
-  if (c->hdr_sent || c->tx.next - c->tx.head == (unsigned)st->nslots) return;
+  if (c->hdr_sent || c->staged_msg || c->tx.next - c->tx.head == (unsigned)st->nslots) return;
   /* Best effort, and the thread's last error must stay the original one. */
   char saved[1024];
   snprintf(saved, sizeof(saved), "%s", zcc_last_error());
