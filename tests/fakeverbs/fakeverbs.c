@@ -1033,14 +1033,16 @@ static void fv_ack(fv_qp_t *q, enum ibv_wc_status st) {
   }
 }
 
-/* Write the queued ACKs now (waiting up to 100 ms for room). */
-static void fv_flush_acks(fv_qp_t *q) {
+/* Write the queued ACKs; wait up to wait_ms for room. 1: some bytes went. */
+static int fv_flush_acks(fv_qp_t *q, int wait_ms) {
   struct pollfd p = {q->in_fd, POLLOUT, 0};
+  int moved = 0;
   while (q->ack_n > 0) {
     ssize_t r = fv_io(q->in_fd, (char *)q->acks + q->ack_off,
                       sizeof(fv_ack_t) * (size_t)q->ack_n - q->ack_off, 1);
-    if (r < 0 || (r == 0 && poll(&p, 1, 100) <= 0))
-      return;
+    if (r < 0 || (r == 0 && (!wait_ms || poll(&p, 1, wait_ms) <= 0)))
+      break;
+    moved |= r > 0;
     q->ack_off += (size_t)r;
     int whole = (int)(q->ack_off / sizeof(fv_ack_t));
     memmove(q->acks, q->acks + whole,
@@ -1048,6 +1050,7 @@ static void fv_flush_acks(fv_qp_t *q) {
     q->ack_n -= whole;
     q->ack_off -= sizeof(fv_ack_t) * (size_t)whole;
   }
+  return moved;
 }
 
 /* Responder error: NAK, then the QP goes to error (the NAK is sent first). */
@@ -1121,19 +1124,8 @@ static int fv_responder(fv_qp_t *q) {
     q->in_fd = fd, q->in_state = 0, q->in_off = 0;
     moved = 1;
   }
-  while (q->ack_n > 0) { /* flush ACKs first */
-    ssize_t r = fv_io(q->in_fd, (char *)q->acks + q->ack_off,
-                      sizeof(fv_ack_t) * (size_t)q->ack_n - q->ack_off, 1);
-    if (r <= 0)
-      break;
+  if (fv_flush_acks(q, 0)) /* ACKs first */
     moved = 1;
-    q->ack_off += (size_t)r;
-    int whole = (int)(q->ack_off / sizeof(fv_ack_t));
-    memmove(q->acks, q->acks + whole,
-            sizeof(fv_ack_t) * (size_t)(q->ack_n - whole));
-    q->ack_n -= whole;
-    q->ack_off -= sizeof(fv_ack_t) * (size_t)whole;
-  }
   while (q->ack_n < 60) {
     if (q->in_state == 0 || q->in_state == 1) {
       size_t need = q->in_state == 0 ? sizeof(fv_hello_t) : sizeof(fv_hdr_t);
@@ -1260,7 +1252,7 @@ static int fv_responder(fv_qp_t *q) {
       if (h->op != OP_WRITE)
         fv_recv_done(q);
       fv_ack(q, IBV_WC_SUCCESS);
-      fv_flush_acks(q);
+      fv_flush_acks(q, 100);
       q->in_state = 1;
     }
   }
