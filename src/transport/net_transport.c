@@ -533,16 +533,44 @@ static zccResult_t recv_progress(zcc_conn_t *conn, net_state_t *st, net_conn_t *
   return zccSuccess;
 }
 
+/*
+ * A send failed because the peer is gone: what it sent last may say why (its
+ * failure record, or the record of a call that is not this one), and that is
+ * the error to report.
+ */
+static zccResult_t send_failed(zcc_conn_t *conn, net_state_t *st, net_conn_t *c,
+                               const zcc_xfer_t *x, zccResult_t res) {
+  if (res != zccRemoteError || !c->recv_comm || c->in_checked) return res;
+  char cause[1024];
+  snprintf(cause, sizeof(cause), "%s", zcc_last_error());
+  slot_t *s = NULL;
+  if (rx_head(st, c->recv_comm, &c->rx, &s) == zccSuccess && s &&
+      s->bytes >= sizeof(zcc_wire_hdr_t)) {
+    const char *msg = slot_buf(st, &c->rx, c->rx.head);
+    zcc_wire_hdr_t h;
+    memcpy(&h, msg, sizeof(h));
+    if (h.magic == ZCC_WIRE_FAIL) return peer_failed(conn, msg, s->bytes);
+    if (h.magic == ZCC_WIRE_DATA) {
+      zccResult_t mm = zcc_wire_hdr_check(&h, x->sig, h.bytes, h.pseq, conn->peer, conn->comm);
+      if (mm == zccInvalidUsage) return mm;
+    }
+  }
+  zcc_restore_last_error(cause);
+  return res;
+}
+
 static zccResult_t net_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
   net_state_t *st = state_of(conn->comm);
   net_conn_t *c = conn->priv;
   if (x->bytes == 0) return zccSuccess; /* never sent, on either side */
   size_t before = x->done;
   int was_checked = c->in_checked, was_active = c->hdr_sent;
-  if (x->is_recv)
+  if (x->is_recv) {
     ZCC_CHECK(recv_progress(conn, st, c, x));
-  else
-    ZCC_CHECK(send_progress(conn, st, c, x));
+  } else {
+    zccResult_t res = send_progress(conn, st, c, x);
+    if (res != zccSuccess) return send_failed(conn, st, c, x, res);
+  }
   if (x->done != before || c->in_checked != was_checked || c->hdr_sent != was_active)
     *moved = 1;
   return zccSuccess;
@@ -671,9 +699,11 @@ static void net_free(zcc_conn_t *conn) {
   net_state_t *st = state_of(conn->comm);
   net_conn_t *c = conn->priv;
   if (!c) return;
-  if (st && c->send_comm && (c->fail_pending || (c->failed_sent && c->tx.head != c->tx.next)) &&
+  if (st && c->send_comm && (c->fail_pending || c->tx.head != c->tx.next) &&
       !atomic_load(&conn->comm->abort_flag)) {
-    /* a failure record the peer has not taken yet: it says why this rank left */
+    /* After a failure: a record, or the messages of the call that failed,
+       the peer has not taken yet: they tell it why this rank left (a
+       mismatched call's own record names both calls on the peer). */
     char saved[1024];
     snprintf(saved, sizeof(saved), "%s", zcc_last_error());
     fail_deliver(st, c, zcc_param_net_linger_ms());
