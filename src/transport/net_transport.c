@@ -533,6 +533,15 @@ static zccResult_t recv_progress(zcc_conn_t *conn, net_state_t *st, net_conn_t *
   return zccSuccess;
 }
 
+/* The record at the front of landed head slot s (NULL: none): *h, and the message. */
+static const char *head_record(const net_state_t *st, net_conn_t *c, const slot_t *s,
+                               zcc_wire_hdr_t *h) {
+  if (!s || s->bytes < sizeof(*h)) return NULL;
+  const char *msg = slot_buf(st, &c->rx, c->rx.head);
+  memcpy(h, msg, sizeof(*h));
+  return msg;
+}
+
 /*
  * A send failed because the peer is gone: what it sent last may say why (its
  * failure record, or the record of a call that is not this one), and that is
@@ -544,11 +553,10 @@ static zccResult_t send_failed(zcc_conn_t *conn, net_state_t *st, net_conn_t *c,
   char cause[1024];
   snprintf(cause, sizeof(cause), "%s", zcc_last_error());
   slot_t *s = NULL;
-  if (rx_head(st, c->recv_comm, &c->rx, &s) == zccSuccess && s &&
-      s->bytes >= sizeof(zcc_wire_hdr_t)) {
-    const char *msg = slot_buf(st, &c->rx, c->rx.head);
-    zcc_wire_hdr_t h;
-    memcpy(&h, msg, sizeof(h));
+  zcc_wire_hdr_t h;
+  const char *msg = NULL;
+  if (rx_head(st, c->recv_comm, &c->rx, &s) == zccSuccess &&
+      (msg = head_record(st, c, s, &h)) != NULL) {
     if (h.magic == ZCC_WIRE_FAIL) return peer_failed(conn, msg, s->bytes);
     if (h.magic == ZCC_WIRE_DATA) {
       zccResult_t mm = zcc_wire_hdr_check(&h, x->sig, h.bytes, h.pseq, conn->peer, conn->comm);
@@ -618,19 +626,14 @@ static zccResult_t net_check(zcc_conn_t *conn) {
     }
     return res;
   }
-  if (!s || s->bytes < sizeof(zcc_wire_hdr_t)) return zccSuccess;
-  const char *msg = slot_buf(st, &c->rx, c->rx.head);
   zcc_wire_hdr_t h;
-  memcpy(&h, msg, sizeof(h));
+  const char *msg = head_record(st, c, s, &h);
+  if (!msg) return zccSuccess;
   if (h.magic == ZCC_WIRE_FAIL) return peer_failed(conn, msg, s->bytes);
-  if (c->out_active && h.magic == ZCC_WIRE_DATA && h.sig.seq == c->out_sig.seq &&
-      h.sig.coll != ZCC_COLL_SENDRECV && c->out_sig.coll != ZCC_COLL_SENDRECV) {
-    zcc_op_sig_t theirs = h.sig, mine = c->out_sig;
-    theirs.opno = mine.opno = 0;
-    theirs.algo = mine.algo;
-    if (!zcc_opsig_same(&theirs, &mine))
-      return zcc_wire_hdr_check(&h, &c->out_sig, h.bytes, h.pseq, conn->peer, conn->comm);
-  }
+  /* a collective's transfer of this call's number: it must be this call */
+  if (h.magic == ZCC_WIRE_DATA && h.sig.seq == c->out_sig.seq &&
+      h.sig.coll != ZCC_COLL_SENDRECV && c->out_sig.coll != ZCC_COLL_SENDRECV)
+    return zcc_wire_hdr_check(&h, &c->out_sig, h.bytes, h.pseq, conn->peer, conn->comm);
   return zccSuccess;
 }
 
