@@ -49,6 +49,13 @@
 #              each algorithm forced, 8 B..GSHM_MAX (default 256M), in graphs
 #   share-san  compute-sanitizer memcheck and racecheck, 2 ranks, ring and tree, quick;
 #              send/receive, alltoall and reduce(-scatter) with ZCC_P2P_DIRECT_DISABLE=1
+#   gshm-sweep issue 12's targets over GPU shm: gpu_membw -m flag (flag round trip through
+#              mapped host memory, kernel launch costs) and -m host (ceilings, "sm both":
+#              both directions at once), allreduce at 8 B..64 KiB eager and in graphs,
+#              then 4 MiB..GSHM_MAX with ZCC_GPU_PUSH_BLOCKS (GSHM_PUSH_BLOCKS),
+#              ZCC_GPU_CHANNELS (GSHM_CHANNELS) and ZCC_GPU_CONN_BYTES (GSHM_CONN_BYTES) swept
+#   pinned-perf allreduce on pinned host buffers (--buffers pinned), 2 ranks on the GPU,
+#              each algorithm in PINNED_ALGOS, then over GPU shm, 8 B..GSHM_MAX in graphs
 #   share-perf gpu_membw (the device-copy ceiling), then allreduce -g 2 --share-gpus 1
 #              8 B..SHARE_MAX (default 1G) in graphs: default (push/LL), ring, tree
 #   nccl       zcc's libnccl.so.2 (lib/nccl/ of the carry) on one GPU: its exports
@@ -295,6 +302,43 @@ for phase in "$@"; do
         --layout threads --quick --only matrix,graphs --coll sendrecv_mix,alltoall,reduce,reducescatter \
         --replays 20
     done
+    ;;
+  gshm-sweep)
+    # Issue 12's targets: the small-message costs (flag round trip through mapped
+    # host memory, an empty kernel's launch), the pinned-host ceilings with both
+    # directions at once, allreduce over GPU shm at 8 B (eager and in graphs),
+    # and the large sizes with the push and ring kernels' knobs swept.
+    e=${GSHM_MAX:-256M}
+    run gshm-flag 120 "$bin/gpu_membw" -m flag -n 20
+    run gshm-ceil 120 "$bin/gpu_membw" -m host -b 4M -e $e -n 20
+    gs=(env ZCC_P2P_DISABLE=1)
+    ar=("$bin/allreduce_perf" -g 2 --share-gpus 1 -c 1)
+    run gshm-small-eager 120 "${gs[@]}" "${ar[@]}" -b 8 -e 64K -f 8 -w 50 -n 200
+    run gshm-small-graph 120 "${gs[@]}" "${ar[@]}" -b 8 -e 64K -f 8 -w 5 -n 20 -G 20
+    for pb in ${GSHM_PUSH_BLOCKS:-8 16 32 66}; do
+      run "gshm-push-b$pb" 300 "${gs[@]}" ZCC_ALGO=push ZCC_GPU_PUSH_BLOCKS=$pb "${ar[@]}" \
+        -b 4M -e $e -f 4 -w 3 -n 10 -G 5
+    done
+    for ch in ${GSHM_CHANNELS:-4 8 16 32}; do
+      run "gshm-ring-c$ch" 300 "${gs[@]}" ZCC_ALGO=ring ZCC_GPU_CHANNELS=$ch "${ar[@]}" \
+        -b 4M -e $e -f 4 -w 3 -n 10 -G 5
+    done
+    for cb in ${GSHM_CONN_BYTES:-262144 4194304}; do
+      run "gshm-ring-cb$cb" 300 "${gs[@]}" ZCC_ALGO=ring ZCC_GPU_CONN_BYTES=$cb "${ar[@]}" \
+        -b 4M -e $e -f 4 -w 3 -n 10 -G 5
+    done
+    run gshm-default 300 "${gs[@]}" "${ar[@]}" -b 4M -e $e -f 4 -w 3 -n 10 -G 5
+    ;;
+  pinned-perf)
+    # Allreduce on pinned host buffers (allreduce_perf --buffers pinned: cudaHostAlloc,
+    # mapped) between 2 ranks on the GPU, each algorithm; then over GPU shm too.
+    e=${GSHM_MAX:-256M}
+    ar=("$bin/allreduce_perf" -g 2 --share-gpus 1 -c 1 --buffers pinned)
+    for a in ${PINNED_ALGOS:-default ring push oneshot}; do
+      v=; [ $a = default ] || v="ZCC_ALGO=$a"
+      run "pinned-perf-$a" 300 env $v "${ar[@]}" -b 8 -e $e -f 8 -w 3 -n 10 -G 5
+    done
+    run pinned-perf-gshm 300 env ZCC_P2P_DISABLE=1 "${ar[@]}" -b 8 -e $e -f 8 -w 3 -n 10 -G 5
     ;;
   share-perf)
     e=${SHARE_MAX:-1G}

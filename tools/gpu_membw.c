@@ -7,13 +7,21 @@
  * ceilings instead (the GPU shm transport and pinned user buffers): the copy
  * engines host to device and device to host, and SM loads and stores of
  * mapped pinned host memory (a kernel reading one side and writing the
- * other), GB/s of bytes moved over PCIe. Usage:
- *   gpu_membw [-b MINBYTES] [-e MAXBYTES] [-n ITERS] [-d DEVICE] [-m device|host]
+ * other), GB/s of bytes moved over PCIe, and "sm both": a kernel reading one
+ * mapped host buffer and writing another, so the link carries the bytes in
+ * both directions at once (GB/s each way), as it does for two ranks of one
+ * GPU that exchange through host memory. With -m flag, the small-message
+ * costs instead: the round trip of a GPU flag through mapped host memory
+ * (gpu_membw_flag.cu), and an empty kernel's launch, eager (launch to
+ * cudaStreamSynchronize, host clock) and as a node of a CUDA graph. Usage:
+ *   gpu_membw [-b MINBYTES] [-e MAXBYTES] [-n ITERS] [-d DEVICE] [-m device|host|flag]
  */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
+#include <time.h>
 
 #include "device.h"
 #include "perf_util.h"
@@ -32,9 +40,14 @@ static int cmp_float(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-typedef enum { H2D_CE, D2H_CE, SM_LOAD, SM_STORE, NKINDS } kind_t;
+typedef enum { H2D_CE, D2H_CE, SM_LOAD, SM_STORE, SM_BOTH, NKINDS } kind_t;
 
-static void issue(kind_t k, void *d, void *h, void *hdev, size_t b, cudaStream_t s) {
+/* gpu_membw_flag.cu */
+int gpu_membw_pingpong(uint32_t *flags, uint32_t base, int rounds, int *failed, cudaStream_t s0,
+                       cudaStream_t s1);
+int gpu_membw_empty(cudaStream_t s);
+
+static void issue(kind_t k, void *d, void *h, void *hdev, void *hdev2, size_t b, cudaStream_t s) {
   switch (k) {
   case H2D_CE: CK(cudaMemcpyAsync(d, h, b, cudaMemcpyHostToDevice, s)); break;
   case D2H_CE: CK(cudaMemcpyAsync(h, d, b, cudaMemcpyDeviceToHost, s)); break;
@@ -45,9 +58,15 @@ static void issue(kind_t k, void *d, void *h, void *hdev, size_t b, cudaStream_t
       exit(1);
     }
     break;
-  default:
+  case SM_STORE:
     if (zcc_dev_scale(hdev, d, b / 4, zccFloat32, NULL, 0x3f800000u, s) != 0) {
       fprintf(stderr, "gpu_membw: the store kernel failed\n");
+      exit(1);
+    }
+    break;
+  default: /* host to host through the SMs: b bytes each way at once */
+    if (zcc_dev_scale(hdev2, hdev, b / 4, zccFloat32, NULL, 0x3f800000u, s) != 0) {
+      fprintf(stderr, "gpu_membw: the load-and-store kernel failed\n");
       exit(1);
     }
     break;
@@ -55,12 +74,15 @@ static void issue(kind_t k, void *d, void *h, void *hdev, size_t b, cudaStream_t
 }
 
 static int host_ceilings(size_t lo, size_t hi, int iters, int dev) {
-  void *d = NULL, *h = NULL, *hdev = NULL;
+  void *d = NULL, *h = NULL, *hdev = NULL, *h2 = NULL, *hdev2 = NULL;
   CK(cudaMalloc(&d, hi));
   CK(cudaHostAlloc(&h, hi, cudaHostAllocMapped | cudaHostAllocPortable));
   CK(cudaHostGetDevicePointer(&hdev, h, 0));
+  CK(cudaHostAlloc(&h2, hi, cudaHostAllocMapped | cudaHostAllocPortable));
+  CK(cudaHostGetDevicePointer(&hdev2, h2, 0));
   CK(cudaMemset(d, 0, hi));
   memset(h, 0, hi);
+  memset(h2, 0, hi);
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   cudaEvent_t e0, e1;
@@ -68,19 +90,19 @@ static int host_ceilings(size_t lo, size_t hi, int iters, int dev) {
   CK(cudaEventCreate(&e1));
   float *ms = calloc((size_t)iters, sizeof(float));
   if (!ms) return 1;
-  static const char *names[NKINDS] = {"ce h2d", "ce d2h", "sm load", "sm store"};
+  static const char *names[NKINDS] = {"ce h2d", "ce d2h", "sm load", "sm store", "sm both"};
   printf("# gpu_membw -m host: device %d, pinned host memory (cudaHostAlloc, mapped); median "
-         "of %d after 3 warm-ups; GB/s of bytes over PCIe\n", dev, iters);
+         "of %d after 3 warm-ups; GB/s of bytes over PCIe (sm both: each way)\n", dev, iters);
   printf("%14s", "bytes");
   for (int k = 0; k < NKINDS; k++) printf(" %10s", names[k]);
   printf("   (GB/s)\n");
   for (size_t b = lo; b <= hi; b *= 2) {
     printf("%14zu", b);
     for (int k = 0; k < NKINDS; k++) {
-      for (int w = 0; w < 3; w++) issue((kind_t)k, d, h, hdev, b, s);
+      for (int w = 0; w < 3; w++) issue((kind_t)k, d, h, hdev, hdev2, b, s);
       for (int i = 0; i < iters; i++) {
         CK(cudaEventRecord(e0, s));
-        issue((kind_t)k, d, h, hdev, b, s);
+        issue((kind_t)k, d, h, hdev, hdev2, b, s);
         CK(cudaEventRecord(e1, s));
         CK(cudaEventSynchronize(e1));
         CK(cudaEventElapsedTime(&ms[i], e0, e1));
@@ -94,6 +116,104 @@ static int host_ceilings(size_t lo, size_t hi, int iters, int dev) {
   free(ms);
   cudaFree(d);
   cudaFreeHost(h);
+  cudaFreeHost(h2);
+  return 0;
+}
+
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+/* -m flag: the flag round trip through mapped host memory, and launch costs. */
+static int flag_costs(int iters, int dev) {
+  enum { ROUNDS = 10000, GRAPH_NODES = 20, EAGER = 200 };
+  uint32_t *flags = NULL, *dflags = NULL;
+  int *failed = NULL, *dfailed = NULL;
+  CK(cudaHostAlloc((void **)&flags, 4096, cudaHostAllocMapped | cudaHostAllocPortable));
+  CK(cudaHostGetDevicePointer((void **)&dflags, flags, 0));
+  CK(cudaHostAlloc((void **)&failed, sizeof(int), cudaHostAllocMapped));
+  CK(cudaHostGetDevicePointer((void **)&dfailed, failed, 0));
+  memset(flags, 0, 4096);
+  *failed = 0;
+  cudaStream_t s0, s1;
+  CK(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
+  CK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  float *ms = calloc((size_t)iters + 1, sizeof(float));
+  double *us = calloc(EAGER, sizeof(double));
+  if (!ms || !us) return 1;
+  printf("# gpu_membw -m flag: device %d; medians of %d runs after a warm-up\n", dev, iters);
+  /* The round trip: the first run warms up, the events bracket ping's stream. */
+  uint32_t base = 0;
+  for (int i = 0; i <= iters; i++) {
+    CK(cudaEventRecord(e0, s0));
+    if (gpu_membw_pingpong(dflags, base, ROUNDS, dfailed, s0, s1) != 0) {
+      fprintf(stderr, "gpu_membw: the ping-pong kernels failed to launch\n");
+      return 1;
+    }
+    CK(cudaEventRecord(e1, s0));
+    CK(cudaStreamSynchronize(s1));
+    CK(cudaEventSynchronize(e1));
+    if (*failed) {
+      fprintf(stderr, "gpu_membw: a ping-pong kernel gave up waiting for its peer\n");
+      return 1;
+    }
+    base += ROUNDS;
+    CK(cudaEventElapsedTime(&ms[i > 0 ? i - 1 : 0], e0, e1));
+  }
+  qsort(ms, (size_t)iters, sizeof(float), cmp_float);
+  printf("flag round trip through mapped host memory: %.3f us (%d round trips per run, two "
+         "one-thread kernels on two streams)\n", ms[iters / 2] * 1e3 / ROUNDS, ROUNDS);
+  /* An empty kernel, eager: launch to the end of cudaStreamSynchronize. */
+  for (int w = 0; w < 20; w++) {
+    CK(gpu_membw_empty(s0));
+    CK(cudaStreamSynchronize(s0));
+  }
+  for (int i = 0; i < EAGER; i++) {
+    double t0 = now_us();
+    CK(gpu_membw_empty(s0));
+    CK(cudaStreamSynchronize(s0));
+    us[i] = now_us() - t0;
+  }
+  for (int i = 1; i < EAGER; i++) /* insertion sort: few values */
+    for (int j = i; j > 0 && us[j - 1] > us[j]; j--) {
+      double t = us[j];
+      us[j] = us[j - 1];
+      us[j - 1] = t;
+    }
+  printf("empty kernel, eager (launch and cudaStreamSynchronize, host clock): %.3f us "
+         "(median of %d)\n", us[EAGER / 2], EAGER);
+  /* An empty kernel as a graph node: a graph of GRAPH_NODES, events around each replay. */
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CK(cudaStreamBeginCapture(s0, cudaStreamCaptureModeThreadLocal));
+  for (int n = 0; n < GRAPH_NODES; n++) CK(gpu_membw_empty(s0));
+  CK(cudaStreamEndCapture(s0, &graph));
+  CK(cudaGraphInstantiate(&exec, graph, 0));
+  CK(cudaGraphLaunch(exec, s0));
+  CK(cudaStreamSynchronize(s0));
+  for (int i = 0; i < iters; i++) {
+    CK(cudaEventRecord(e0, s0));
+    CK(cudaGraphLaunch(exec, s0));
+    CK(cudaEventRecord(e1, s0));
+    CK(cudaEventSynchronize(e1));
+    CK(cudaEventElapsedTime(&ms[i], e0, e1));
+  }
+  qsort(ms, (size_t)iters, sizeof(float), cmp_float);
+  printf("empty kernel as a graph node: %.3f us (graph of %d, CUDA events)\n",
+         ms[iters / 2] * 1e3 / GRAPH_NODES, GRAPH_NODES);
+  CK(cudaGraphExecDestroy(exec));
+  CK(cudaGraphDestroy(graph));
+  free(ms);
+  free(us);
+  CK(cudaStreamDestroy(s0));
+  CK(cudaStreamDestroy(s1));
+  cudaFreeHost(flags);
+  cudaFreeHost(failed);
   return 0;
 }
 
@@ -105,7 +225,7 @@ int main(int argc, char **argv) {
     size_t n = 0;
     if (!v) {
       fprintf(stderr, "usage: gpu_membw [-b MINBYTES] [-e MAXBYTES] [-n ITERS] [-d DEVICE] "
-                      "[-m device|host]\n");
+                      "[-m device|host|flag]\n");
       return 2;
     }
     if (strcmp(a, "-b") == 0 || strcmp(a, "-e") == 0) {
@@ -124,11 +244,11 @@ int main(int argc, char **argv) {
     } else if (strcmp(a, "-d") == 0) {
       dev = atoi(v);
     } else if (strcmp(a, "-m") == 0) {
-      if (strcmp(v, "host") != 0 && strcmp(v, "device") != 0) {
-        fprintf(stderr, "gpu_membw: -m %s: expected device or host\n", v);
+      if (strcmp(v, "host") != 0 && strcmp(v, "device") != 0 && strcmp(v, "flag") != 0) {
+        fprintf(stderr, "gpu_membw: -m %s: expected device, host or flag\n", v);
         return 2;
       }
-      host = strcmp(v, "host") == 0;
+      host = strcmp(v, "host") == 0 ? 1 : strcmp(v, "flag") == 0 ? 2 : 0;
     } else {
       fprintf(stderr, "gpu_membw: unknown option %s\n", a);
       return 2;
@@ -140,7 +260,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   CK(cudaSetDevice(dev));
-  if (host) return host_ceilings(lo, hi, iters, dev);
+  if (host == 1) return host_ceilings(lo, hi, iters, dev);
+  if (host == 2) return flag_costs(iters, dev);
   void *src = NULL, *dst = NULL;
   CK(cudaMalloc(&src, hi));
   CK(cudaMalloc(&dst, hi));

@@ -89,6 +89,9 @@ static void usage(FILE *f, const char *prog, const perf_coll_t *coll)
   fprintf(f,
           "  -R, --local_register <0|1>  register both buffers with zccCommRegister (and\n"
           "                              ncclCommRegister with --compare nccl); default 0\n"
+          "      --buffers <device|pinned>  GPU communicators: send and receive buffers from cudaMalloc\n"
+          "                              (device) or cudaHostAlloc, mapped and portable (pinned: the\n"
+          "                              kernels load and store host memory over PCIe); default device\n"
           "  -t, --nthreads <n>          threads per process; only 1\n"
           "  -g, --ngpus <n>             GPUs per process, one rank and communicator each\n"
           "                              (zccCommInitAll, calls grouped); default 1\n"
@@ -168,6 +171,7 @@ static const struct {
     {"ngpus", 'g'},        {"np", 'N'},             {"json", 'J'},
     {"device", 'D'},       {"cudagraph", 'G'},      {"compare", 'C'},
     {"share-gpus", 'S'},   {"help", 'h'},           {"bind", 'B'},
+    {"buffers", 'M'},
 };
 
 /* The device came from ZCC_DEVICE rather than --device (for messages). */
@@ -286,6 +290,14 @@ static void set_option(const char *prog, const perf_coll_t *coll, char key,
     else
       bad_arg(prog, coll, "%s: '%s' is not none or core", name, val);
     break;
+  case 'M':
+    if (strcmp(val, "device") == 0)
+      o->pinned = 0;
+    else if (strcmp(val, "pinned") == 0)
+      o->pinned = 1;
+    else
+      bad_arg(prog, coll, "%s: '%s' is not device or pinned", name, val);
+    break;
   case 'S':
     if (perf_parse_long(val, 0, 1, &v) != 0)
       bad_arg(prog, coll, "%s: '%s' is not 0 or 1", name, val);
@@ -324,7 +336,8 @@ static void set_option(const char *prog, const perf_coll_t *coll, char key,
 /* What needs GPUs: -g above 1, -G and --compare ask for --device cuda. */
 static void check_device(const char *prog, const perf_coll_t *coll, perf_opts_t *o)
 {
-  const char *gpu_only = o->compare_nccl ? "--compare nccl"
+  const char *gpu_only = o->pinned ? "--buffers pinned"
+                         : o->compare_nccl ? "--compare nccl"
                          : o->graph_iters > 0 ? "-G" : o->ngpus > 1 ? "-g" : NULL;
 
 #ifndef ZCC_PERF_WITH_CUDA

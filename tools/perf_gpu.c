@@ -284,11 +284,20 @@ void perf_gpu_setup(perf_run_t *r)
 
     perf_gpu_set_device(w, w->cuda_dev[l]);
     CUDA_CHECK(w, cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
-    CUDA_CHECK(w, cudaMalloc((void **)&g->send, r->buf_bytes));
-    CUDA_CHECK(w, cudaMalloc((void **)&g->recv, r->buf_bytes));
+    if (r->o->pinned) {
+      /* --buffers pinned: host memory every GPU maps; the kernels load and store it */
+      unsigned fl = cudaHostAllocMapped | cudaHostAllocPortable;
+      CUDA_CHECK(w, cudaHostAlloc((void **)&g->send, r->buf_bytes, fl));
+      CUDA_CHECK(w, cudaHostAlloc((void **)&g->recv, r->buf_bytes, fl));
+      memset(g->send, 0, r->buf_bytes);
+      memset(g->recv, 0, r->buf_bytes);
+    } else {
+      CUDA_CHECK(w, cudaMalloc((void **)&g->send, r->buf_bytes));
+      CUDA_CHECK(w, cudaMalloc((void **)&g->recv, r->buf_bytes));
+      CUDA_CHECK(w, cudaMemsetAsync(g->send, 0, r->buf_bytes, g->stream));
+      CUDA_CHECK(w, cudaMemsetAsync(g->recv, 0, r->buf_bytes, g->stream));
+    }
     CUDA_CHECK(w, cudaMalloc((void **)&g->scratch, r->gpu->scratch_bytes));
-    CUDA_CHECK(w, cudaMemsetAsync(g->send, 0, r->buf_bytes, g->stream));
-    CUDA_CHECK(w, cudaMemsetAsync(g->recv, 0, r->buf_bytes, g->stream));
     for (int i = 0; i < PERF_EVENT_CHUNK; i++) {
       CUDA_CHECK(w, cudaEventCreate(&g->start[i]));
       CUDA_CHECK(w, cudaEventCreate(&g->stop[i]));
@@ -331,8 +340,13 @@ void perf_gpu_teardown(perf_run_t *r)
       CUDA_CHECK(w, cudaEventDestroy(g->stop[i]));
     }
     CUDA_CHECK(w, cudaFree(g->scratch));
-    CUDA_CHECK(w, cudaFree(g->recv));
-    CUDA_CHECK(w, cudaFree(g->send));
+    if (r->o->pinned) {
+      CUDA_CHECK(w, cudaFreeHost(g->recv));
+      CUDA_CHECK(w, cudaFreeHost(g->send));
+    } else {
+      CUDA_CHECK(w, cudaFree(g->recv));
+      CUDA_CHECK(w, cudaFree(g->send));
+    }
     CUDA_CHECK(w, cudaStreamDestroy(g->stream));
   }
   free(r->gpu);
@@ -417,13 +431,13 @@ static void prepare(perf_run_t *r, const perf_data_t *d, const perf_counts_t *c,
     perf_gpu_set_device(w, w->cuda_dev[l]);
     if (inplace) {
       size_t span = c[l].send_count > c[l].recv_count ? c[l].send_count : c[l].recv_count;
-      CUDA_CHECK(w, cudaMemcpyAsync(g->recv, r->recvbuf, span * ts, cudaMemcpyHostToDevice,
+      CUDA_CHECK(w, cudaMemcpyAsync(g->recv, r->recvbuf, span * ts, cudaMemcpyDefault,
                                     g->stream));
     } else {
       CUDA_CHECK(w, cudaMemcpyAsync(g->send, r->sendbuf, c[l].send_count * ts,
-                                    cudaMemcpyHostToDevice, g->stream));
+                                    cudaMemcpyDefault, g->stream));
       CUDA_CHECK(w, cudaMemcpyAsync(g->recv, r->recvbuf, c[l].recv_count * ts,
-                                    cudaMemcpyHostToDevice, g->stream));
+                                    cudaMemcpyDefault, g->stream));
     }
     /* the staging buffers are refilled for the next rank */
     CUDA_CHECK(w, cudaStreamSynchronize(g->stream));
@@ -534,7 +548,7 @@ void perf_gpu_measure(perf_run_t *r, int lib, const perf_counts_t *c0, size_t si
                perf_type_name(type), perf_op_name(op), r->coll->rooted ? root : -1,
                inplace ? "in-place" : "out-of-place", bytes);
       perf_gpu_set_device(w, w->cuda_dev[l]);
-      CUDA_CHECK(w, cudaMemcpy(r->recvbuf, calls[l].recvbuff, n * ts, cudaMemcpyDeviceToHost));
+      CUDA_CHECK(w, cudaMemcpy(r->recvbuf, calls[l].recvbuff, n * ts, cudaMemcpyDefault));
       wrong += perf_verify(&d, r->coll, &c[l], w->rank + l, root, r->recvbuf, label);
     }
     reduce_host(r, &wrong, 1, zccInt64, zccSum, "zccAllReduce (error count)");

@@ -74,9 +74,10 @@ static void print_header(run_t *r)
          o->warmup, o->iters, o->check, o->graph_iters);
   if (is_cuda(r))
     printf("# Time: CUDA events on each GPU's stream, median over %d %s of the slowest "
-           "rank; buffers from cudaMalloc%s\n", r->ntimes,
+           "rank; buffers from %s%s\n", r->ntimes,
            o->graph_iters ? "graph replays (each of -n operations, time divided by -n)"
                           : "iterations",
+           o->pinned ? "cudaHostAlloc (pinned, mapped: --buffers pinned)" : "cudaMalloc",
            o->local_register ? ", registered (-R 1)" : "");
   printf("#\n# Using devices\n");
   for (int i = 0; i < r->w->nranks; i++) {
@@ -156,8 +157,9 @@ static void json_open(run_t *r)
           o->min_bytes, o->max_bytes, o->step_factor, o->step_bytes, o->iters,
           o->warmup, o->check, o->local_register, o->nthreads, o->ngpus);
   if (is_cuda(r))
-    fprintf(r->json, ", \"device\": \"cuda\", \"cudagraph\": %d, \"compare\": \"%s\"",
-            o->graph_iters, o->compare_nccl ? "nccl" : "");
+    fprintf(r->json, ", \"device\": \"cuda\", \"cudagraph\": %d, \"compare\": \"%s\", "
+            "\"buffers\": \"%s\"", o->graph_iters, o->compare_nccl ? "nccl" : "",
+            o->pinned ? "pinned" : "device");
   fprintf(r->json, "},\n");
   fprintf(r->json, "  \"results\": [");
 }
