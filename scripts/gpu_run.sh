@@ -49,6 +49,9 @@
 #              each algorithm forced, 8 B..GSHM_MAX (default 256M), in graphs
 #   share-san  compute-sanitizer memcheck and racecheck, 2 ranks, ring and tree, quick;
 #              send/receive, alltoall and reduce(-scatter) with ZCC_P2P_DIRECT_DISABLE=1
+#   push-check the push allreduce's correctness: the matrix over p2p (2, 3, 4 ranks, 2
+#              processes) and GPU shm (2, 3 ranks, 2 processes with 1000 replays), test_gpu_hostmem
+#              on both (pinned, mixed with device memory), the COLL line of a pinned input
 #   gshm-sweep issue 12's targets over GPU shm: gpu_membw -m flag (flag round trip through
 #              mapped host memory, kernel launch costs) and -m host (ceilings, "sm both":
 #              both directions at once), allreduce at 8 B..64 KiB eager and in graphs,
@@ -303,6 +306,29 @@ for phase in "$@"; do
         --replays 20
     done
     ;;
+  push-check)
+    # The push allreduce after a change to it, exact: the matrix with 2, 3 and 4 ranks on
+    # the GPU over p2p and 2 and 3 over GPU shm, 2 processes of each (graph replays), pinned
+    # and mixed host buffers on both transports, and the COLL line of a pinned input.
+    export ZCC_TIMEOUT=${ZCC_TIMEOUT:-20000}
+    for n in 2 3 4; do
+      run "pc-share-n$n" 300 "$bin/test_gpu_colls" --ranks $n --layout threads --quick
+    done
+    run pc-share-procs 300 "$bin/test_gpu_colls" --ranks 2 --layout procs --quick \
+      --only matrix,graphs --replays 100
+    for n in 2 3; do
+      run "pc-gshm-n$n" 300 env ZCC_P2P_DISABLE=1 "$bin/test_gpu_colls" --ranks $n \
+        --layout threads --quick
+    done
+    run pc-gshm-procs 300 env ZCC_P2P_DISABLE=1 "$bin/test_gpu_colls" --ranks 2 --layout procs \
+      --quick --only matrix,graphs --replays 1000
+    run pc-hostmem 300 "$bin/test_gpu_hostmem"
+    run pc-gshm-hostmem 300 env ZCC_P2P_DISABLE=1 "$bin/test_gpu_hostmem"
+    run pc-pinned-path 120 bash -c 'ZCC_DEBUG=INFO ZCC_DEBUG_SUBSYS=COLL "$0" -b 1M -e 1M -g 2 \
+      --share-gpus 1 -w 1 -n 1 -c 1 --buffers pinned 2>&1 | grep -m1 "read once" && echo "path: read once"' \
+      "$bin/allreduce_perf"
+    left=$(ls /dev/shm 2>/dev/null | grep -c zcc-gw); note "push-check: /dev/shm holds $left zcc-gw segment(s) after the runs"
+    ;;
   gshm-sweep)
     # Issue 12's targets: the small-message costs (flag round trip through mapped
     # host memory, an empty kernel's launch), the pinned-host ceilings with both
@@ -343,7 +369,7 @@ for phase in "$@"; do
   share-perf)
     e=${SHARE_MAX:-1G}
     run share-membw 120 "$bin/gpu_membw" -b 1M -e $e -n 20
-    for a in default ring tree; do
+    for a in ${SHARE_ALGOS:-default ring tree}; do
       v=; [ $a = default ] || v="ZCC_ALGO=$a"
       run "share-perf-$a" 300 env $v "$bin/allreduce_perf" -b 8 -e $e -f 4 -g 2 --share-gpus 1 \
         -w 5 -n 20 -c 1 -G 10

@@ -20,10 +20,16 @@ __device__ __forceinline__ uint32_t ld_acquire_sys(const uint32_t *p) {
   asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
-// Gives up after about 2^31 polls, so a lost peer ends the probe, not the host.
+__device__ __forceinline__ uint64_t now_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+// Gives up after 5 s, so a peer that never runs ends the probe, not the host.
 __device__ __forceinline__ int wait_reach(const uint32_t *p, uint32_t want) {
+  uint64_t t0 = now_ns();
   for (uint32_t spins = 0; (int32_t)(ld_acquire_sys(p) - want) < 0; spins++)
-    if (spins > (1u << 31)) return 1;
+    if ((spins & 1023) == 0 && now_ns() - t0 > 5000000000ull) return 1;
   return 0;
 }
 
@@ -55,6 +61,12 @@ __global__ void empty_kernel() {}
 // flags: two uint32_t 32 words apart in mapped host memory (device view).
 extern "C" int gpu_membw_pingpong(uint32_t *flags, uint32_t base, int rounds, int *failed,
                                   cudaStream_t s0, cudaStream_t s1) {
+  // Both kernels loaded first: under lazy loading, loading the second while
+  // the first spins waits for the first (which waits for the second).
+  cudaFuncAttributes fa;
+  cudaError_t e = cudaFuncGetAttributes(&fa, pong_kernel);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, ping_kernel);
+  if (e != cudaSuccess) return (int)e;
   pong_kernel<<<1, 1, 0, s1>>>(flags + 32, flags, base, rounds, failed);
   ping_kernel<<<1, 1, 0, s0>>>(flags, flags + 32, base, rounds, failed);
   return (int)cudaGetLastError();

@@ -21,6 +21,13 @@
 // consumers only on the other's pushers, so every block of the grid must be
 // resident at once: the grid is at most one block per multiprocessor.
 // Values compare modulo 2^32 and only grow, so no flag is ever reset.
+//
+// An input in pinned host memory (local_copy) is read over PCIe once: the
+// pusher stores each chunk into the own source's slot of the own staging
+// as well, and the consumer reduces that copy instead of reading the input
+// again. The consumer always publishes its own freed count ([8 + rank] of
+// its own line, a word no peer uses), and a pusher that copies waits for it
+// as for its peers'; the choice is each rank's own, peers see no difference.
 #include <cuda_runtime.h>
 
 #include "flags.cuh"
@@ -53,6 +60,7 @@ struct PushParams {
   int k;
   int rank;
   int avg; // 0, or the avg divisor
+  int local_copy; // the input is host memory: read once (see above)
 };
 
 ZD_INLINE size_t push_lane() { return blockIdx.x >> 1; }
@@ -67,14 +75,15 @@ template <int MAXK> ZD_INLINE char *push_slot(const PushParams &p, int dst, int 
 
 template <int MAXK> ZD_INLINE void push_chunk(const PushParams &p, uint32_t n, size_t off, size_t len) {
   const int t = threadIdx.x;
-  // The peers are done with this slot's previous chunk.
-  if (t < p.k && t != p.rank)
+  // The peers (and, copying, the own consumer) are done with this slot's previous chunk.
+  if (t < p.k && (t != p.rank || p.local_copy))
     zd_wait_reach(push_line(zd_pick<MAXK>(p.flags, p.rank)) + 8 + t, n - ZCC_DEV_PUSH_SLOTS + 1,
                   p.abort_flag);
   __syncthreads();
   char *dst[MAXK];
 #pragma unroll
   for (int r = 0; r < MAXK; r++) dst[r] = r < p.k ? push_slot<MAXK>(p, r, p.rank, n) : NULL;
+  const bool self = p.local_copy != 0; // also into the own slot of the own staging
   const char *src = p.in + off;
   const int w = zd_width(src);
   const size_t packs = len / 16;
@@ -91,7 +100,7 @@ template <int MAXK> ZD_INLINE void push_chunk(const PushParams &p, uint32_t n, s
       if (q < packs) {
 #pragma unroll
         for (int r = 0; r < MAXK; r++)
-          if (r < p.k && r != p.rank) *(uint4 *)(dst[r] + q * 16) = v[u];
+          if (r < p.k && (r != p.rank || self)) *(uint4 *)(dst[r] + q * 16) = v[u];
       }
     }
   }
@@ -100,7 +109,7 @@ template <int MAXK> ZD_INLINE void push_chunk(const PushParams &p, uint32_t n, s
     char c = src[i];
 #pragma unroll
     for (int r = 0; r < MAXK; r++)
-      if (r < p.k && r != p.rank) dst[r][i] = c;
+      if (r < p.k && (r != p.rank || self)) dst[r][i] = c;
   }
   __syncthreads();
   if (t < p.k && t != p.rank) zd_st_release_sys(push_line(zd_pick<MAXK>(p.flags, t)) + p.rank, n + 1);
@@ -112,14 +121,17 @@ ZD_INLINE void consume_chunk(const PushParams &p, uint32_t n, size_t off, size_t
   const int t = threadIdx.x;
   uint32_t *mine = push_line(zd_pick<MAXK>(p.flags, p.rank));
   if (t < p.k && t != p.rank) zd_wait_reach(mine + t, n + 1, p.abort_flag);
-  if (t == p.k && p.in == p.out) zd_wait_reach(mine + ZD_PUSH_PUSHED, n + 1, p.abort_flag);
+  if (t == p.k && (p.in == p.out || p.local_copy))
+    zd_wait_reach(mine + ZD_PUSH_PUSHED, n + 1, p.abort_flag);
   __syncthreads();
   const char *src[MAXK];
 #pragma unroll
   for (int r = 0; r < MAXK; r++)
-    src[r] = r >= p.k ? NULL : r == p.rank ? p.in + off : push_slot<MAXK>(p, p.rank, r, n);
+    src[r] = r >= p.k ? NULL
+             : r == p.rank && !p.local_copy ? p.in + off
+                                            : push_slot<MAXK>(p, p.rank, r, n);
   char *out = p.out + off;
-  const int wi = zd_width(p.in + off), wo = zd_width(out);
+  const int wi = p.local_copy ? 16 : zd_width(p.in + off), wo = zd_width(out);
   const size_t packs = len / 16;
   enum { U = MAXK <= 2 ? ZD_PUSH_U : 1 }; // registers: MAXK x U packs per thread
   for (size_t q0 = t; q0 < packs; q0 += (size_t)blockDim.x * U) {
@@ -156,7 +168,8 @@ ZD_INLINE void consume_chunk(const PushParams &p, uint32_t n, size_t off, size_t
     zd_st1<T>(out + i, s);
   }
   __syncthreads();
-  if (t < p.k && t != p.rank) zd_st_release_sys(push_line(zd_pick<MAXK>(p.flags, t)) + 8 + p.rank, n + 1);
+  // Freed into every peer's line, and into the own one for a pusher that copies.
+  if (t < p.k) zd_st_release_sys(push_line(zd_pick<MAXK>(p.flags, t)) + 8 + p.rank, n + 1);
 }
 
 template <typename T, typename Op, int MAXK>
@@ -204,6 +217,13 @@ int push_grid(const zcc_dev_push_t *a, int *blocks, size_t *chunk, size_t *slot,
   size_t s = a->staging_bytes / ((size_t)a->nranks * cap * ZCC_DEV_PUSH_SLOTS) / 16 * 16;
   if (s > ZD_PUSH_MAX_CHUNK) s = ZD_PUSH_MAX_CHUNK;
   if (s < 16) return cudaErrorInvalidValue; // a staging buffer far too small
+  // Host windows: at least lane_chunks chunks per lane, so each lane's PCIe
+  // stores and loads overlap (one chunk per lane left them in turn).
+  if (a->lane_chunks > 1) {
+    size_t want = (bytes + (size_t)a->lane_chunks * s - 1) / ((size_t)a->lane_chunks * s);
+    if (want < 1) want = 1;
+    if (g > want) g = want;
+  }
   size_t c = (bytes + g - 1) / g;
   c = (c + 15) / 16 * 16;
   if (c < ZD_PUSH_MIN_CHUNK) c = ZD_PUSH_MIN_CHUNK;
@@ -245,6 +265,7 @@ int push_launch(const zcc_dev_push_t *a, cudaStream_t s) {
   p.k = a->nranks;
   p.rank = a->rank;
   p.avg = a->op == zccAvg ? a->nranks : 0;
+  p.local_copy = a->local_copy ? 1 : 0;
 #define ZD_LAUNCH_PUSH(T, Op)                                                 \
   do {                                                                        \
     if (p.k <= 2) push_kernel<T, Op, 2><<<blocks, ZD_PUSH_THREADS, 0, s>>>(p); \

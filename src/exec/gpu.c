@@ -116,10 +116,11 @@ static void ptr_remember(zcc_gpu_t *g, const void *ptr) {
  * addressing), and managed memory (the driver migrates or maps its pages on
  * access). Pageable host memory and memory of another GPU are refused.
  */
-static zccResult_t gpu_addr(struct zccComm *comm, const void *ptr, const char *what,
-                            const char *fn, const void **dev) {
+static zccResult_t gpu_addr_kind(struct zccComm *comm, const void *ptr, const char *what,
+                                 const char *fn, const void **dev, int *host) {
   zcc_gpu_t *g = comm->gpu;
   *dev = ptr;
+  *host = 0;
   if (ptr_known(g, ptr)) return zccSuccess;
   struct cudaPointerAttributes at;
   cudaError_t e = cudaPointerGetAttributes(&at, ptr);
@@ -143,6 +144,7 @@ static zccResult_t gpu_addr(struct zccComm *comm, const void *ptr, const char *w
                        "with cudaHostRegisterMapped, or allocate it with cudaHostAlloc)", fn,
                        what, ptr, g->dev);
     *dev = at.devicePointer;
+    *host = 1;
     ZCC_INFO(COLL, "%s: %s %p is pinned host memory: kernels read and write it in place "
              "through its mapping %p", fn, what, ptr, at.devicePointer);
     return zccSuccess;
@@ -157,6 +159,12 @@ static zccResult_t gpu_addr(struct zccComm *comm, const void *ptr, const char *w
                      "cudaHostAlloc, cudaHostRegister, or torch's pin_memory=True", fn, what,
                      ptr, g->dev);
   }
+}
+
+static zccResult_t gpu_addr(struct zccComm *comm, const void *ptr, const char *what,
+                            const char *fn, const void **dev) {
+  int host;
+  return gpu_addr_kind(comm, ptr, what, fn, dev, &host);
 }
 
 zccResult_t zcc_gpu_check_ptr(struct zccComm *comm, const void *ptr, const char *what,
@@ -387,9 +395,16 @@ static zccResult_t ar_plan(struct zccComm *comm, const zcc_coll_args_t *x, zcc_c
   return zccSuccess;
 }
 
-ZCC_PARAM_INT(gpu_push_blocks, "GPU_PUSH_BLOCKS", 128,
+ZCC_PARAM_INT(gpu_push_blocks, "GPU_PUSH_BLOCKS", 0,
               "most thread blocks of the push allreduce kernel, half pushing and half "
-              "reducing (2 to 256, capped at the SM count; equal on every rank)")
+              "reducing (2 to 256, capped at the SM count; equal on every rank); 0: 128, "
+              "or 32 where the staging buffers are pinned host memory (the shm transport)")
+
+/* Push blocks where the windows are host memory: fewer lanes keep PCIe busier
+   (docs/perf/h200x1.md, 2026-12-02: 32 blocks 19.2 GB/s at 64 MiB, 66 blocks 17.2). */
+#define GPU_PUSH_BLOCKS_DEVICE 128
+#define GPU_PUSH_BLOCKS_HOST 32
+#define GPU_PUSH_LANE_CHUNKS_HOST 4
 
 static zccResult_t allreduce(struct zccComm *comm, const zcc_coll_args_t *x, cudaStream_t s,
                              const char *fn) {
@@ -420,17 +435,21 @@ static zccResult_t allreduce(struct zccComm *comm, const zcc_coll_args_t *x, cud
     p.nranks = g->nranks;
     p.rank = g->rank;
     int64_t pb = zcc_param_gpu_push_blocks();
-    if (pb < 2 || pb > ZCC_DEV_MAX_BLOCKS)
-      return zcc_error(zccInvalidArgument, "%s: ZCC_GPU_PUSH_BLOCKS=%lld: expected 2 to %d", fn,
-                       (long long)pb, ZCC_DEV_MAX_BLOCKS);
+    if (pb != 0 && (pb < 2 || pb > ZCC_DEV_MAX_BLOCKS))
+      return zcc_error(zccInvalidArgument, "%s: ZCC_GPU_PUSH_BLOCKS=%lld: expected 0 (by the "
+                       "staging's memory) or 2 to %d", fn, (long long)pb, ZCC_DEV_MAX_BLOCKS);
+    if (pb == 0) pb = g->win_host ? GPU_PUSH_BLOCKS_HOST : GPU_PUSH_BLOCKS_DEVICE;
     p.max_blocks = grid_cap(g, (int)pb) & ~1;
     if (p.max_blocks < 2) p.max_blocks = 2;
+    p.lane_chunks = g->win_host ? GPU_PUSH_LANE_CHUNKS_HOST : 0;
+    p.local_copy = (x->host_bufs & ZCC_HOST_SEND) != 0;
     if (zcc_log_enabled(ZCC_LOG_INFO, ZCC_COLL)) {
       int blocks = 0;
       size_t chunk = 0;
       (void)zcc_dev_allreduce_push_grid(&p, &blocks, &chunk);
       ZCC_INFO(COLL, "%s %zu bytes: push (stores into peers' staging, no copy on the stream), "
-               "%d block(s), chunks of %zu", fn, bytes, blocks, chunk);
+               "%d block(s), chunks of %zu%s", fn, bytes, blocks, chunk,
+               p.local_copy ? ", the host input read once (a copy in the own staging)" : "");
     }
     DEV(zcc_dev_allreduce_push(&p, s));
     return zccSuccess;
@@ -709,13 +728,17 @@ zccResult_t zcc_gpu_coll(struct zccComm *comm, const zcc_coll_args_t *x,
   /* The addresses kernels use (pinned host memory through its mapping). */
   zcc_coll_args_t mapped = *x;
   const void *dp;
+  int host;
+  mapped.host_bufs = 0;
   if (need_send) {
-    ZCC_CHECK(gpu_addr(comm, x->sendbuf, "sendbuff", fn, &dp));
+    ZCC_CHECK(gpu_addr_kind(comm, x->sendbuf, "sendbuff", fn, &dp, &host));
     mapped.sendbuf = dp;
+    if (host) mapped.host_bufs |= ZCC_HOST_SEND;
   }
   if (need_recv) {
-    ZCC_CHECK(gpu_addr(comm, x->recvbuf, "recvbuff", fn, &dp));
+    ZCC_CHECK(gpu_addr_kind(comm, x->recvbuf, "recvbuff", fn, &dp, &host));
     mapped.recvbuf = (void *)dp;
+    if (host) mapped.host_bufs |= ZCC_HOST_RECV;
   }
   if (x->scale && x->scalar_ptr) {
     ZCC_CHECK(gpu_addr(comm, x->scalar_ptr, "the pre-multiplied sum's scalar", fn, &dp));
@@ -739,6 +762,7 @@ zccResult_t zcc_gpu_coll(struct zccComm *comm, const zcc_coll_args_t *x,
     }
     scaled = *x;
     scaled.sendbuf = x->recvbuf;
+    scaled.host_bufs = (x->host_bufs & ZCC_HOST_RECV) ? ZCC_HOST_SEND | ZCC_HOST_RECV : 0;
     scaled.scale = 0;
     x = &scaled;
   }

@@ -115,7 +115,11 @@ typedef struct zcc_coll_args {
   int scale;       /* pre-multiplied sum: inputs are multiplied by scalar first */
   uint64_t scalar; /* the scalar's bytes, one element of type */
   const void *scalar_ptr; /* GPU communicators, zccScalarDevice: the kernel reads it */
+  unsigned host_bufs;     /* GPU communicators: ZCC_HOST_SEND / ZCC_HOST_RECV, the buffer
+                             is pinned host memory (set by the executor as it maps them) */
 } zcc_coll_args_t;
+#define ZCC_HOST_SEND 1u
+#define ZCC_HOST_RECV 2u
 
 /* Build the plan for a collective (arguments already validated). */
 zccResult_t zcc_plan_coll(struct zccComm *comm, const zcc_coll_args_t *args,

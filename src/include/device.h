@@ -167,8 +167,10 @@ int zcc_dev_allreduce_oneshot_ll(const zcc_dev_allreduce_t *args,
  * Flag area of a rank (push[r], ZCC_DEV_PUSH_FLAGS_BYTES, zeroed before
  * first use): one line of ZCC_DEV_PUSH_LINE words per lane: [s] chunks
  * source s pushed into this rank's staging, [8 + p] of this rank's pushes
- * that peer p consumed, [16], [17] the lane's pusher and consumer counters,
- * [18] the pusher's progress (in place, the consumer waits for it).
+ * that peer p consumed ([8 + rank]: the own consumer's count, for a pusher
+ * that copies a host input into its own slot), [16], [17] the lane's pusher
+ * and consumer counters, [18] the pusher's progress (in place, and copying,
+ * the consumer waits for it).
  */
 #define ZCC_DEV_PUSH_SLOTS 4
 #define ZCC_DEV_PUSH_LINE 32
@@ -186,6 +188,10 @@ typedef struct zcc_dev_push {
   int nranks;
   int rank;
   int max_blocks; /* 0: 2 x ZCC_DEV_DEFAULT_BLOCKS; 2 to ZCC_DEV_MAX_BLOCKS, capped at the SM count */
+  int lane_chunks; /* 0: lanes from the message (8 KiB each at least); n > 1: also at least n
+                      chunks per lane (staging in host memory: stores and loads overlap) */
+  int local_copy;  /* the input is pinned host memory: read once, reduced from a copy in the
+                      own staging (this rank's choice alone; peers see no difference) */
 } zcc_dev_push_t;
 int zcc_dev_allreduce_push(const zcc_dev_push_t *args, struct CUstream_st *stream);
 /* Blocks and chunk bytes a launch would use; 0 or 1 (bad arguments). */

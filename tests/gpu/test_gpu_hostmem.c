@@ -5,6 +5,9 @@
  * and freed memory refused with a message and nothing written. Two ranks
  * on GPU 0 in one process (a device list that repeats it), so it runs on a
  * one-GPU host; ZCC_P2P_DISABLE=1 runs the same over the shm transport.
+ * Mixed cases give rank 1 device memory while rank 0's is pinned (each rank
+ * picks how it reads its own input; the peers must not notice), and large
+ * ones make every lane of the push kernel wrap its slots.
  * Exit 77 (skipped) without a GPU.
  */
 #include <cuda_runtime_api.h>
@@ -92,16 +95,18 @@ static const char *coll_names[NCOLLS] = {"allreduce", "allgather", "broadcast",
                                          "reducescatter", "sendrecv"};
 
 /* One case: count floats per rank's block, buffers of `kind` at byte offset off. */
+/* mixed: rank 1's buffers are device memory whatever `kind` says. */
 static void run_case(zccComm_t *comms, cudaStream_t *streams, coll_t c, kind_t kind, size_t count,
-                     size_t off, int inplace, unsigned seed) {
+                     size_t off, int inplace, int mixed, unsigned seed) {
   size_t in_elems = c == C_REDUCESCATTER ? count * NR : count;
   size_t out_elems = c == C_ALLGATHER ? count * NR : count;
   size_t span = (in_elems > out_elems ? in_elems : out_elems) * sizeof(float);
   buf_t in[NR], out[NR];
   float *want[NR];
   for (int r = 0; r < NR; r++) {
-    buf_new(&in[r], kind, span + off + 64);
-    buf_new(&out[r], kind, span + off + 64);
+    kind_t kr = mixed && r == 1 ? K_DEVICE : kind;
+    buf_new(&in[r], kr, span + off + 64);
+    buf_new(&out[r], kr, span + off + 64);
     want[r] = malloc(out_elems * sizeof(float) + 1);
   }
   /* fresh data: small integers (exact sums in any order) */
@@ -168,8 +173,9 @@ static void run_case(zccComm_t *comms, cudaStream_t *streams, coll_t c, kind_t k
     for (size_t i = 0; i < 64 && !inplace; i++) over += tail[i] != 0x7f;
     if (bad || over) {
       failures++;
-      fprintf(stderr, "FAIL %s %s count %zu offset %zu%s rank %d: %zu wrong (first at %zu: %g, "
-              "want %g), %zu bytes written past the end\n", coll_names[c], kind_names[kind], count,
+      fprintf(stderr, "FAIL %s %s%s count %zu offset %zu%s rank %d: %zu wrong (first at %zu: %g, "
+              "want %g), %zu bytes written past the end\n", coll_names[c], kind_names[kind],
+              mixed ? " (rank 1 device)" : "", count,
               off, inplace ? " in place" : "", r, bad, first, bad ? got[first] : 0.0,
               bad ? want[r][first] : 0.0, over);
     }
@@ -241,12 +247,23 @@ int main(void) {
         for (int inplace = 0; inplace <= 1; inplace++) {
           if (inplace && c == C_SENDRECV) continue;
           size_t off = offs[(i + (size_t)inplace + (size_t)k) % 3];
-          run_case(comms, streams, (coll_t)c, (kind_t)k, counts[i], off, inplace, seed++);
+          run_case(comms, streams, (coll_t)c, (kind_t)k, counts[i], off, inplace, 0, seed++);
           cases++;
         }
+  /* Allreduce with rank 0 pinned and rank 1 on the device, then 32 MiB (several chunks
+     per lane), pinned alone and mixed, in and out of place. */
+  static const size_t big[] = {1000, 300001, (size_t)8 << 20};
+  for (size_t i = 0; i < sizeof(big) / sizeof(big[0]); i++)
+    for (int mixed = 0; mixed <= 1; mixed++)
+      for (int inplace = 0; inplace <= 1; inplace++) {
+        if (!mixed && i < 2) continue; /* done above */
+        run_case(comms, streams, C_ALLREDUCE, K_HOSTALLOC, big[i], offs[i % 3], inplace, mixed,
+                 seed++);
+        cases++;
+      }
   refusals(comms, streams);
   /* and a last allreduce on pinned memory after them */
-  run_case(comms, streams, C_ALLREDUCE, K_HOSTALLOC, 4097, 4, 0, seed++);
+  run_case(comms, streams, C_ALLREDUCE, K_HOSTALLOC, 4097, 4, 0, 0, seed++);
   for (int r = 0; r < NR; r++) {
     ZK(zccCommDestroy(comms[r]));
     CK(cudaStreamDestroy(streams[r]));
