@@ -19,6 +19,8 @@
 #   perf       allreduce_perf -g 2 8 B..PERF_MAX (default 8G) --compare nccl, eager and -G 20
 #   perf-small allreduce -g 2 8 B..1 MiB --compare nccl, eager and -G 20
 #   push-sweep the push allreduce at ZCC_GPU_PUSH_BLOCKS in PUSH_BLOCKS (16 32 64 128), -G 10
+#   share-push-sweep the push allreduce's block count with 2 ranks sharing the GPU (p2p), on
+#              device and pinned host buffers (--buffers), 2 MiB..SHARE_MAX (default 256M)
 #   perf-np    the same, one process per GPU (-np 2), eager
 #   ce         the copy-engine allreduce forced (ZCC_ALGO=ce), checked, -g 2 and -np 2
 #   perf-reg   allreduce on registered buffers (-R 1: zero copy) against NCCL
@@ -163,6 +165,16 @@ for phase in "$@"; do
     for pb in ${PUSH_BLOCKS:-16 32 64 128}; do
       run "push-b$pb" 300 env ZCC_GPU_PUSH_BLOCKS=$pb "$bin/allreduce_perf" -b 128K -e ${PERF_MAX:-1G} \
         -f 4 -g 2 -w 5 -n 20 -c 1 -G 10
+    done
+    ;;
+  share-push-sweep)
+    # The same with 2 ranks sharing the GPU over p2p, on device and on pinned host buffers
+    # (0: the default for the window's memory).
+    for pb in ${PUSH_BLOCKS:-0 16 32 66}; do
+      for m in device pinned; do
+        run "share-push-$m-b$pb" 300 env ZCC_GPU_PUSH_BLOCKS=$pb "$bin/allreduce_perf" -b 2M \
+          -e ${SHARE_MAX:-256M} -f 2 -g 2 --share-gpus 1 --buffers $m -w 3 -n 10 -c 1 -G 5
+      done
     done
     ;;
   perf-np)
