@@ -54,6 +54,8 @@
 #   push-check the push allreduce's correctness: the matrix over p2p (2, 3, 4 ranks, 2
 #              processes) and GPU shm (2, 3 ranks, 2 processes with 1000 replays), test_gpu_hostmem
 #              on both (pinned, mixed with device memory), the COLL line of a pinned input
+#   managed-perf allreduce on managed buffers (--buffers managed) against device buffers,
+#              2 ranks on the GPU, in graphs and eager
 #   gshm-sweep issue 12's targets over GPU shm: gpu_membw -m flag (flag round trip through
 #              mapped host memory, kernel launch costs) and -m host (ceilings, "sm both":
 #              both directions at once), allreduce at 8 B..64 KiB eager and in graphs,
@@ -340,6 +342,16 @@ for phase in "$@"; do
       --share-gpus 1 -w 1 -n 1 -c 1 --buffers pinned 2>&1 | grep -m1 "read once" && echo "path: read once"' \
       "$bin/allreduce_perf"
     left=$(ls /dev/shm 2>/dev/null | grep -c zcc-gw); note "push-check: /dev/shm holds $left zcc-gw segment(s) after the runs"
+    ;;
+  managed-perf)
+    # Managed memory (cudaMallocManaged) as the allreduce's buffers, against device memory
+    # in the same run: in graphs, and eager (the check rewrites the buffers from the host
+    # before each size, so the driver moves their pages back and forth).
+    ar=("$bin/allreduce_perf" -g 2 --share-gpus 1 -c 1 -b 8 -e ${GSHM_MAX:-256M} -f 8)
+    for m in device managed; do
+      run "managed-perf-$m" 300 "${ar[@]}" --buffers $m -w 3 -n 10 -G 5
+      run "managed-perf-$m-eager" 300 "${ar[@]}" --buffers $m -w 3 -n 20
+    done
     ;;
   gshm-sweep)
     # Issue 12's targets: the small-message costs (flag round trip through mapped

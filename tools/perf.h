@@ -123,7 +123,7 @@ typedef struct {
   int bind;       /* --bind core (1, the default) or none (0): -np ranks on CPUs of their own */
   int np;          /* -np: ranks to fork; 0 when not given */
   int local_register;
-  int pinned;      /* --buffers pinned: GPU communicators on cudaHostAlloc'ed (mapped) buffers */
+  int pinned;      /* --buffers: 0 device, 1 pinned (cudaHostAlloc, mapped), 2 managed */
   int device;      /* --device: PERF_DEVICE_*; AUTO until the rank resolves it */
   const char *device_why; /* what asked for cuda ("--device cuda", "-G"...), for messages */
   int graph_iters; /* -G: timed CUDA graph replays; 0: no graphs */

@@ -89,9 +89,10 @@ static void usage(FILE *f, const char *prog, const perf_coll_t *coll)
   fprintf(f,
           "  -R, --local_register <0|1>  register both buffers with zccCommRegister (and\n"
           "                              ncclCommRegister with --compare nccl); default 0\n"
-          "      --buffers <device|pinned>  GPU communicators: send and receive buffers from cudaMalloc\n"
-          "                              (device) or cudaHostAlloc, mapped and portable (pinned: the\n"
-          "                              kernels load and store host memory over PCIe); default device\n"
+          "      --buffers <device|pinned|managed>  GPU communicators: send and receive buffers from\n"
+          "                              cudaMalloc (device), cudaHostAlloc mapped and portable (pinned:\n"
+          "                              the kernels load and store host memory over PCIe) or\n"
+          "                              cudaMallocManaged (managed); default device\n"
           "  -t, --nthreads <n>          threads per process; only 1\n"
           "  -g, --ngpus <n>             GPUs per process, one rank and communicator each\n"
           "                              (zccCommInitAll, calls grouped); default 1\n"
@@ -295,8 +296,10 @@ static void set_option(const char *prog, const perf_coll_t *coll, char key,
       o->pinned = 0;
     else if (strcmp(val, "pinned") == 0)
       o->pinned = 1;
+    else if (strcmp(val, "managed") == 0)
+      o->pinned = 2;
     else
-      bad_arg(prog, coll, "%s: '%s' is not device or pinned", name, val);
+      bad_arg(prog, coll, "%s: '%s' is not device, pinned or managed", name, val);
     break;
   case 'S':
     if (perf_parse_long(val, 0, 1, &v) != 0)
@@ -336,7 +339,7 @@ static void set_option(const char *prog, const perf_coll_t *coll, char key,
 /* What needs GPUs: -g above 1, -G and --compare ask for --device cuda. */
 static void check_device(const char *prog, const perf_coll_t *coll, perf_opts_t *o)
 {
-  const char *gpu_only = o->pinned ? "--buffers pinned"
+  const char *gpu_only = o->pinned == 2 ? "--buffers managed" : o->pinned ? "--buffers pinned"
                          : o->compare_nccl ? "--compare nccl"
                          : o->graph_iters > 0 ? "-G" : o->ngpus > 1 ? "-g" : NULL;
 

@@ -16,6 +16,15 @@ a host communicator created with the group; CUDA tensors a GPU communicator
 per device, created at the first CUDA operation of the group (every rank of
 the group must take part in that operation, so make it a collective).
 
+Pinned CPU tensors (pin_memory=True) go to the GPU communicator of the
+current CUDA device, where a GPU exists: its kernels read and write them in
+place, zero copy, on that device's current stream, and the Work's wait()
+blocks the host until the GPU is done (the tensor is then the result, as
+any CPU operation's is). Every rank must pass a pinned tensor to that
+collective (as every rank passes CUDA tensors to a CUDA one).
+ZCC_TORCH_PINNED=host keeps them on the host communicator instead. Their
+send and recv stay on the host communicator.
+
 Host operations complete before they return, so their Work is already
 complete. CUDA operations are enqueued on the current stream of the
 tensor's device (zcc's GPU calls never wait on the host), so they can be
@@ -43,6 +52,7 @@ source).
 """
 import ctypes
 import inspect
+import os
 import threading
 
 import torch
@@ -71,11 +81,32 @@ def _completed(result):
     return _DoneWork(fut)
 
 
+_pinned_policy = None
+
+
+def _pinned_on_gpu(t):
+    """Whether the CPU tensor t goes to the GPU communicator: it is pinned,
+    a GPU exists, and ZCC_TORCH_PINNED is not "host"."""
+    global _pinned_policy
+    if t is None or t.is_cuda or not t.is_pinned():
+        return False
+    if _pinned_policy is None:
+        v = os.environ.get("ZCC_TORCH_PINNED", "gpu").strip().lower()
+        if v not in ("gpu", "host"):
+            raise ValueError("ZCC_TORCH_PINNED=%r: expected gpu or host" % v)
+        _pinned_policy = v == "gpu" and torch.cuda.is_available()
+    return _pinned_policy
+
+
 def _work(result, t):
     """The Work of an operation on tensor t that has been issued: complete
-    on the host, or enqueued on t's device's current stream (_CudaWork)."""
+    on the host, or enqueued on t's device's current stream (_CudaWork),
+    or, for a pinned CPU tensor on the GPU, on the current device's
+    (_PinnedWork: wait() blocks the host)."""
     if t is not None and t.is_cuda:
         return _CudaWork(result, torch.cuda.current_stream(t.device))
+    if _pinned_on_gpu(t):
+        return _PinnedWork(result, torch.cuda.current_stream())
     return _completed(result)
 
 
@@ -185,6 +216,27 @@ class _CudaWork(dist.Work):
     def get_future(self):
         if self._fut is None:
             self._fut = self._mark.future(self._result)
+        return self._fut
+
+
+class _PinnedWork(_CudaWork):
+    """Work of a collective on pinned CPU tensors that the GPU runs in
+    place: the tensors are host memory, read by the host, so wait() and
+    synchronize() block the host until the operation's end (inside a CUDA
+    graph capture there is no end to wait for: the graph orders it)."""
+
+    def wait(self, timeout=None):
+        self._mark.synchronize()
+        return True
+
+    def synchronize(self):
+        self._mark.synchronize()
+
+    def get_future(self):
+        if self._fut is None:
+            self._mark.synchronize()
+            self._fut = torch.futures.Future()
+            self._fut.set_result(self._result)
         return self._fut
 
 
@@ -331,8 +383,11 @@ class ProcessGroupZcc(dist.ProcessGroup):
 
     def _comm(self, t):
         if not t.is_cuda:
-            return self._host
-        idx = t.get_device()
+            if not _pinned_on_gpu(t):
+                return self._host
+            idx = torch.cuda.current_device()  # pinned: the current GPU, zero copy
+        else:
+            idx = t.get_device()
         c = self._cuda.get(idx)
         if c is None:
             try:

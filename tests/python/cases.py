@@ -677,6 +677,39 @@ def cuda_pinned_ops(ctx, numel):
     return res
 
 
+def dist_pinned_ops(ctx, numel):
+    """The seed's example on the "zcc" group: pinned CPU tensors go to the
+    group's GPU communicator (the host communicator is made to refuse them
+    meanwhile), and hold the result when the call returns, with no
+    synchronize by the caller; a pageable CPU tensor still runs on the host
+    communicator."""
+    n, r = ctx["size"], ctx["rank"]
+    pg = dist.distributed_c10d._get_default_group()
+    be = pg._get_backend(torch.device("cpu")) if hasattr(pg, "_get_backend") else pg
+    host = be._host
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the host communicator ran a collective on pinned tensors")
+    res = {}
+    host.all_reduce = host.all_gather = refuse  # instance attributes shadow the methods
+    try:
+        buf = make(r, numel, "float32").pin_memory()
+        dist.all_reduce(buf)
+        res["all_reduce"] = buf.clone()
+        x = make(r, numel, "float32", 1).pin_memory()
+        dist.all_reduce(x, async_op=True).wait()
+        res["all_reduce_async"] = x.clone()
+        out = torch.full((n * numel,), float("nan")).pin_memory()
+        dist.all_gather_into_tensor(out, make(r, numel, "float32", 2).pin_memory())
+        res["all_gather_into_tensor"] = out.clone()
+    finally:
+        del host.all_reduce, host.all_gather
+    y = make(r, numel, "float32", 3)  # pageable: the host communicator
+    dist.all_reduce(y)
+    res["pageable"] = y
+    return res
+
+
 def cuda_comm_ops(ctx, dtype_name, numel):
     """Every collective of zcc.Communicator on CUDA tensors, on the current
     stream, in and out of place."""

@@ -164,6 +164,23 @@ def test_cuda_pinned_cpu(gpu):
         assert "pin_memory" in res[r]["pageable"], res[r]["pageable"]
 
 
+@pytest.mark.parametrize("numel", [4099, 1 << 20])
+def test_cuda_pinned_backend(gpu, numel):
+    """The seed's example on the "zcc" backend: dist.all_reduce of a pinned
+    CPU tensor runs on the GPU communicator, zero copy, and the tensor holds
+    the result when the call returns (sync and async_op); all_gather too;
+    a pageable CPU tensor still runs on the host communicator."""
+    n = NRANKS
+    res = gpu.run("dist_pinned_ops", numel)
+    for r in range(n):
+        for name, salt in (("all_reduce", 0), ("all_reduce_async", 1), ("pageable", 3)):
+            _eq(res[r][name], reference([make(q, numel, "float32", salt) for q in range(n)],
+                                        "sum", "float32"), "rank %d pinned %s" % (r, name))
+        _eq(res[r]["all_gather_into_tensor"],
+            torch.cat([make(q, numel, "float32", 2) for q in range(n)]),
+            "rank %d pinned all_gather_into_tensor" % r)
+
+
 @pytest.mark.parametrize("dtype,numel", BACKEND_CASES)
 def test_cuda_backend(gpu, dtype, numel):
     """torch.distributed over "zcc" on CUDA tensors: every collective,
