@@ -22,7 +22,7 @@ if [ -z "${ZCC_PACK_BUILD:-}" ]; then
 fi
 cmake --build $b -j"$(nproc)" --target zcc allreduce_perf broadcast_perf reduce_perf \
   allgather_perf reducescatter_perf alltoall_perf sendrecv_perf test_gpu_colls test_gpu_kernels \
-  gpu_membw zcc_nccl nccl_gpu test_gpu_hostmem
+  gpu_membw zcc_nccl nccl_gpu test_gpu_hostmem test_gpu_shm_limits
 d=.devcarry
 rm -rf $d
 mkdir -p $d/bin $d/lib
@@ -34,7 +34,7 @@ for t in allreduce_perf broadcast_perf reduce_perf allgather_perf reducescatter_
   [ "$only" = nccl ] && break
   cp $b/tools/$t $d/bin/ 2>/dev/null || cp $b/tools/*/$t $d/bin/ 2>/dev/null || true
 done
-[ "$only" = nccl ] || cp $b/tests/gpu/test_gpu_colls $b/tests/gpu/test_gpu_hostmem $d/bin/
+[ "$only" = nccl ] || cp $b/tests/gpu/test_gpu_colls $b/tests/gpu/test_gpu_hostmem $b/tests/gpu/test_gpu_shm_limits $d/bin/
 # The NCCL shim in its own folder, as installed (lib/nccl/), and its GPU program.
 mkdir -p $d/lib/nccl
 cp -L $b/src/nccl/libnccl.so.2 $d/lib/nccl/

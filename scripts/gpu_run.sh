@@ -54,6 +54,8 @@
 #   push-check the push allreduce's correctness: the matrix over p2p (2, 3, 4 ranks, 2
 #              processes) and GPU shm (2, 3 ranks, 2 processes with 1000 replays), test_gpu_hostmem
 #              on both (pinned, mixed with device memory), the COLL line of a pinned input
+#   gshm-more  GPU shm with 3 processes; compute-sanitizer memcheck and racecheck over shm
+#              (default and ring); test_gpu_shm_limits (RLIMIT_MEMLOCK: creation fails naming it)
 #   managed-perf allreduce on managed buffers (--buffers managed) against device buffers,
 #              2 ranks on the GPU, in graphs and eager
 #   gshm-sweep issue 12's targets over GPU shm: gpu_membw -m flag (flag round trip through
@@ -342,6 +344,23 @@ for phase in "$@"; do
       --share-gpus 1 -w 1 -n 1 -c 1 --buffers pinned 2>&1 | grep -m1 "read once" && echo "path: read once"' \
       "$bin/allreduce_perf"
     left=$(ls /dev/shm 2>/dev/null | grep -c zcc-gw); note "push-check: /dev/shm holds $left zcc-gw segment(s) after the runs"
+    ;;
+  gshm-more)
+    # The rest of issue 12's GPU shm checks: the matrix with 3 processes on the GPU, the
+    # sanitizers over shm (default algorithms and the ring), and a window that cannot be
+    # pinned (RLIMIT_MEMLOCK without CAP_IPC_LOCK: creation fails naming the limit).
+    export ZCC_TIMEOUT=${ZCC_TIMEOUT:-20000}
+    run gshm-procs3 300 env ZCC_P2P_DISABLE=1 "$bin/test_gpu_colls" --ranks 3 --layout procs \
+      --quick --only matrix,graphs --replays 100
+    for a in default ring; do
+      v=; [ $a = default ] || v="ZCC_ALGO=$a"
+      for tool in memcheck racecheck; do
+        run "gshm-san-$a-$tool" ${SANITIZE_TIMEOUT:-150} env ZCC_P2P_DISABLE=1 $v compute-sanitizer \
+          --tool $tool --error-exitcode 9 --target-processes all "$bin/test_gpu_colls" --ranks 2 \
+          --layout threads --quick --only matrix --coll ${GSHM_SAN_COLLS:-allreduce,allgather,reducescatter}
+      done
+    done
+    run gshm-limits 120 "$bin/test_gpu_shm_limits"
     ;;
   managed-perf)
     # Managed memory (cudaMallocManaged) as the allreduce's buffers, against device memory
