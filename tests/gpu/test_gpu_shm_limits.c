@@ -6,15 +6,22 @@
  * A child process drops CAP_IPC_LOCK (root's exemption from the limit),
  * sets RLIMIT_MEMLOCK to 64 KiB and creates two ranks on GPU 0 with
  * ZCC_P2P_DISABLE=1, so that the windows must be pinned shared memory.
+ * Where the driver pins beyond the limit (it does not count
+ * cuMemHostRegister against RLIMIT_MEMLOCK), the child makes pinning fail
+ * another way: a private mount namespace with a 1 MiB tmpfs on /dev/shm,
+ * so the segment's pages cannot all exist. Creation must then fail as
+ * clearly (the pin or the segment named), with no fallback and no crash.
  * Exit 0 when it failed as it should; 1 when it succeeded or failed in
- * another way; 77 (skipped) without a GPU, or where the driver pins the
- * windows beyond the limit (then the path cannot be reached by the limit,
- * and the test says so).
+ * another way; 77 (skipped) without a GPU, or where neither way can make
+ * pinning fail here (the test says why).
  */
 #define _GNU_SOURCE
 #include <cuda_runtime_api.h>
 #include <dirent.h>
+#include <errno.h>
 #include <linux/capability.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,12 +76,28 @@ static int child(void) {
   zccComm_t comms[2];
   zccResult_t rc = zccCommInitAll(comms, 2, devs);
   if (rc == zccSuccess) {
-    printf("test_gpu_shm_limits: skipped: created with RLIMIT_MEMLOCK %d KiB and no "
-           "CAP_IPC_LOCK: the driver pins beyond the limit, which cannot make pinning fail "
-           "here\n", LIMIT >> 10);
+    printf("test_gpu_shm_limits: created with RLIMIT_MEMLOCK %d KiB and no CAP_IPC_LOCK: "
+           "the driver pins beyond the limit; now a 1 MiB /dev/shm\n", LIMIT >> 10);
     zccCommDestroy(comms[0]);
     zccCommDestroy(comms[1]);
-    return 77;
+    if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+        mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=1m") != 0) {
+      printf("test_gpu_shm_limits: skipped: neither RLIMIT_MEMLOCK nor a small /dev/shm "
+             "(mount namespace: %s) can make pinning fail here\n", strerror(errno));
+      return 77;
+    }
+    rc = zccCommInitAll(comms, 2, devs);
+    if (rc == zccSuccess) {
+      printf("test_gpu_shm_limits: FAIL: created with windows in a 1 MiB /dev/shm\n");
+      return 1;
+    }
+    const char *m2 = zccGetLastError(NULL);
+    printf("test_gpu_shm_limits: zccCommInitAll: %s: %s\n", zccGetErrorString(rc), m2);
+    if (rc != zccSystemError || (!strstr(m2, "cannot pin") && !strstr(m2, "/dev/shm"))) {
+      printf("test_gpu_shm_limits: FAIL: expected zccSystemError naming the pin or /dev/shm\n");
+      return 1;
+    }
+    return 0;
   }
   const char *msg = zccGetLastError(NULL);
   printf("test_gpu_shm_limits: zccCommInitAll: %s: %s\n", zccGetErrorString(rc), msg);
