@@ -141,7 +141,7 @@ int main(void) {
     return 1;
   }
   if (code == 77) return 77; /* the child said why */
-  printf("test_gpu_shm_limits: %s\n", code == 0 ? "ok: refused with the limit named, nothing "
+  printf("test_gpu_shm_limits: %s\n", code == 0 ? "ok: creation refused as above, nothing "
                                                   "left in /dev/shm" : "FAIL");
   return code == 0 ? 0 : 1;
 }
