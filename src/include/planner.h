@@ -170,6 +170,9 @@ typedef struct zcc_select_ctx {
   int measured;    /* 1: ZCC_TOPO_MEASURE measured the class (below), else the table */
   double alpha_us; /* measured one-way latency of a message */
   double bw_gbs;   /* measured bandwidth of one connection */
+  int gpu_share;   /* GPU communicators: the most ranks on one GPU (0 or 1: none share);
+                      with link_class ZCC_PATH_SYS (windows in pinned host memory) they
+                      share that GPU's one PCIe link, and the model charges it */
 } zcc_select_ctx_t;
 
 /* The table's latency (us, one ring step) and bandwidth (GB/s) of the class. */

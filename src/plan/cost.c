@@ -435,6 +435,59 @@ static double gpu_ce_pieces(size_t bytes) {
   return n < 1 ? 1 : n;
 }
 
+/*
+ * Windows in pinned host memory (the shm transport: link class
+ * ZCC_PATH_SYS): every byte a kernel stores into a peer's window and loads
+ * from its own crosses the GPU's PCIe link, and ranks that share a GPU
+ * share its link. One H200, gpu_membw -m host at 256 MiB (docs/perf/
+ * h200x1.md, 2026-12-02): SM loads of mapped host memory 50.7 GB/s, SM
+ * stores 52.4, both at once 40.8 each way. A pipelined kernel (push, ring,
+ * tree, LL, the copy engines) runs both directions at once; one-shot and
+ * two-shot copy into staging first and load it after a barrier.
+ * Each flag a kernel waits for also crosses the link once (a store into
+ * host memory, the peer's poll): about half the 4.3 us round trip of
+ * gpu_membw -m flag, which is what LL over shm costs above LL between the
+ * GPUs of one machine (4.51 us at 8 B against 2.31).
+ * tests/unit/test_gpu_model.c holds the same day's measurements (2 ranks
+ * on the GPU) against these predictions.
+ */
+#define HOST_LD_BW 50.7
+#define HOST_ST_BW 52.4
+#define HOST_BOTH_BW 40.8
+#define HOST_HOP_US 2.2
+
+static double host_link_us(zcc_algo_t algo, zcc_proto_t proto, int nranks, int share,
+                           size_t bytes) {
+  double k = nranks, S = (double)bytes, rd, wr, hops = 1;
+  int overlap = 1;
+  switch (algo) {
+  case ZCC_ALGO_ONESHOT:
+    if (proto == ZCC_PROTO_LL) { /* half of every line is its flag */
+      rd = wr = 2 * (k - 1) * S;
+      break;
+    }
+    wr = S, rd = (k - 1) * S, overlap = 0, hops = 2;
+    break;
+  case ZCC_ALGO_TWOSHOT:
+    wr = S + (k - 1) / k * S, rd = 2 * (k - 1) / k * S, overlap = 0, hops = 3;
+    break;
+  case ZCC_ALGO_PUSH: rd = wr = (k - 1) * S; break;
+  case ZCC_ALGO_CE: rd = wr = S; break;
+  case ZCC_ALGO_RING: rd = wr = 2 * (k - 1) / k * S, hops = 2 * (k - 1); break;
+  case ZCC_ALGO_TREE: rd = wr = 2 * S, hops = 2 * (k - 1); break;
+  default: return INFINITY;
+  }
+  double n = share > 1 ? share : 1, t;
+  if (overlap) {
+    t = rd / HOST_LD_BW;
+    if (wr / HOST_ST_BW > t) t = wr / HOST_ST_BW;
+    if ((rd + wr) / (2 * HOST_BOTH_BW) > t) t = (rd + wr) / (2 * HOST_BOTH_BW);
+  } else {
+    t = rd / HOST_LD_BW + wr / HOST_ST_BW;
+  }
+  return hops * HOST_HOP_US + n * t * 1e-3;
+}
+
 /* GPU allreduce over NVLink. */
 static double gpu_allreduce(zcc_algo_t algo, zcc_proto_t proto, int nranks, size_t bytes,
                             int staged) {
@@ -468,7 +521,13 @@ double zcc_select_predict(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t
                           zcc_proto_t proto, size_t bytes, int staged) {
   if (c->nranks <= 1) return 0;
   if (!c->gpu) return host_predict(c, coll, algo, bytes);
-  if (coll == ZCC_COLL_ALLREDUCE) return gpu_allreduce(algo, proto, c->nranks, bytes, staged);
+  if (coll == ZCC_COLL_ALLREDUCE) {
+    double t = gpu_allreduce(algo, proto, c->nranks, bytes, staged);
+    /* windows in host memory: their PCIe traffic on top (it dominates) */
+    if (c->link_class == ZCC_PATH_SYS)
+      t += host_link_us(algo, proto, c->nranks, c->gpu_share, bytes);
+    return t;
+  }
   return 0; /* the other GPU collectives: no model yet, the rule picks */
 }
 

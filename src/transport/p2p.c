@@ -669,6 +669,7 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
   ZCC_CHECK(map_peers(comm, g));
   /* Choices follow the link: peers' windows in pinned host memory are reached over PCIe. */
   if (g->win_host) comm->select->ctx.link_class = ZCC_PATH_SYS;
+  comm->select->ctx.gpu_share = g->gpu_share;
   for (int r = 0; r < n; r++) {
     g->flags[r] = (uint32_t *)g->peer_win[r];
     g->ll[r] = g->peer_win[r] + off_ll();

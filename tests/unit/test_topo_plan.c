@@ -274,7 +274,7 @@ static void test_overrides(void **s) {
 }
 
 static zcc_algo_t host_pick(int nranks, int nnodes, zcc_coll_t coll, size_t bytes) {
-  zcc_select_ctx_t c = {0, nranks, nnodes, nnodes > 1 ? ZCC_PATH_NET : ZCC_PATH_SELF, 0, 0, 0};
+  zcc_select_ctx_t c = {0, nranks, nnodes, nnodes > 1 ? ZCC_PATH_NET : ZCC_PATH_SELF, 0, 0, 0, 0};
   zcc_choice_t ch;
   assert_int_equal(zcc_select(&c, coll, bytes, 0, &ch), zccSuccess);
   assert_int_equal(ch.proto, ZCC_PROTO_SIMPLE);
@@ -297,7 +297,7 @@ static void test_host_pick(void **s) {
   assert_int_equal(host_pick(2, 2, ZCC_COLL_ALLREDUCE, 64 << 10), ZCC_ALGO_ONESHOT);
   assert_int_equal(host_pick(2, 2, ZCC_COLL_ALLREDUCE, 1 << 20), ZCC_ALGO_RING);
   zcc_choice_t ch;
-  zcc_select_ctx_t bad0 = {0, 0, 1, ZCC_PATH_SELF, 0, 0, 0}, bad1 = {0, 2, 3, ZCC_PATH_NET, 0, 0, 0};
+  zcc_select_ctx_t bad0 = {0, 0, 1, ZCC_PATH_SELF, 0, 0, 0, 0}, bad1 = {0, 2, 3, ZCC_PATH_NET, 0, 0, 0, 0};
   assert_int_equal(zcc_select(&bad0, ZCC_COLL_ALLREDUCE, 8, 0, &ch), zccInvalidArgument);
   assert_int_equal(zcc_select(&bad1, ZCC_COLL_ALLREDUCE, 8, 0, &ch), zccInvalidArgument);
 }
@@ -342,8 +342,8 @@ static void test_one_parser(void **s) {
     assert_int_equal(zcc_proto_parse(zcc_proto_name(q)), q);
   assert_int_equal(zcc_algo_parse("rung"), -1);
   assert_int_equal(zcc_proto_parse("ll256"), -1);
-  zcc_select_ctx_t host = {0, 4, 1, ZCC_PATH_SELF, 0, 0, 0}, gpu = {1, 3, 1, ZCC_PATH_NVL, 0, 0, 0},
-                   gpu2 = {1, 2, 1, ZCC_PATH_SELF, 0, 0, 0};
+  zcc_select_ctx_t host = {0, 4, 1, ZCC_PATH_SELF, 0, 0, 0, 0}, gpu = {1, 3, 1, ZCC_PATH_NVL, 0, 0, 0, 0},
+                   gpu2 = {1, 2, 1, ZCC_PATH_SELF, 0, 0, 0, 0};
   /* unknown names: the same message on both */
   expect_select_error(&host, ZCC_COLL_ALLREDUCE, 8, "rung", NULL, "ZCC_ALGO=rung is not an algorithm");
   expect_select_error(&gpu, ZCC_COLL_ALLREDUCE, 8, "rung", NULL, "ZCC_ALGO=rung is not an algorithm");
@@ -372,7 +372,7 @@ static void test_one_parser(void **s) {
   assert_int_equal(select_with(&gpu, ZCC_COLL_ALLTOALL, 1 << 20, "ring", NULL).algo, ZCC_ALGO_ONESHOT);
   assert_int_equal(select_with(&host, ZCC_COLL_ALLTOALL, 1 << 20, "ring", NULL).algo, ZCC_ALGO_ONESHOT);
   /* one rank: nothing moves, any valid override is accepted */
-  zcc_select_ctx_t one = {0, 1, 1, ZCC_PATH_SELF, 0, 0, 0};
+  zcc_select_ctx_t one = {0, 1, 1, ZCC_PATH_SELF, 0, 0, 0, 0};
   assert_int_equal(select_with(&one, ZCC_COLL_ALLREDUCE, 8, "ring", NULL).algo, ZCC_ALGO_ONESHOT);
   expect_select_error(&one, ZCC_COLL_ALLREDUCE, 8, "tree", NULL, "cannot run it");
   select_env(NULL, NULL);
@@ -384,7 +384,7 @@ static void test_select_cache(void **s) {
   select_env(NULL, NULL);
   zcc_select_cache_t *cache = calloc(1, sizeof(*cache));
   assert_non_null(cache);
-  cache->ctx = (zcc_select_ctx_t){0, 2, 1, ZCC_PATH_SELF, 0, 0, 0};
+  cache->ctx = (zcc_select_ctx_t){0, 2, 1, ZCC_PATH_SELF, 0, 0, 0, 0};
   for (int round = 0; round < 2; round++)
     for (size_t b = 8; b <= ((size_t)1 << 30); b = b * 3 + 1) {
       zcc_choice_t a, want;
@@ -601,8 +601,8 @@ static void check_table(const zcc_select_ctx_t *c) {
 
 static void test_host_decisions(void **state) {
   (void)state;
-  zcc_select_ctx_t tcp = {0, 4, 2, ZCC_PATH_NET, 0, 0, 0}, shm = {0, 3, 1, ZCC_PATH_SELF, 0, 0, 0},
-                   gpu = {1, 4, 1, ZCC_PATH_NVL, 0, 0, 0};
+  zcc_select_ctx_t tcp = {0, 4, 2, ZCC_PATH_NET, 0, 0, 0, 0}, shm = {0, 3, 1, ZCC_PATH_SELF, 0, 0, 0, 0},
+                   gpu = {1, 4, 1, ZCC_PATH_NVL, 0, 0, 0, 0};
   check_table(&tcp);
   check_table(&shm);
   check_table(&gpu);
