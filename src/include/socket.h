@@ -34,6 +34,8 @@ typedef struct zcc_sockaddr {
  * restricts the family.
  */
 zccResult_t zcc_socket_pick_addr(zcc_sockaddr_t *out);
+/* The same, and the interface's name into ifname (ifname_len bytes; NULL: not wanted). */
+zccResult_t zcc_socket_pick_if(zcc_sockaddr_t *out, char *ifname, size_t ifname_len);
 
 /* Parse "host:port", "[v6]:port" or "ipv4:port" (host names resolved). */
 zccResult_t zcc_sockaddr_parse(const char *str, zcc_sockaddr_t *out);

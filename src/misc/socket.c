@@ -185,7 +185,7 @@ static int if_default_tier(const char *name, unsigned flags) {
   return 0;
 }
 
-zccResult_t zcc_socket_pick_addr(zcc_sockaddr_t *out) {
+zccResult_t zcc_socket_pick_if(zcc_sockaddr_t *out, char *ifname, size_t ifname_len) {
   if (out == NULL)
     return zcc_error(zccInvalidArgument, "zcc_socket_pick_addr: out is null");
   const char *fam = zcc_param_socket_family();
@@ -260,9 +260,14 @@ zccResult_t zcc_socket_pick_addr(zcc_sockaddr_t *out) {
   char buf[ZCC_SOCKADDR_STRLEN];
   ZCC_INFO(BOOT, "using interface %s address %s", pick->ifa_name,
            zcc_sockaddr_str(&a, buf));
+  if (ifname && ifname_len) snprintf(ifname, ifname_len, "%s", pick->ifa_name);
   freeifaddrs(ifs);
   *out = a;
   return zccSuccess;
+}
+
+zccResult_t zcc_socket_pick_addr(zcc_sockaddr_t *out) {
+  return zcc_socket_pick_if(out, NULL, 0);
 }
 
 /* ---- connections -------------------------------------------------------- */

@@ -16,6 +16,7 @@
 
 #include "check.h"
 #include "debug.h"
+#include "socket.h"
 #include "detect.h"
 #include "topo.h"
 
@@ -152,6 +153,28 @@ static zccResult_t add_nic_port(det_t *d, hwloc_obj_t pci, const char *name, int
   n->speed = gbps;
   n->net = net;
   return add_pcie_link(d, idx, parent, bus, pci->attr->pcidev.linkspeed, 3);
+}
+
+/*
+ * No PCI NIC (a container's veth, a VM's paravirtual NIC hwloc does not show
+ * as a PCI device): the interface the socket transport uses is this host's
+ * NIC, so that a communicator across hosts still has a plan. It hangs off the
+ * first CPU with no PCI bus; its speed is the interface's, or 10 Gb/s.
+ */
+static zccResult_t add_virtual_nic(det_t *d, const char *ifname) {
+  char id[ZCC_TOPO_ID_LEN];
+  snprintf(id, sizeof(id), "nic%d", d->nnic++);
+  double gbps = eth_speed(ifname);
+  if (gbps <= 0) gbps = 10;
+  int idx;
+  ZCC_CHECK(zcc_topo_add_node(d->g, d->host, ZCC_TOPO_NIC, id, &idx));
+  zcc_topo_node_t *n = &d->g->nodes[idx];
+  snprintf(n->model, sizeof(n->model), "%s (no PCI device)", ifname);
+  n->dev = 1;
+  n->speed = gbps;
+  n->net = d->net_eth;
+  ZCC_INFO(TOPO, "no PCI nic: interface %s (%.0f Gb/s) is this host's nic", ifname, gbps);
+  return zcc_topo_add_link(d->g, idx, d->cpu_node[0], ZCC_LINK_PCIE, 3, 16, 0, -1);
 }
 
 static zccResult_t add_nic(det_t *d, hwloc_obj_t o, int parent) {
@@ -373,6 +396,14 @@ zccResult_t zcc_topo_detect(zcc_topo_t **out) {
   ZCC_CHECK_GOTO(zcc_topo_create(&d.g), res, fail_hwloc);
   int rdma, eth;
   scan_networks(&d, &rdma, &eth);
+  char vif[64] = "";
+  if (!rdma && !eth) {
+    zcc_sockaddr_t a;
+    if (zcc_socket_pick_if(&a, vif, sizeof(vif)) != zccSuccess || strcmp(vif, "lo") == 0)
+      vif[0] = '\0'; /* nothing to reach other hosts through */
+    zcc_clear_last_error();
+    eth = vif[0] != '\0';
+  }
   if (rdma) {
     ZCC_CHECK_GOTO(zcc_topo_add_node(d.g, -1, ZCC_TOPO_NET, "rdma", &d.net_rdma), res, fail);
     snprintf(d.g->nodes[d.net_rdma].model, ZCC_TOPO_NAME_LEN, "infiniband/roce");
@@ -402,6 +433,7 @@ zccResult_t zcc_topo_detect(zcc_topo_t **out) {
     if (cpu >= 0) ZCC_CHECK_GOTO(walk(&d, o, cpu), res, fail);
   }
   ZCC_CHECK_GOTO(add_unseen_gpus(&d), res, fail);
+  if (d.nnic == 0 && vif[0] && d.ncpu > 0) ZCC_CHECK_GOTO(add_virtual_nic(&d, vif), res, fail);
   ZCC_CHECK_GOTO(add_nvlinks(&d), res, fail);
   ZCC_CHECK_GOTO(zcc_topo_attach_nets(d.g, d.host), res, fail);
   report_peers(&d);

@@ -17,6 +17,11 @@
  *         env    as check, but initialised by zccCommInitFromEnv (RANK,
  *                WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ZCC_COMM_SECRET from
  *                the environment); --rank, --nranks and --id-file unused
+ *         init   every rank creates D/waiting.R and waits for D/start (a
+ *                CLOCK_MONOTONIC time the script writes once all wait),
+ *                then calls zccCommInitRank at that time; prints "init
+ *                SECONDS" (from the start time to init's return), then runs
+ *                the check mode's cases
  * Prints "net_driver rank R: N passed, N failed, N skipped" last.
  */
 #include <errno.h>
@@ -254,6 +259,28 @@ static void touch(const char *path) {
     fclose(f);
 }
 
+/* init mode: wait for the common start time the script writes into D/start. */
+static int wait_start(const drv_t *d, const char *dir, double *start) {
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/waiting.%d", dir, d->rank);
+  touch(path);
+  snprintf(path, sizeof(path), "%s/start", dir);
+  double t0 = zt_now();
+  while (zt_now() - t0 < 120) {
+    FILE *f = fopen(path, "r");
+    if (f) {
+      int ok = fscanf(f, "%lf", start) == 1;
+      fclose(f);
+      if (ok) {
+        while (zt_now() < *start) usleep(200);
+        return 0;
+      }
+    }
+    usleep(2000);
+  }
+  return -1;
+}
+
 static void run_fault(drv_t *d, const char *dir) {
   size_t count = 4u << 20;
   float *in = malloc(count * sizeof(float)), *out = malloc(count * sizeof(float));
@@ -388,7 +415,16 @@ int main(int argc, char **argv) {
       zt_fail("no unique id in %s after 60 s", id_file);
       return zt_finish();
     }
+    double start = 0;
+    if (strcmp(mode, "init") == 0 && wait_start(&d, dir, &start) != 0) {
+      zt_fail("no start time in %s/start after 120 s", dir);
+      return zt_finish();
+    }
     rc = zt_comm_init_host(&d.comm, d.nranks, &id, d.rank);
+    if (strcmp(mode, "init") == 0 && rc == zccSuccess) {
+      printf("net_driver rank %d: init %.3f s\n", d.rank, zt_now() - start);
+      fflush(stdout);
+    }
   }
   if (rc != zccSuccess) {
     zt_fail("init (%s): expected zccSuccess, got %s: \"%s\"", mode, zt_rc_name(rc),

@@ -43,17 +43,9 @@ WORK=
 RANK_ENV=()  # more variables for every rank (the net phases)
 PHASE_TAG=   # prefix of the phases' folders
 
-log() { echo "two_host: $*"; }
-pass() { PASSED=$((PASSED + 1)); }
-fail() {
-  FAILED=$((FAILED + 1))
-  log "FAIL: $*"
-}
-skip() {
-  log "SKIP: $*"
-  log "0 passed, 0 failed, 1 skipped"
-  exit 0
-}
+NAME=two_host
+# shellcheck source=ns_lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/ns_lib.sh"
 
 cleanup() {
   local p
@@ -104,56 +96,6 @@ fi
 SEED=${ZCC_TEST_SEED:-$(( (RANDOM << 15) ^ RANDOM ^ TAG ))}
 PHASES=${ZCC_TEST_NET_PHASES:-check interleave env linkdown kill}
 log "namespaces $NSA ($VA $IPA) and $NSB ($VB $IPB); seed $SEED (rerun with ZCC_TEST_SEED=$SEED)"
-
-# start_rank NS HOST IFNAME LOG COMMAND...: start one rank in the background
-start_rank() {
-  local ns=$1 host=$2 ifname=$3 log=$4
-  shift 4
-  local env=(env ZCC_SOCKET_IFNAME="=$ifname" ZCC_HOSTNAME="$host" ZCC_DEVICE=host "${RANK_ENV[@]}")
-  if [ "$UTS" = 1 ]; then
-    ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$host" \
-      "${env[@]}" "$@" >"$log" 2>&1 &
-  else
-    ip netns exec "$ns" "${env[@]}" "$@" >"$log" 2>&1 &
-  fi
-  LAST_PID=$!
-  PIDS+=("$LAST_PID")
-}
-
-# wait_pid PID DEADLINE_S: exit status, or 124 after killing it at the deadline
-wait_pid() {
-  local pid=$1 deadline=$(( $(date +%s) + $2 ))
-  while kill -0 "$pid" 2>/dev/null; do
-    if [ "$(date +%s)" -ge "$deadline" ]; then
-      kill -9 "$pid" 2>/dev/null
-      wait "$pid" 2>/dev/null
-      return 124
-    fi
-    sleep 0.05
-  done
-  # (stderr: bash's "Killed" notice for the ranks this script killed on purpose)
-  wait "$pid" 2>/dev/null
-}
-
-# collect LOG STATUS WHAT: add the rank's counts; check its exit
-collect() {
-  local logf=$1 st=$2 what=$3 line p f
-  grep -E 'FAIL|SKIP|after the fault' "$logf" | sed "s/^/  /"
-  line=$(grep -E '^net_driver rank [0-9]+: [0-9]+ passed, [0-9]+ failed' "$logf" | tail -1)
-  if [ -z "$line" ]; then
-    fail "$what: no result line (exit status $st); last lines:"
-    tail -5 "$logf" | sed "s/^/  /"
-    return
-  fi
-  p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')
-  f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
-  PASSED=$((PASSED + p))
-  FAILED=$((FAILED + f))
-  if [ "$st" -ne 0 ] && [ "$f" -eq 0 ]; then
-    fail "$what: exit status $st"
-  fi
-  log "$what: $line"
-}
 
 veth_bytes() { # rx+tx bytes of VA
   local rx tx

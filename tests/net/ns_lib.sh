@@ -1,0 +1,67 @@
+# Helpers of the network-namespace tests (two_host.sh, many_hosts.sh), sourced.
+# The caller sets NAME (the prefix of its messages), PASSED, FAILED, PIDS (ranks
+# started, killed on exit), RANK_ENV (more variables for every rank) and UTS (1:
+# each rank gets its own UTS namespace and hostname).
+
+log() { echo "$NAME: $*"; }
+pass() { PASSED=$((PASSED + 1)); }
+fail() {
+  FAILED=$((FAILED + 1))
+  log "FAIL: $*"
+}
+skip() {
+  log "SKIP: $*"
+  log "0 passed, 0 failed, 1 skipped"
+  exit 0
+}
+
+# start_rank NS HOST IFNAME LOG COMMAND...: start one rank in the background
+start_rank() {
+  local ns=$1 host=$2 ifname=$3 log=$4
+  shift 4
+  local env=(env ZCC_SOCKET_IFNAME="=$ifname" ZCC_HOSTNAME="$host" ZCC_DEVICE=host "${RANK_ENV[@]}")
+  if [ "$UTS" = 1 ]; then
+    ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$host" \
+      "${env[@]}" "$@" >"$log" 2>&1 &
+  else
+    ip netns exec "$ns" "${env[@]}" "$@" >"$log" 2>&1 &
+  fi
+  LAST_PID=$!
+  PIDS+=("$LAST_PID")
+}
+
+# wait_pid PID DEADLINE_S: exit status, or 124 after killing it at the deadline
+wait_pid() {
+  local pid=$1 deadline=$(( $(date +%s) + $2 ))
+  while kill -0 "$pid" 2>/dev/null; do
+    if [ "$(date +%s)" -ge "$deadline" ]; then
+      kill -9 "$pid" 2>/dev/null
+      wait "$pid" 2>/dev/null
+      return 124
+    fi
+    sleep 0.05
+  done
+  # (stderr: bash's "Killed" notice for the ranks this script killed on purpose)
+  wait "$pid" 2>/dev/null
+}
+
+# collect LOG STATUS WHAT: add the rank's counts; check its exit
+collect() {
+  local logf=$1 st=$2 what=$3 line p f
+  grep -E 'FAIL|SKIP|after the fault' "$logf" | sed "s/^/  /"
+  line=$(grep -E '^net_driver rank [0-9]+: [0-9]+ passed, [0-9]+ failed' "$logf" | tail -1)
+  if [ -z "$line" ]; then
+    fail "$what: no result line (exit status $st); last lines:"
+    tail -5 "$logf" | sed "s/^/  /"
+    return
+  fi
+  p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')
+  f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
+  PASSED=$((PASSED + p))
+  FAILED=$((FAILED + f))
+  if [ "$st" -ne 0 ] && [ "$f" -eq 0 ]; then
+    fail "$what: exit status $st"
+  fi
+  log "$what: $line"
+}
+
