@@ -677,8 +677,12 @@ static void net_fail(zcc_conn_t *conn) {
   }
   c->failed_sent = 1;
   /* Not in the middle of a transfer (its messages would take the record for
-     data), and not when every slot is in flight. */
-  if (c->hdr_sent || c->staged_msg || c->tx.next - c->tx.head == (unsigned)st->nslots) return;
+     data), and not when every slot is in flight. A transfer's first message
+     staged but never posted (it waited for the peer's clear-to-send) is not
+     begun: the record takes its slot, or the peer would learn nothing but a
+     closed connection. */
+  if (c->hdr_sent || c->tx.next - c->tx.head == (unsigned)st->nslots) return;
+  c->staged_msg = c->staged_data = 0;
   /* Best effort, and the thread's last error must stay the original one. */
   char saved[1024];
   snprintf(saved, sizeof(saved), "%s", zcc_last_error());
