@@ -65,3 +65,24 @@ collect() {
   log "$what: $line"
 }
 
+
+# The end of every cleanup: the logs, kept with ZCC_TEST_KEEP=1.
+remove_work() {
+  if [ -n "$WORK" ]; then
+    if [ -n "${ZCC_TEST_KEEP:-}" ]; then log "logs kept in $WORK"; else rm -rf "$WORK"; fi
+  fi
+}
+
+# ns_begin DRIVER PREFIX: the traps (the caller's cleanup on exit), the driver
+# and ip checks, and WORK, a new folder /tmp/PREFIX.XXXXXX.
+ns_begin() {
+  trap cleanup EXIT
+  trap 'log "interrupted"; exit 130' INT TERM HUP
+  if [ -z "$1" ] || [ ! -x "$1" ]; then
+    log "FAIL: no net_driver executable given (got '$1')"
+    log "0 passed, 1 failed, 0 skipped"
+    exit 1
+  fi
+  command -v ip >/dev/null 2>&1 || skip "iproute2's ip command is not installed"
+  WORK=$(mktemp -d "/tmp/$2.XXXXXX") || { log "FAIL: mktemp"; exit 1; }
+}

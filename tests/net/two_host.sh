@@ -55,20 +55,9 @@ cleanup() {
   ip netns del "$NSA" 2>/dev/null
   ip netns del "$NSB" 2>/dev/null
   ip link del "$VA" 2>/dev/null
-  if [ -n "$WORK" ]; then
-    if [ -n "${ZCC_TEST_KEEP:-}" ]; then log "logs kept in $WORK"; else rm -rf "$WORK"; fi
-  fi
+  remove_work
 }
-trap cleanup EXIT
-trap 'log "interrupted"; exit 130' INT TERM HUP
-
-if [ -z "$DRIVER" ] || [ ! -x "$DRIVER" ]; then
-  log "FAIL: no net_driver executable given (got '$DRIVER')"
-  log "0 passed, 1 failed, 0 skipped"
-  exit 1
-fi
-command -v ip >/dev/null 2>&1 || skip "iproute2's ip command is not installed"
-WORK=$(mktemp -d /tmp/zcc-two-host.XXXXXX) || { log "FAIL: mktemp"; exit 1; }
+ns_begin "$DRIVER" zcc-two-host
 
 if ! ip netns add "$NSA" 2>"$WORK/err"; then
   skip "cannot create a network namespace ($(tr '\n' ' ' <"$WORK/err")); needs root or CAP_SYS_ADMIN"
