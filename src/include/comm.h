@@ -24,7 +24,8 @@ typedef struct zcc_peer_info {
   char gpu_bus_id[32]; /* GPU communicators: the PCI bus id of the rank's GPU */
   zcc_sockaddr_t net_addr; /* the socket transport's listening address */
   char net_plugin[16];     /* the net transport's plug-in ("ib", "socket"); "": none */
-  uint8_t net_handle[128]; /* its listen handle (ZCC_NET_HANDLE_BYTES) */
+  _Alignas(8) uint8_t net_handle[128]; /* its listen handle (ZCC_NET_HANDLE_BYTES, aligned as
+                                           ZCC_NET_HANDLE_ALIGN) */
   char hostname[64];
   uint64_t cpus[16];   /* the CPUs this rank may run on (sched_getaffinity), 1024 bits */
 } zcc_peer_info_t;

@@ -33,6 +33,8 @@
 #include "zcc.h"
 
 #define ZCC_NET_HANDLE_BYTES 128
+/* Handles are 8-byte aligned: plug-ins keep a struct (and their connect state) in them. */
+#define ZCC_NET_HANDLE_ALIGN _Alignas(8)
 #define ZCC_NET_NAME_BYTES 64
 /* In flight per comm: isends on a send comm, irecvs on a recv comm. */
 #define ZCC_NET_MAX_REQUESTS 64

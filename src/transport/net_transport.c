@@ -81,7 +81,7 @@ typedef struct net_conn {
   uint64_t send_pseq, recv_pseq;
   /* the receive transfer under way: its record was taken and matched */
   int in_checked;
-  uint8_t connect_handle[ZCC_NET_HANDLE_BYTES]; /* the peer's, as connect uses it */
+  ZCC_NET_HANDLE_ALIGN uint8_t connect_handle[ZCC_NET_HANDLE_BYTES]; /* the peer's, as connect uses it */
   int hello_sent, failed_sent;
   int fail_pending; /* the failure record waits for the peer's clear-to-send */
   size_t fail_bytes;

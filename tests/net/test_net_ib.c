@@ -134,7 +134,7 @@ static int read_all(int fd, void *b, size_t n) {
 /* Listen, hand the handle over, accept until a comm comes (or the deadline). */
 static int do_accept(int out_fd, zcc_net_auth_t auth, void **listen,
                      void **comm, int ncalls_handle) {
-  uint8_t handle[ZCC_NET_HANDLE_BYTES];
+  ZCC_NET_HANDLE_ALIGN uint8_t handle[ZCC_NET_HANDLE_BYTES];
   int ndev = 0;
   if (ib->devices(&ndev) != zccSuccess || ndev < 1)
     return child_fail(2, "no ib device (%d)", ndev);
@@ -157,7 +157,7 @@ static int do_accept(int out_fd, zcc_net_auth_t auth, void **listen,
 /* 0 connected, 1 refused with an error (res in *res), other: failure codes. */
 static int do_connect(int in_fd, zcc_net_auth_t auth, void **comm,
                       zccResult_t *res) {
-  uint8_t handle[ZCC_NET_HANDLE_BYTES];
+  ZCC_NET_HANDLE_ALIGN uint8_t handle[ZCC_NET_HANDLE_BYTES];
   if (read_all(in_fd, handle, sizeof(handle)) != 0)
     return child_fail(6, "no handle");
   *comm = NULL;
@@ -583,7 +583,7 @@ static int guarded_listener(int in_fd, int out_fd, void *arg) {
  * context, then the right peer. */
 static int strangers_then_peer(int in_fd, int out_fd, void *arg) {
   (void)arg;
-  uint8_t handle[ZCC_NET_HANDLE_BYTES], handle2[ZCC_NET_HANDLE_BYTES];
+  ZCC_NET_HANDLE_ALIGN uint8_t handle[ZCC_NET_HANDLE_BYTES], handle2[ZCC_NET_HANDLE_BYTES];
   if (read_all(in_fd, handle, sizeof(handle)) != 0 ||
       read_all(in_fd, handle2, sizeof(handle2)) != 0)
     return child_fail(6, "no handle");
@@ -743,7 +743,7 @@ static void test_devices(void **state) {
 static int mr_cache_child(int in_fd, int out_fd, void *arg) {
   (void)in_fd, (void)out_fd, (void)arg;
   void *l, *c = NULL, *h1, *h2, *h3, *h4;
-  uint8_t handle[ZCC_NET_HANDLE_BYTES];
+  ZCC_NET_HANDLE_ALIGN uint8_t handle[ZCC_NET_HANDLE_BYTES];
   zcc_net_auth_t a = auth_of(1);
   if (ib->listen(0, &a, handle, &l) != zccSuccess)
     return child_fail(60, "listen");
@@ -794,7 +794,7 @@ static void test_mr_cache(void **state) {
 static int bad_qp_count_child(int in_fd, int out_fd, void *arg) {
   (void)in_fd, (void)out_fd, (void)arg;
   void *l, *c = NULL;
-  uint8_t handle[ZCC_NET_HANDLE_BYTES];
+  ZCC_NET_HANDLE_ALIGN uint8_t handle[ZCC_NET_HANDLE_BYTES];
   zcc_net_auth_t a = auth_of(1);
   if (ib->listen(0, &a, handle, &l) != zccSuccess)
     return child_fail(70, "listen");
