@@ -36,17 +36,14 @@ cleanup() {
   ip link del "$VA" 2>/dev/null
 }
 trap cleanup EXIT
+# shellcheck source=../tests/net/ns_lib.sh
+. "$root/tests/net/ns_lib.sh"
 set -e
 ip netns add "$NSA"
 ip netns add "$NSB"
 ip link add "$VA" type veth peer name "$VB"
-ip link set "$VA" netns "$NSA"
-ip link set "$VB" netns "$NSB"
-ip -n "$NSA" addr add "$IPA/24" dev "$VA"
-ip -n "$NSB" addr add "$IPB/24" dev "$VB"
-for ns in "$NSA" "$NSB"; do ip -n "$ns" link set lo up; done
-ip -n "$NSA" link set "$VA" up
-ip -n "$NSB" link set "$VB" up
+ns_link_up "$NSA" "$VA" "$IPA"
+ns_link_up "$NSB" "$VB" "$IPB"
 set +e
 
 {

@@ -64,13 +64,10 @@ for ((h = 0; h < NH; h++)); do
     skip "cannot create namespace $ns and its veth ($(tr '\n' ' ' <"$WORK/err"))"
   fi
   set -e
-  ip link set "zh${h}n$TAG" netns "$ns"
   ip link set "zh${h}b$TAG" netns "$BR"
   ip -n "$BR" link set "zh${h}b$TAG" master zbr
   ip -n "$BR" link set "zh${h}b$TAG" up
-  ip -n "$ns" addr add "10.78.0.$((h + 1))/24" dev "zh${h}n$TAG"
-  ip -n "$ns" link set lo up
-  ip -n "$ns" link set "zh${h}n$TAG" up
+  ns_link_up "$ns" "zh${h}n$TAG" "10.78.0.$((h + 1))"
   set +e
 done
 unshare --uts true 2>/dev/null || { UTS=0; log "note: unshare --uts is not available; the namespaces share a hostname"; }

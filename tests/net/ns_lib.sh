@@ -1,4 +1,5 @@
-# Helpers of the network-namespace tests (two_host.sh, many_hosts.sh), sourced.
+# Helpers of the network-namespace tests (two_host.sh, many_hosts.sh) and of
+# scripts/net_perf.sh, sourced.
 # The caller sets NAME (the prefix of its messages), PASSED, FAILED, PIDS (ranks
 # started, killed on exit), RANK_ENV (more variables for every rank) and UTS (1:
 # each rank gets its own UTS namespace and hostname).
@@ -85,4 +86,13 @@ ns_begin() {
   fi
   command -v ip >/dev/null 2>&1 || skip "iproute2's ip command is not installed"
   WORK=$(mktemp -d "/tmp/$2.XXXXXX") || { log "FAIL: mktemp"; exit 1; }
+}
+
+# ns_link_up NS IF ADDR: move interface IF into namespace NS, give it ADDR/24,
+# and bring it and NS's loopback up. Non-zero at the first step that fails.
+ns_link_up() {
+  ip link set "$2" netns "$1" &&
+    ip -n "$1" addr add "$3/24" dev "$2" &&
+    ip -n "$1" link set lo up &&
+    ip -n "$1" link set "$2" up
 }

@@ -67,13 +67,8 @@ if ! ip link add "$VA" type veth peer name "$VB" 2>"$WORK/err"; then
   skip "cannot create a veth pair ($(tr '\n' ' ' <"$WORK/err"))"
 fi
 set -e
-ip link set "$VA" netns "$NSA"
-ip link set "$VB" netns "$NSB"
-ip -n "$NSA" addr add "$IPA/24" dev "$VA"
-ip -n "$NSB" addr add "$IPB/24" dev "$VB"
-for ns in "$NSA" "$NSB"; do ip -n "$ns" link set lo up; done
-ip -n "$NSA" link set "$VA" up
-ip -n "$NSB" link set "$VB" up
+ns_link_up "$NSA" "$VA" "$IPA"
+ns_link_up "$NSB" "$VB" "$IPB"
 set +e
 
 UTS=1
