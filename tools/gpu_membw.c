@@ -40,6 +40,11 @@ static int cmp_float(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
 typedef enum { H2D_CE, D2H_CE, SM_LOAD, SM_STORE, SM_BOTH, NKINDS } kind_t;
 
 /* gpu_membw_flag.cu */
@@ -179,12 +184,7 @@ static int flag_costs(int iters, int dev) {
     CK(cudaStreamSynchronize(s0));
     us[i] = now_us() - t0;
   }
-  for (int i = 1; i < EAGER; i++) /* insertion sort: few values */
-    for (int j = i; j > 0 && us[j - 1] > us[j]; j--) {
-      double t = us[j];
-      us[j] = us[j - 1];
-      us[j - 1] = t;
-    }
+  qsort(us, EAGER, sizeof(double), cmp_double);
   printf("empty kernel, eager (launch and cudaStreamSynchronize, host clock): %.3f us "
          "(median of %d)\n", us[EAGER / 2], EAGER);
   /* An empty kernel as a graph node: a graph of GRAPH_NODES, events around each replay. */

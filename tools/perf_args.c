@@ -55,6 +55,13 @@ size_t perf_type_size(int type)
   return (type >= 0 && type < zccNumTypes) ? type_sizes[type] : 0;
 }
 
+static const char *const buffers_names[PERF_BUF_COUNT] = {"device", "pinned", "managed"};
+
+const char *perf_buffers_name(int buffers)
+{
+  return buffers >= 0 && buffers < PERF_BUF_COUNT ? buffers_names[buffers] : "invalid";
+}
+
 const char *perf_op_name(int op)
 {
   if (op == PERF_OP_NONE)
@@ -292,13 +299,11 @@ static void set_option(const char *prog, const perf_coll_t *coll, char key,
       bad_arg(prog, coll, "%s: '%s' is not none or core", name, val);
     break;
   case 'M':
-    if (strcmp(val, "device") == 0)
-      o->pinned = 0;
-    else if (strcmp(val, "pinned") == 0)
-      o->pinned = 1;
-    else if (strcmp(val, "managed") == 0)
-      o->pinned = 2;
-    else
+    o->buffers = -1;
+    for (int b = 0; b < PERF_BUF_COUNT; b++)
+      if (strcmp(val, buffers_names[b]) == 0)
+        o->buffers = b;
+    if (o->buffers < 0)
       bad_arg(prog, coll, "%s: '%s' is not device, pinned or managed", name, val);
     break;
   case 'S':
@@ -339,7 +344,8 @@ static void set_option(const char *prog, const perf_coll_t *coll, char key,
 /* What needs GPUs: -g above 1, -G and --compare ask for --device cuda. */
 static void check_device(const char *prog, const perf_coll_t *coll, perf_opts_t *o)
 {
-  const char *gpu_only = o->pinned == 2 ? "--buffers managed" : o->pinned ? "--buffers pinned"
+  const char *gpu_only = o->buffers == PERF_BUF_MANAGED  ? "--buffers managed"
+                         : o->buffers == PERF_BUF_PINNED ? "--buffers pinned"
                          : o->compare_nccl ? "--compare nccl"
                          : o->graph_iters > 0 ? "-G" : o->ngpus > 1 ? "-g" : NULL;
 

@@ -284,13 +284,13 @@ void perf_gpu_setup(perf_run_t *r)
 
     perf_gpu_set_device(w, w->cuda_dev[l]);
     CUDA_CHECK(w, cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
-    if (r->o->pinned == 2) {
+    if (r->o->buffers == PERF_BUF_MANAGED) {
       /* --buffers managed: the driver moves the pages where they are touched */
       CUDA_CHECK(w, cudaMallocManaged((void **)&g->send, r->buf_bytes, cudaMemAttachGlobal));
       CUDA_CHECK(w, cudaMallocManaged((void **)&g->recv, r->buf_bytes, cudaMemAttachGlobal));
       CUDA_CHECK(w, cudaMemsetAsync(g->send, 0, r->buf_bytes, g->stream));
       CUDA_CHECK(w, cudaMemsetAsync(g->recv, 0, r->buf_bytes, g->stream));
-    } else if (r->o->pinned) {
+    } else if (r->o->buffers == PERF_BUF_PINNED) {
       /* --buffers pinned: host memory every GPU maps; the kernels load and store it */
       unsigned fl = cudaHostAllocMapped | cudaHostAllocPortable;
       CUDA_CHECK(w, cudaHostAlloc((void **)&g->send, r->buf_bytes, fl));
@@ -346,7 +346,7 @@ void perf_gpu_teardown(perf_run_t *r)
       CUDA_CHECK(w, cudaEventDestroy(g->stop[i]));
     }
     CUDA_CHECK(w, cudaFree(g->scratch));
-    if (r->o->pinned == 1) {
+    if (r->o->buffers == PERF_BUF_PINNED) {
       CUDA_CHECK(w, cudaFreeHost(g->recv));
       CUDA_CHECK(w, cudaFreeHost(g->send));
     } else {

@@ -77,9 +77,9 @@ static void print_header(run_t *r)
            "rank; buffers from %s%s\n", r->ntimes,
            o->graph_iters ? "graph replays (each of -n operations, time divided by -n)"
                           : "iterations",
-           o->pinned == 2 ? "cudaMallocManaged (--buffers managed)"
-           : o->pinned ? "cudaHostAlloc (pinned, mapped: --buffers pinned)"
-                       : "cudaMalloc",
+           o->buffers == PERF_BUF_MANAGED  ? "cudaMallocManaged (--buffers managed)"
+           : o->buffers == PERF_BUF_PINNED ? "cudaHostAlloc (pinned, mapped: --buffers pinned)"
+                                           : "cudaMalloc",
            o->local_register ? ", registered (-R 1)" : "");
   printf("#\n# Using devices\n");
   for (int i = 0; i < r->w->nranks; i++) {
@@ -161,7 +161,7 @@ static void json_open(run_t *r)
   if (is_cuda(r))
     fprintf(r->json, ", \"device\": \"cuda\", \"cudagraph\": %d, \"compare\": \"%s\", "
             "\"buffers\": \"%s\"", o->graph_iters, o->compare_nccl ? "nccl" : "",
-            o->pinned == 2 ? "managed" : o->pinned ? "pinned" : "device");
+            perf_buffers_name(o->buffers));
   fprintf(r->json, "},\n");
   fprintf(r->json, "  \"results\": [");
 }

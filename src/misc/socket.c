@@ -187,7 +187,7 @@ static int if_default_tier(const char *name, unsigned flags) {
 
 zccResult_t zcc_socket_pick_if(zcc_sockaddr_t *out, char *ifname, size_t ifname_len) {
   if (out == NULL)
-    return zcc_error(zccInvalidArgument, "zcc_socket_pick_addr: out is null");
+    return zcc_error(zccInvalidArgument, "zcc_socket_pick_if: out is null");
   const char *fam = zcc_param_socket_family();
   int family = AF_UNSPEC;
   if (fam != NULL && fam[0] != '\0') {

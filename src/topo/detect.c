@@ -399,9 +399,12 @@ zccResult_t zcc_topo_detect(zcc_topo_t **out) {
   char vif[64] = "";
   if (!rdma && !eth) {
     zcc_sockaddr_t a;
-    if (zcc_socket_pick_if(&a, vif, sizeof(vif)) != zccSuccess || strcmp(vif, "lo") == 0)
+    if (zcc_socket_pick_if(&a, vif, sizeof(vif)) != zccSuccess) {
+      vif[0] = '\0';
+      zcc_clear_last_error(); /* no interface: detection goes on without a nic */
+    } else if (strcmp(vif, "lo") == 0) {
       vif[0] = '\0'; /* nothing to reach other hosts through */
-    zcc_clear_last_error();
+    }
     eth = vif[0] != '\0';
   }
   if (rdma) {
