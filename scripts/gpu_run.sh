@@ -75,6 +75,11 @@
 #              and the DDP example with its reference on the "nccl" backend on zcc.
 #              ZCC_NCCL_TORCH_NPROCS=2 ZCC_NCCL_TORCH_SHARE=1: two torch ranks on GPU 0
 #              (once zcc allows several ranks per GPU; no NCCL reference then)
+#   model      what the cost model is checked against on one GPU: allreduce over GPU shm
+#              with MODEL_RANKS (default 3 4) ranks, the decision table (INFO TUNING) and each
+#              algorithm forced (oneshot, oneshot/simple, twoshot, push, ring, tree), in
+#              graphs; then broadcast, reduce, allgather and reduce-scatter with oneshot
+#              and ring forced, 2 and 3 ranks over p2p and GPU shm (MODEL_COLL_MAX, 64M)
 # Logs go to $OUT (default ./gpu_run_out), each into logs.tar as its run ends (a
 # call cut short keeps what ran), gzipped at the end (GPU_RUN_TAR=0: left as
 # they are); each run's line prints as it ends, the summary last (summary.txt).
@@ -304,6 +309,30 @@ for phase in "$@"; do
       v=; [ $a = default ] || v="ZCC_ALGO=$a"
       run "gshm-perf-$a" 300 env ZCC_P2P_DISABLE=1 $v "$bin/allreduce_perf" -b 8 -e $e -f 8 -g 2 \
         --share-gpus 1 -w 5 -n 20 -c 1 -G 10
+    done
+    ;;
+  model)
+    export ZCC_TIMEOUT=${ZCC_TIMEOUT:-20000}
+    for n in ${MODEL_RANKS:-3 4}; do
+      ar=("$bin/allreduce_perf" -g $n --share-gpus 1 -c 1 -b 8 -e ${MODEL_MAX:-64M} -f 8 -w 3 -n 10 -G 5)
+      run "model-shm-n$n-table" 120 env ZCC_P2P_DISABLE=1 ZCC_DEBUG=INFO ZCC_DEBUG_SUBSYS=TUNING \
+        "${ar[@]}" -e 8
+      for a in default oneshot oneshot/simple twoshot push ring tree; do
+        v=; [ $a = default ] || v="ZCC_ALGO=${a%/*}"
+        case $a in */*) v="$v ZCC_PROTO=${a#*/}" ;; esac
+        run "model-shm-n$n-${a/\//-}" 300 env ZCC_P2P_DISABLE=1 $v "${ar[@]}"
+      done
+    done
+    for tp in p2p shm; do
+      v=; [ $tp = shm ] && v=ZCC_P2P_DISABLE=1
+      for n in 2 3; do
+        for c in broadcast reduce allgather reducescatter; do
+          for a in oneshot ring; do
+            run "model-$tp-n$n-$c-$a" 300 env $v ZCC_ALGO=$a "$bin/${c}_perf" -g $n --share-gpus 1 \
+              -c 1 -b 8 -e ${MODEL_COLL_MAX:-64M} -f 8 -w 3 -n 10 -G 5
+          done
+        done
+      done
     done
     ;;
   share-san)
