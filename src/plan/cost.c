@@ -437,55 +437,108 @@ static double gpu_ce_pieces(size_t bytes) {
 
 /*
  * Windows in pinned host memory (the shm transport: link class
- * ZCC_PATH_SYS): every byte a kernel stores into a peer's window and loads
- * from its own crosses the GPU's PCIe link, and ranks that share a GPU
- * share its link. One H200, gpu_membw -m host at 256 MiB (docs/perf/
- * h200x1.md, 2026-12-02): SM loads of mapped host memory 50.7 GB/s, SM
- * stores 52.4, both at once 40.8 each way. A pipelined kernel (push, ring,
- * tree, LL, the copy engines) runs both directions at once; one-shot and
- * two-shot copy into staging first and load it after a barrier.
- * Each flag a kernel waits for also crosses the link once (a store into
- * host memory, the peer's poll): about half the 4.3 us round trip of
- * gpu_membw -m flag, which is what LL over shm costs above LL between the
- * GPUs of one machine (4.51 us at 8 B against 2.31).
- * tests/unit/test_gpu_model.c holds the same day's measurements (2 ranks
- * on the GPU) against these predictions.
+ * ZCC_PATH_SYS): every byte a kernel stores into a window and loads from
+ * one crosses the GPU's PCIe link (staging and connector FIFOs live in the
+ * windows, the own one too), and ranks that share a GPU share its link.
+ * One H200, gpu_membw -m host at 256 MiB (docs/perf/h200x1.md,
+ * 2026-12-02): SM loads of mapped host memory 50.7 GB/s, SM stores 52.4,
+ * both at once 40.8 each way. The pipelined kernels (push, ring, tree, LL,
+ * the copy engines) run both directions at once; one-shot and two-shot copy
+ * into staging first and load it after a barrier, so their phases add up.
+ * Each flag a kernel waits for crosses the link once per peer it waits for
+ * (a store into host memory, the peer's poll): about half the 4.3 us round
+ * trip of gpu_membw -m flag. The connectors' ring and tree pay a slot
+ * hand-over per step on top (both its flags), and reach 0.85 of the link;
+ * the push kernel loses a little more of it with every rank (lanes of every
+ * peer contend), and LL's 8-byte lines get 0.65 of it.
+ * Fitted on 2026-12-02 (docs/perf/h200x1.md, "the cost model on host
+ * windows"): 2 ranks (allreduce), 3 and 4 ranks (allreduce, each kernel
+ * forced), 2 and 3 ranks (broadcast, reduce, all-gather, reduce-scatter
+ * with oneshot and ring forced), in graphs; tests/unit/test_gpu_model.c
+ * holds those measurements against these predictions.
  */
 #define HOST_LD_BW 50.7
 #define HOST_ST_BW 52.4
 #define HOST_BOTH_BW 40.8
 #define HOST_HOP_US 2.2
+#define HOST_CONN_BASE_US 13.5 /* the ring and tree kernels' start over host windows */
+#define HOST_CONN_STEP_US 4.7  /* a connector step: slot stored, flag seen, slot freed */
+#define HOST_CONN_EFF 0.85
+#define HOST_PUSH_LOSS 0.12    /* push: 1 / (1 + this per peer) of the link */
+#define HOST_LL_EFF 0.65       /* LL's 8-byte lines (4 of data, 4 of flag) over PCIe */
 
-static double host_link_us(zcc_algo_t algo, zcc_proto_t proto, int nranks, int share,
-                           size_t bytes) {
-  double k = nranks, S = (double)bytes, rd, wr, hops = 1;
-  int overlap = 1;
-  switch (algo) {
-  case ZCC_ALGO_ONESHOT:
-    if (proto == ZCC_PROTO_LL) { /* half of every line is its flag */
-      rd = wr = 2 * (k - 1) * S;
-      break;
+/* Bytes stored into and loaded from host windows by all k ranks together. */
+typedef struct {
+  double st, ld;
+  double hops;  /* flag crossings a rank waits for, per peer */
+  int overlap;  /* 1: loads and stores at once (pipelined kernels) */
+  double eff;
+} host_traffic_t;
+
+static host_traffic_t host_traffic(zcc_coll_t coll, zcc_algo_t algo, zcc_proto_t proto,
+                                   double k, double S) {
+  host_traffic_t t = {0, 0, 1, 1, 1.0};
+  int conn = algo == ZCC_ALGO_RING || algo == ZCC_ALGO_TREE;
+  if (conn) {
+    /* each rank stores its sends into the next one's FIFO and loads what it
+       receives from its own; ring and chain move the same bytes */
+    double per = coll == ZCC_COLL_ALLREDUCE ? 2 * (k - 1) * S : (k - 1) * S;
+    t = (host_traffic_t){per, per, 0, 1, HOST_CONN_EFF};
+    return t;
+  }
+  if (coll == ZCC_COLL_ALLREDUCE) {
+    switch (algo) {
+    case ZCC_ALGO_ONESHOT:
+      if (proto == ZCC_PROTO_LL) /* half of every line is its flag; 8-byte stores */
+        return (host_traffic_t){2 * (k - 1) * S * k, 2 * (k - 1) * S * k, 1, 1, HOST_LL_EFF};
+      /* into the own staging, then every rank's staging (the own too) */
+      return (host_traffic_t){k * S, k * k * S, 3, 0, 1.0};
+    case ZCC_ALGO_TWOSHOT:
+      return (host_traffic_t){k * (S + (k - 1) / k * S), k * 2 * (k - 1) / k * S, 6, 0, 1.0};
+    case ZCC_ALGO_PUSH:
+      return (host_traffic_t){k * (k - 1) * S, k * (k - 1) * S, 2, 1,
+                              1 / (1 + HOST_PUSH_LOSS * (k - 1))};
+    case ZCC_ALGO_CE: return (host_traffic_t){k * S, k * S, 2, 1, 1.0};
+    default: return (host_traffic_t){INFINITY, INFINITY, 0, 0, 1.0};
     }
-    wr = S, rd = (k - 1) * S, overlap = 0, hops = 2;
-    break;
-  case ZCC_ALGO_TWOSHOT:
-    wr = S + (k - 1) / k * S, rd = 2 * (k - 1) / k * S, overlap = 0, hops = 3;
-    break;
-  case ZCC_ALGO_PUSH: rd = wr = (k - 1) * S; break;
-  case ZCC_ALGO_CE: rd = wr = S; break;
-  case ZCC_ALGO_RING: rd = wr = 2 * (k - 1) / k * S, hops = 2 * (k - 1); break;
-  case ZCC_ALGO_TREE: rd = wr = 2 * S, hops = 2 * (k - 1); break;
-  default: return INFINITY;
   }
-  double n = share > 1 ? share : 1, t;
-  if (overlap) {
-    t = rd / HOST_LD_BW;
-    if (wr / HOST_ST_BW > t) t = wr / HOST_ST_BW;
-    if ((rd + wr) / (2 * HOST_BOTH_BW) > t) t = (rd + wr) / (2 * HOST_BOTH_BW);
+  if (algo != ZCC_ALGO_ONESHOT) return (host_traffic_t){INFINITY, INFINITY, 0, 0, 1.0};
+  /* the staged all-pairs kernels: copy into the own staging, barrier, loads */
+  switch (coll) {
+  case ZCC_COLL_BROADCAST: return (host_traffic_t){S, (k - 1) * S, 2, 0, 1.0};
+  case ZCC_COLL_REDUCE: return (host_traffic_t){k * S, k * S, 3.5, 0, 1.0};
+  case ZCC_COLL_ALLGATHER: return (host_traffic_t){S, (k - 1) * S, 3.5, 0, 1.0};
+  case ZCC_COLL_REDUCESCATTER: return (host_traffic_t){k * S, k * S, 3.5, 0, 1.0};
+  case ZCC_COLL_ALLTOALL: return (host_traffic_t){k * S, (k - 1) * S, 3.5, 0, 1.0};
+  default: return (host_traffic_t){INFINITY, INFINITY, 0, 0, 1.0};
+  }
+}
+
+/* What host windows add to a GPU kernel's time: the PCIe traffic of the
+   ranks on this GPU (`share` of the k) and the flags' crossings. */
+static double host_link_us(zcc_coll_t coll, zcc_algo_t algo, zcc_proto_t proto, int nranks,
+                           int share, size_t bytes) {
+  double k = nranks, S = (double)bytes;
+  host_traffic_t tr = host_traffic(coll, algo, proto, k, S);
+  if (!isfinite(tr.st)) return INFINITY;
+  double frac = (share > 1 ? share : 1) / k, t;
+  double st = tr.st * frac, ld = tr.ld * frac;
+  if (tr.overlap) {
+    t = ld / HOST_LD_BW;
+    if (st / HOST_ST_BW > t) t = st / HOST_ST_BW;
+    if ((ld + st) / (2 * HOST_BOTH_BW) > t) t = (ld + st) / (2 * HOST_BOTH_BW);
   } else {
-    t = rd / HOST_LD_BW + wr / HOST_ST_BW;
+    t = ld / HOST_LD_BW + st / HOST_ST_BW;
   }
-  return hops * HOST_HOP_US + n * t * 1e-3;
+  double lat;
+  if (algo == ZCC_ALGO_RING || algo == ZCC_ALGO_TREE) {
+    double steps = coll == ZCC_COLL_ALLREDUCE ? 2 * (k - 1) : k - 1;
+    /* the chain's steps wait for a whole slot's round trip each */
+    lat = HOST_CONN_BASE_US + steps * HOST_CONN_STEP_US * (algo == ZCC_ALGO_TREE ? 2 : 1);
+  } else {
+    lat = tr.hops * (k - 1) * HOST_HOP_US;
+  }
+  return lat + t / tr.eff * 1e-3;
 }
 
 /* GPU allreduce over NVLink. */
@@ -517,18 +570,44 @@ static double gpu_allreduce(zcc_algo_t algo, zcc_proto_t proto, int nranks, size
   }
 }
 
+/*
+ * The other GPU collectives between peers that load each other's memory,
+ * from the same constants: the staged all-pairs kernels (a copy into the
+ * own staging, a barrier, loads of the peers' parts) and the connectors'
+ * ring (pipelined stores into the next rank's FIFO, k - 1 steps). S is
+ * nccl-tests' size: the whole buffer of all-gather, reduce-scatter and
+ * all-to-all, one rank's of broadcast and reduce.
+ */
+static double gpu_other(zcc_coll_t coll, zcc_algo_t algo, int nranks, size_t bytes) {
+  double k = nranks, S = (double)bytes, us_per_byte = 1e-3, copy, load, sent;
+  switch (coll) {
+  case ZCC_COLL_BROADCAST: copy = S, load = S, sent = S; break;
+  case ZCC_COLL_REDUCE: copy = S, load = (k - 1) * S, sent = S; break;
+  case ZCC_COLL_ALLGATHER: copy = S / k, load = (k - 1) / k * S, sent = (k - 1) / k * S; break;
+  case ZCC_COLL_REDUCESCATTER:
+  case ZCC_COLL_ALLTOALL: copy = S, load = (k - 1) / k * S, sent = (k - 1) / k * S; break;
+  default: return INFINITY;
+  }
+  if (algo == ZCC_ALGO_ONESHOT)
+    return GPU_1S_ALPHA + (copy / GPU_COPY_BW + load / GPU_1S_BW) * us_per_byte;
+  if (algo == ZCC_ALGO_RING && coll != ZCC_COLL_ALLTOALL)
+    return GPU_PUSH_ALPHA + (k - 1) * GPU_LL_ALPHA + sent / GPU_PUSH_BW * us_per_byte;
+  return INFINITY;
+}
+
 double zcc_select_predict(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,
                           zcc_proto_t proto, size_t bytes, int staged) {
   if (c->nranks <= 1) return 0;
   if (!c->gpu) return host_predict(c, coll, algo, bytes);
-  if (coll == ZCC_COLL_ALLREDUCE) {
-    double t = gpu_allreduce(algo, proto, c->nranks, bytes, staged);
-    /* windows in host memory: their PCIe traffic on top (it dominates) */
-    if (c->link_class == ZCC_PATH_SYS)
-      t += host_link_us(algo, proto, c->nranks, c->gpu_share, bytes);
-    return t;
-  }
-  return 0; /* the other GPU collectives: no model yet, the rule picks */
+  if (coll == ZCC_COLL_SENDRECV) return 0; /* one way to do it: no choice to cost */
+  /* Windows in host memory: the kernel's own costs, with the PCIe link's
+     traffic in place of the device's (it bounds every byte there). */
+  int host = c->link_class == ZCC_PATH_SYS;
+  size_t dev_bytes = host ? 0 : bytes;
+  double t = coll == ZCC_COLL_ALLREDUCE ? gpu_allreduce(algo, proto, c->nranks, dev_bytes, staged)
+                                        : gpu_other(coll, algo, c->nranks, dev_bytes);
+  if (host) t += host_link_us(coll, algo, proto, c->nranks, c->gpu_share, bytes);
+  return t;
 }
 
 /* The table's link: a ring step's latency and a connection's bandwidth. */

@@ -126,15 +126,27 @@ int zcc_select_auto(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,
                     zcc_proto_t proto, int staged) {
   (void)proto;
   if (!c->gpu) return 1; /* both host algorithms are costed from measurements */
-  if (coll != ZCC_COLL_ALLREDUCE) return algo == ZCC_ALGO_ONESHOT; /* the rule, no model */
   /*
-   * The copy-engine pipeline is correct but slower than SM stores
-   * (docs/perf/h200x2.md); the connector ring and tree are slower than the
-   * all-pairs kernels between GPUs that load and store each other's memory
+   * Windows in pinned host memory (link class SYS): every kernel is bound by
+   * the PCIe link, and the model's costs for each were measured there
+   * (docs/perf/h200x1.md): the connectors' ring moves the fewest bytes over
+   * it from 3 ranks on (1.6-1.8x the push kernel at 16 MiB).
+   */
+  int host_windows = c->link_class == ZCC_PATH_SYS;
+  /* The other collectives: the staged all-pairs kernels where peers' memory
+     is loaded directly (on one GPU the ring measured faster only for
+     reduce-scatter from 2 MiB, and no pair of GPUs has measured it yet). */
+  if (coll != ZCC_COLL_ALLREDUCE)
+    return algo == ZCC_ALGO_ONESHOT || (host_windows && algo == ZCC_ALGO_RING);
+  /*
+   * Between GPUs that load and store each other's memory: the copy-engine
+   * pipeline is correct but slower than SM stores (docs/perf/h200x2.md); the
+   * connector ring and tree are slower than the all-pairs kernels
    * (docs/perf/h200x1.md). Push only for unregistered buffers: registered
    * ones move zero copy.
    */
-  if (algo == ZCC_ALGO_CE || algo == ZCC_ALGO_RING || algo == ZCC_ALGO_TREE) return 0;
+  if (algo == ZCC_ALGO_CE) return 0;
+  if (algo == ZCC_ALGO_RING || algo == ZCC_ALGO_TREE) return host_windows;
   return algo != ZCC_ALGO_PUSH || staged;
 }
 
