@@ -92,6 +92,10 @@ typedef struct zcc_gpu {
   /* ZCC_P2P_DIRECT_DISABLE=1: send/receive and all-to-all run over the
      per-peer connectors (zcc_dev_conn_p2p) instead of the p2p outboxes. */
   int p2p_conn;
+  /* The channels' rings (zcc_planner_channel_ring): where they came from,
+     and a hash of them all (every rank must run the same). */
+  const char *rings_source;
+  uint64_t rings_hash;
 } zcc_gpu_t;
 
 /*

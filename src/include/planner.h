@@ -104,6 +104,17 @@ zccResult_t zcc_planner_describe(const zcc_planner_t *p, void (*emit)(void *ctx,
 zccResult_t zcc_planner_ring_links(const zcc_planner_t *p, int channel,
                                    void (*emit)(void *ctx, const char *line), void *ctx);
 
+/*
+ * The ring of GPU channel `channel` of a communicator of nranks (order:
+ * the rank at each position): ZCC_RINGS when set, else ring channel %
+ * nchannels of the plan p, else (p NULL: ranks share GPUs, or no plan)
+ * rank order. *source (if set) names which. zccInvalidArgument for a
+ * ZCC_RINGS that does not list every rank once.
+ */
+#define ZCC_PLANNER_MAX_RANKS_RING 4096
+zccResult_t zcc_planner_channel_ring(const zcc_planner_t *p, int nranks, int channel, int *order,
+                                     const char **source);
+
 /* Link-load accounting, shared by the ring, tree and all-pairs builders. */
 typedef struct zcc_flow zcc_flow_t;
 zccResult_t zcc_planner_flow_new(const zcc_planner_t *p, zcc_flow_t **out);

@@ -17,6 +17,7 @@
 
 #include "check.h"
 #include "debug.h"
+#include "param.h"
 #include "planner.h"
 
 /* Copy bandwidth of one host rank through shared memory, GB/s (cost.c's
@@ -180,6 +181,65 @@ int zcc_planner_host_ring(int nranks, const uint64_t *rank_host, int *order) {
       if (rank_host[q] == rank_host[r]) order[n++] = q;
   }
   return hosts > 1 ? hosts : 0;
+}
+
+ZCC_PARAM_STR(rings, "RINGS", NULL,
+              "GPU communicators: the rings of the ring and tree kernels' channels, as NCCL_RINGS "
+              "wrote them: each ring the ranks in order, rings separated by '|' (\"0 1 2 3|3 2 1 "
+              "0\"), channel c taking ring c modulo their number; each must hold every rank once; "
+              "unset: the planner's rings on the topology graph, or rank order where ranks share "
+              "GPUs; equal on every rank")
+
+/* ZCC_RINGS's ring `want` (cycled) into order; zccInvalidArgument naming what is wrong. */
+static zccResult_t rings_param(const char *spec, int nranks, int want, int *order) {
+  int nrings = 1;
+  for (const char *q = spec; *q; q++) nrings += *q == '|';
+  const char *at = spec;
+  for (int r = 0; r < want % nrings; r++) at = strchr(at, '|') + 1;
+  unsigned char seen[ZCC_PLANNER_MAX_RANKS_RING] = {0};
+  if (nranks > ZCC_PLANNER_MAX_RANKS_RING)
+    return zcc_error(zccInvalidArgument, "ZCC_RINGS: at most %d ranks", ZCC_PLANNER_MAX_RANKS_RING);
+  int n = 0;
+  const char *q = at;
+  while (*q && *q != '|') {
+    if (*q == ' ' || *q == ',' || *q == '\t') {
+      q++;
+      continue;
+    }
+    char *end;
+    long v = strtol(q, &end, 10);
+    if (end == q || v < 0 || v >= nranks || seen[v] || n >= nranks)
+      return zcc_error(zccInvalidArgument,
+                       "ZCC_RINGS=\"%s\": ring %d must list each of the %d ranks 0..%d once "
+                       "(at \"%.16s\")", spec, want % nrings, nranks, nranks - 1, q);
+    seen[v] = 1;
+    order[n++] = (int)v;
+    q = end;
+  }
+  if (n != nranks)
+    return zcc_error(zccInvalidArgument,
+                     "ZCC_RINGS=\"%s\": ring %d lists %d rank(s); this communicator has %d",
+                     spec, want % nrings, n, nranks);
+  return zccSuccess;
+}
+
+zccResult_t zcc_planner_channel_ring(const zcc_planner_t *p, int nranks, int channel, int *order,
+                                     const char **source) {
+  if (nranks < 1 || channel < 0 || !order)
+    return zcc_error(zccInvalidArgument, "planner: channel ring %d of %d ranks", channel, nranks);
+  const char *spec = zcc_param_rings();
+  if (spec && *spec) {
+    if (source) *source = "ZCC_RINGS";
+    return rings_param(spec, nranks, channel, order);
+  }
+  if (p && p->nchannels > 0 && p->nranks == nranks) {
+    memcpy(order, p->rings[channel % p->nchannels].order, sizeof(int) * (size_t)nranks);
+    if (source) *source = "the planner's rings";
+    return zccSuccess;
+  }
+  for (int r = 0; r < nranks; r++) order[r] = r;
+  if (source) *source = "rank order";
+  return zccSuccess;
 }
 
 static zccResult_t group_hosts(zcc_planner_t *p) {

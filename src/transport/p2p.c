@@ -122,6 +122,7 @@ typedef struct {
   int32_t nslots, nchannels;
   int32_t p2p_conn;       /* ZCC_P2P_DIRECT_DISABLE: the send/receive kernels must match */
   int32_t pad;
+  uint64_t rings;         /* a hash of every channel's ring: the connectors must pair up */
 } win_wire_t;
 
 /* Some peer lives in another process (needs IPC handles). */
@@ -210,6 +211,10 @@ static zccResult_t layout_agrees(struct zccComm *comm, const zcc_gpu_t *g, int r
                      comm->name, me, g->conns->nchannels, g->conns->nslots,
                      (unsigned long long)g->conns->slot_bytes, r, b.w.nchannels, b.w.nslots,
                      (unsigned long long)b.w.slot_bytes);
+  if (b.w.rings != g->rings_hash)
+    return zcc_error(zccInvalidUsage,
+                     "comm %s: rank %d and rank %d run the channels over different rings; set "
+                     "ZCC_RINGS alike on every rank (or on none)", comm->name, me, r);
   if (b.w.p2p_conn != g->p2p_conn)
     return zcc_error(zccInvalidUsage,
                      "comm %s: rank %d runs send/receive %s and rank %d %s; set "
@@ -233,6 +238,7 @@ static zccResult_t check_layout(struct zccComm *comm, zcc_gpu_t *g) {
   all[me].nslots = g->conns->nslots;
   all[me].nchannels = g->conns->nchannels;
   all[me].p2p_conn = g->p2p_conn;
+  all[me].rings = g->rings_hash;
   zccResult_t res = zcc_bootstrap_allgather(comm->bootstrap, all, sizeof(*all), comm->timeout_ms);
   for (int r = 0; r < n && res == zccSuccess; r++) res = layout_agrees(comm, g, r, &all[r]);
   free(all);
@@ -504,7 +510,27 @@ static zccResult_t conns_plan(struct zccComm *comm, zcc_gpu_t *g) {
   g->conns->rank = comm->rank;
   g->conns->nslots = (int)slots;
   g->conns->slot_bytes = (size_t)bytes / (size_t)slots / 16 * 16;
-  return zccSuccess;
+  /* Every channel's ring (checked here, before anything is allocated), and
+     a hash of them all that every rank must share (check_layout). */
+  int *order = malloc(sizeof(int) * (size_t)n);
+  if (!order) return zcc_error(zccSystemError, "init: out of memory");
+  uint64_t h = 1469598103934665603ull;
+  zccResult_t res = zccSuccess;
+  for (int c = 0; c < nch && res == zccSuccess; c++) {
+    res = zcc_planner_channel_ring(comm->planner, n, c, order, &g->rings_source);
+    for (int i = 0; i < n && res == zccSuccess; i++) h = (h ^ (uint64_t)order[i]) * 1099511628211ull;
+    if (res == zccSuccess && c == 0 && zcc_log_enabled(ZCC_LOG_INFO, ZCC_TUNING)) {
+      char buf[256];
+      size_t len = 0;
+      for (int i = 0; i < n && len + 16 < sizeof(buf); i++)
+        len += (size_t)snprintf(buf + len, sizeof(buf) - len, "%s%d", i ? " " : "", order[i]);
+      ZCC_INFO(TUNING, "comm %s rank %d: connectors: %d channel(s), rings from %s; channel 0: "
+               "%s (its tree a chain along it)", comm->name, comm->rank, nch, g->rings_source, buf);
+    }
+  }
+  free(order);
+  g->rings_hash = h;
+  return res;
 }
 
 /* Window bytes of the connector part (its flags and FIFOs). */
@@ -555,10 +581,12 @@ static void conn_send(const zcc_gpu_t *g, int c, int me, int j, int to, int i,
 }
 
 /*
- * The connectors of every channel, once the windows are mapped: one ring in
- * rank order, and a chain as the tree (rooted at rank 0 on even channels,
- * at the last rank on odd ones, so the two halves of the channels put
- * their roots at opposite ends). Copied to device memory for the kernels.
+ * The connectors of every channel, once the windows are mapped: the
+ * channel's ring (zcc_planner_channel_ring: ZCC_RINGS, the planner's
+ * rings, or rank order), and a chain along it as the tree (rooted at the
+ * ring's first rank on even channels, at its last on odd ones, so the two
+ * halves of the channels put their roots at opposite ends). Copied to
+ * device memory for the kernels.
  */
 static zccResult_t conns_bind(struct zccComm *comm, zcc_gpu_t *g) {
   zcc_dev_conns_t *t = g->conns;
@@ -566,16 +594,21 @@ static zccResult_t conns_bind(struct zccComm *comm, zcc_gpu_t *g) {
   for (int c = 0; c < t->nchannels; c++) {
     zcc_dev_channel_t *ch = &t->ch[c];
     ch->flags = conn_line(g, me, c, 0);
-    for (int q = 0; q < n; q++) ch->ring_rank[q] = q;
-    ch->ring_pos = me;
+    ZCC_CHECK(zcc_planner_channel_ring(comm->planner, n, c, ch->ring_rank, NULL));
+    int pos = 0;
+    for (int q = 0; q < n; q++)
+      if (ch->ring_rank[q] == me) pos = q;
+    ch->ring_pos = pos;
     if (n < 2) continue;
-    int prev = (me + n - 1) % n, next = (me + 1) % n;
+    int prev = ch->ring_rank[(pos + n - 1) % n], next = ch->ring_rank[(pos + 1) % n];
     conn_pair(g, c, me, ZCC_DEV_RECV_RING, prev, ZCC_DEV_SEND_RING, &ch->recv[ZCC_DEV_RECV_RING]);
     conn_send(g, c, me, ZCC_DEV_SEND_RING, next, ZCC_DEV_RECV_RING, &ch->send[ZCC_DEV_SEND_RING]);
-    int up = c % 2 == 0 ? -1 : 1; /* the parent's offset in rank order */
-    int parent = me + up, child = me - up;
-    ch->tree_parent = parent >= 0 && parent < n ? parent : -1;
-    ch->tree_nchildren = child >= 0 && child < n ? 1 : 0;
+    int up = c % 2 == 0 ? -1 : 1; /* the parent's offset in ring order */
+    int ppos = pos + up, cpos = pos - up;
+    int parent = ppos >= 0 && ppos < n ? ch->ring_rank[ppos] : -1;
+    int child = cpos >= 0 && cpos < n ? ch->ring_rank[cpos] : -1;
+    ch->tree_parent = parent;
+    ch->tree_nchildren = child >= 0 ? 1 : 0;
     if (ch->tree_parent >= 0) {
       /* I am the parent's child 0. */
       conn_send(g, c, me, ZCC_DEV_SEND_UP, parent, ZCC_DEV_RECV_UP + 0, &ch->send[ZCC_DEV_SEND_UP]);
@@ -700,9 +733,6 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
   if (zcc_log_enabled(ZCC_LOG_INFO, ZCC_TUNING)) {
     char who[96];
     snprintf(who, sizeof(who), "comm %s rank %d", comm->name, me);
-    ZCC_INFO(TUNING, "%s: connectors: %d channel(s), each a ring in rank order and a chain as "
-             "its tree (rooted at rank 0 on even channels, at rank %d on odd ones)",
-             who, g->conns->nchannels, n - 1);
     ZCC_CHECK(zcc_planner_decisions(&comm->select->ctx, zcc_log_tuning_line, who));
   }
   ZCC_INFO(INIT,

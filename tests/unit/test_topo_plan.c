@@ -631,6 +631,60 @@ static void test_host_ring(void **state) {
   assert_int_equal(zcc_planner_host_ring(2, NULL, order), -1);
 }
 
+/*
+ * The rings GPU connectors run (zcc_planner_channel_ring, what the GPU
+ * executor binds each channel to): the planner's, cycled over the channels;
+ * rank order without a plan; ZCC_RINGS when set, checked.
+ */
+static void test_channel_rings(void **state) {
+  (void)state;
+  unsetenv("ZCC_RINGS");
+  zcc_param_reload();
+  zcc_topo_t *g = load_fixture("pcie-4gpu-2socket.json");
+  /* ranks in an order that rank order would cross the socket link 4 times with */
+  int nodes[4] = {NODE(g, 0, "gpu0"), NODE(g, 0, "gpu2"), NODE(g, 0, "gpu1"), NODE(g, 0, "gpu3")};
+  zcc_planner_t *p;
+  assert_int_equal(zcc_planner_build(g, 4, nodes, &p), zccSuccess);
+  int order[4];
+  const char *src = NULL;
+  for (int c = 0; c < 8; c++) {
+    assert_int_equal(zcc_planner_channel_ring(p, 4, c, order, &src), zccSuccess);
+    assert_memory_equal(order, p->rings[c % p->nchannels].order, sizeof(order));
+    zcc_ring_t r = {order, NULL, NULL};
+    assert_int_equal(smp_crossings(p, &r), 2);
+  }
+  assert_string_equal(src, "the planner's rings");
+  int identity = 1;
+  for (int i = 0; i < 4; i++) identity &= order[i] == i;
+  assert_false(identity); /* the plan's ring is not rank order here */
+  assert_int_equal(zcc_planner_channel_ring(NULL, 3, 5, order, &src), zccSuccess);
+  for (int i = 0; i < 3; i++) assert_int_equal(order[i], i);
+  assert_string_equal(src, "rank order");
+  /* ZCC_RINGS: rings cycled over the channels, ahead of the plan */
+  setenv("ZCC_RINGS", "0 2 1 3|3,2,1,0", 1);
+  zcc_param_reload();
+  const int want[3][4] = {{0, 2, 1, 3}, {3, 2, 1, 0}, {0, 2, 1, 3}};
+  for (int c = 0; c < 3; c++) {
+    assert_int_equal(zcc_planner_channel_ring(p, 4, c, order, &src), zccSuccess);
+    assert_memory_equal(order, want[c], sizeof(order));
+  }
+  assert_string_equal(src, "ZCC_RINGS");
+  static const char *bad[] = {"0 1 1 3", "0 1 2", "0 1 2 9", "0 1 2 3 0", "a b c d",
+                              "0 1 2 3|0 1", "-1 0 1 2"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    setenv("ZCC_RINGS", bad[i], 1);
+    zcc_param_reload();
+    int c = strchr(bad[i], '|') ? 1 : 0;
+    for (int k = 0; k < 4; k++) order[k] = -7;
+    assert_int_equal(zcc_planner_channel_ring(p, 4, c, order, NULL), zccInvalidArgument);
+    if (!strstr(zcc_last_error(), "ZCC_RINGS")) fail_msg("%s: %s", bad[i], zcc_last_error());
+  }
+  unsetenv("ZCC_RINGS");
+  zcc_param_reload();
+  zcc_planner_free(p);
+  zcc_topo_free(g);
+}
+
 int main(void) {
   static char log[] = "/tmp/zcc_test_tuning_XXXXXX";
   int fd = mkstemp(log);
@@ -646,6 +700,7 @@ int main(void) {
       cmocka_unit_test(test_one_parser),      cmocka_unit_test(test_select_cache),
       cmocka_unit_test(test_scale),           cmocka_unit_test(test_host_ring),
       cmocka_unit_test(test_h200_pinned),     cmocka_unit_test(test_host_decisions),
+      cmocka_unit_test(test_channel_rings),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   unlink(log);
