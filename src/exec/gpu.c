@@ -176,7 +176,7 @@ zccResult_t zcc_gpu_check_ptr(struct zccComm *comm, const void *ptr, const char 
 /* The registration holding [p, p + bytes), or NULL. */
 static zcc_gpu_reg_t *find_reg(zcc_gpu_t *g, const void *p, size_t bytes) {
   for (zcc_gpu_reg_t *r = g->regs; r; r = r->next)
-    if (r->mapped && (const char *)p >= r->base && (const char *)p + bytes <= r->base + r->size)
+    if (r->mapped_by_peers && (const char *)p >= r->base && (const char *)p + bytes <= r->base + r->size)
       return r;
   return NULL;
 }

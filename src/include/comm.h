@@ -30,6 +30,11 @@ typedef struct zcc_peer_info {
   uint64_t cpus[16];   /* the CPUs this rank may run on (sched_getaffinity), 1024 bits */
 } zcc_peer_info_t;
 
+/* Two ranks in one process (one address space). */
+static inline int zcc_peer_same_process(const zcc_peer_info_t *a, const zcc_peer_info_t *b) {
+  return a->host_hash == b->host_hash && a->pidns == b->pidns && a->pid == b->pid;
+}
+
 struct zcc_conn;
 
 /* A buffer registered with zccCommRegister. */

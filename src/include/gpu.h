@@ -3,11 +3,12 @@
  * other (NVLink or PCIe peer access); several ranks may share one GPU, in
  * one process or across processes.
  *
- * The p2p transport (transport/p2p.c) gives each rank one device "window"
- * (flags, LL area, point-to-point area, staging buffer, the channels' and
- * the per-peer connectors), its flags zeroed once and
- * mapped into every peer GPU: by peer access within a process, by CUDA IPC
- * handles (exchanged over the bootstrap) across processes. Collectives
+ * The set-up (exec/gpu_comm.c) gives each rank one "window" (flags, LL
+ * area, point-to-point area, staging buffer, the channels' and the per-peer
+ * connectors), its flags zeroed once, placed and mapped into every peer GPU
+ * by the transport that connects them all (transport.h's GPU face: p2p in
+ * device memory by peer access or CUDA IPC, shm in pinned host memory).
+ * Collectives
  * (exec/gpu.c) enqueue copies and the kernels of src/device/ on
  * the caller's stream and return: no host synchronisation, so everything
  * captures into CUDA graphs.
@@ -45,9 +46,9 @@ typedef struct zcc_gpu_reg {
   char *base;                      /* the allocation holding it (own) */
   size_t size;                     /* bytes from base */
   char *peer[ZCC_DEV_MAX_RANKS];   /* each rank's registered buffer as this GPU addresses it */
-  int opened[ZCC_DEV_MAX_RANKS];   /* peer[r] came from cudaIpcOpenMemHandle */
+  char *mapped[ZCC_DEV_MAX_RANKS]; /* what the transport mapped for rank r (reg_unmap), or NULL */
   int index;                       /* registration order on this communicator */
-  int mapped;                      /* 0: kept, but peers see nothing (not p2p) */
+  int mapped_by_peers;             /* 0: kept, but peers see nothing (the transport maps none) */
 } zcc_gpu_reg_t;
 
 typedef struct zcc_gpu {

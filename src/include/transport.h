@@ -18,6 +18,7 @@
 #define ZCC_TRANSPORT_H_
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "comm.h"
 #include "opsig.h"
@@ -70,13 +71,18 @@ typedef struct zcc_dev_peer {
   int loads;   /* 1: kernels may load from it as well as store */
 } zcc_dev_peer_t;
 
+/* What a transport's registration blob may hold (a CUDA IPC handle is 64 bytes). */
+#define ZCC_REG_BLOB_MAX 64
+
 /* The GPU face of a transport (NULL in a host-only entry). */
 typedef struct zcc_transport_gpu {
   size_t blob_bytes; /* size of the blob each side of a connection sends the other */
+  int host_memory;   /* 1: the window is pinned host memory (kernels reach it over PCIe) */
   /*
    * The window's memory when this transport connects the communicator:
-   * `bytes` that every peer can map, *dev its device address (zeroed).
-   * NULL: device memory (cudaMalloc), as p2p maps it.
+   * `bytes` that every peer can map, *dev its device address (the executor
+   * zeroes its flags). win_free releases it (after the device is idle; also
+   * when nothing was allocated).
    */
   zccResult_t (*win_alloc)(struct zccComm *comm, size_t bytes, char **dev);
   void (*win_free)(struct zccComm *comm);
@@ -91,6 +97,20 @@ typedef struct zcc_transport_gpu {
   /* Is the peer still there? (the GPU watchdog asks) */
   zccResult_t (*check)(zcc_conn_t *conn);
   void (*free)(zcc_conn_t *conn);
+  /*
+   * zccCommRegister: map a user buffer's allocation for peers (zero copy).
+   * reg_export describes the allocation at `base` in reg_blob_bytes (at
+   * most ZCC_REG_BLOB_MAX); reg_map takes a peer's description and the
+   * peer's base address and gives the allocation as this GPU addresses it,
+   * and in *mapped what reg_unmap must release (NULL: nothing). reg_map
+   * NULL: registrations map nothing over this transport (kernels go through
+   * the windows, as for unregistered buffers).
+   */
+  size_t reg_blob_bytes;
+  zccResult_t (*reg_export)(struct zccComm *comm, void *base, void *blob);
+  zccResult_t (*reg_map)(zcc_conn_t *conn, const void *peer_blob, uint64_t peer_base, char **out,
+                         char **mapped);
+  void (*reg_unmap)(zcc_conn_t *conn, char *mapped);
 } zcc_transport_gpu_t;
 
 typedef struct zcc_transport_ops {

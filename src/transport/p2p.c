@@ -1,135 +1,34 @@
 /*
- * The p2p transport: a GPU communicator's device window, mapped into every
- * peer GPU. Peers in the same process see it through peer access (one
- * address space); peers in other processes through a CUDA IPC handle sent
- * over the bootstrap. Layout of a window (each part 4 KiB aligned):
- *
- *   flags    ZCC_DEV_FLAGS_BYTES   barrier slots and counters (zeroed)
- *   ce       ZCC_GPU_CE_BYTES      copy-engine pipeline flags (zeroed)
- *   push     ZCC_DEV_PUSH_FLAGS_BYTES  push allreduce flags and counters (zeroed)
- *   ll       ZCC_DEV_LL_BYTES      LL allreduce lines (zeroed)
- *   p2p      ZCC_DEV_P2P_BYTES     send/recv flags (zeroed) and outboxes
- *   staging  ZCC_GPU_BUFFSIZE      where unregistered inputs are copied
- *   conns    per channel: its flag lines (zeroed), then its five receive
- *            FIFOs of ZCC_GPU_CONN_BYTES (device.h: connectors)
- *   peers    per-peer connectors for send/receive: their flag lines
- *            (ZCC_DEV_PEER_FLAG_BYTES, zeroed), then one receive FIFO of
- *            ZCC_GPU_CONN_BYTES per source rank (its own unused)
- *
- * Several ranks may share one GPU: within a process they address each
- * other's windows directly, across processes through IPC handles as for
- * other GPUs. Kernels that wait for peers then run at once on one GPU, so
- * their grids are capped (block_cap) to leave room for every rank's blocks.
- *
- * A watchdog thread per communicator turns a dead peer process (or an abort,
- * or an error) into the abort word that every waiting kernel polls, so a
- * stream never hangs on a peer that is gone.
+ * The p2p transport: GPU communicators whose GPUs reach each other's memory
+ * (NVLink or PCIe peer access, or one GPU). The window the GPU executor
+ * lays out (exec/gpu_comm.c) is device memory here (win_alloc): peers in
+ * the same process address it directly (one address space, peer access
+ * enabled once per pair of devices), peers in other processes through a
+ * CUDA IPC handle carried in the connection's blob. Registered user
+ * buffers travel the same way (reg_export / reg_map). Kernels may load
+ * from and store into every peer's window.
  */
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "check.h"
 #include "comm.h"
 #include "debug.h"
-#include "cudawrap.h"
-#include "gpu.h"
 #include "param.h"
-#include "planner.h"
-
-ZCC_PARAM_INT(gpu_buffsize, "GPU_BUFFSIZE", 64 << 20,
-              "bytes of each GPU rank's staging buffer (unregistered buffers are "
-              "copied through it; larger calls run in pieces of it)")
+#include "transport.h"
 
 ZCC_PARAM_INT(p2p_disable, "P2P_DISABLE", 0,
               "1: never connect GPUs through peer access or CUDA IPC (as NCCL_P2P_DISABLE)")
-ZCC_PARAM_INT(gpu_channels, "GPU_CHANNELS", 32,
-              "most channels of the GPU ring and tree kernels (1 to 32; fewer where "
-              "ranks share a GPU, so that every rank's blocks fit at once)")
-ZCC_PARAM_INT(gpu_conn_bytes, "GPU_CONN_BYTES", 1 << 20,
-              "bytes of each GPU connector FIFO (ring and tree kernels), split into "
-              "ZCC_GPU_CONN_SLOTS slots")
-ZCC_PARAM_INT(gpu_conn_slots, "GPU_CONN_SLOTS", 4, "slots per GPU connector FIFO (2 to 64)")
-ZCC_PARAM_INT(p2p_direct_disable, "P2P_DIRECT_DISABLE", 0,
-              "1: GPU send/receive and all-to-all move data through per-peer connector "
-              "FIFOs in the receiver's memory (the sender stores, the receiver reads "
-              "locally; no loads from a peer's memory), as NCCL_P2P_DIRECT_DISABLE; 0: the "
-              "receiver copies from the sender's outbox. Equal on every rank")
-
-#define ALIGN_UP(x, a) (((x) + (a)-1) / (a) * (a))
-
-static size_t off_ce(void) { return ALIGN_UP((size_t)ZCC_DEV_FLAGS_BYTES, 4096); }
-static size_t off_push(void) { return off_ce() + ZCC_GPU_CE_BYTES; }
-static size_t off_ll(void) { return off_push() + ALIGN_UP((size_t)ZCC_DEV_PUSH_FLAGS_BYTES, 4096); }
-static size_t off_p2p(void) { return off_ll() + ALIGN_UP((size_t)ZCC_DEV_LL_BYTES, 4096); }
-static size_t off_staging(void) { return off_p2p() + ALIGN_UP((size_t)ZCC_DEV_P2P_BYTES, 4096); }
-static size_t off_conns(const zcc_gpu_t *g) { return off_staging() + g->staging_bytes; }
-/* Bytes of the connector part: every channel's flag lines, then its FIFOs. */
-static size_t conn_flag_bytes(int nch) { return ALIGN_UP((size_t)nch * ZCC_DEV_CHAN_FLAG_BYTES, 4096); }
-static size_t conn_fifo_bytes(const zcc_gpu_t *g) {
-  return (size_t)g->conns->nslots * g->conns->slot_bytes;
-}
 
 static zccResult_t cuda_fail(cudaError_t e, const char *what, struct zccComm *comm) {
   return zcc_error(zccUnhandledCudaError, "comm %s rank %d: %s failed: %s (%s)", comm->name,
                    comm->rank, what, cudaGetErrorName(e), cudaGetErrorString(e));
-}
-
-#define CUDA_TRY(call, comm)                                                   \
-  do {                                                                         \
-    cudaError_t e_ = (call);                                                   \
-    if (e_ != cudaSuccess) return cuda_fail(e_, #call, comm);                  \
-  } while (0)
-
-zccResult_t zcc_gpu_current_device(int *dev) {
-  int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess || n == 0)
-    return zcc_error(zccInvalidUsage, "GPU communicator: no CUDA device (%s)",
-                     e == cudaSuccess ? "none found" : cudaGetErrorString(e));
-  e = cudaGetDevice(dev);
-  if (e != cudaSuccess)
-    return zcc_error(zccUnhandledCudaError, "GPU communicator: cudaGetDevice failed: %s",
-                     cudaGetErrorString(e));
-  return zccSuccess;
-}
-
-zccResult_t zcc_gpu_bind_device(int dev) {
-  cudaError_t e = cudaSetDevice(dev);
-  if (e != cudaSuccess)
-    return zcc_error(zccUnhandledCudaError, "cudaSetDevice(%d) failed: %s", dev,
-                     cudaGetErrorString(e));
-  return zccSuccess;
-}
-
-static int same_process(const zcc_peer_info_t *a, const zcc_peer_info_t *b) {
-  return a->host_hash == b->host_hash && a->pidns == b->pidns && a->pid == b->pid;
-}
-
-/* What each rank sends the others about its window. */
-typedef struct {
-  cudaIpcMemHandle_t handle;
-  uint64_t addr;
-  uint64_t staging_bytes; /* every rank must agree: kernels lay slots out in peers' staging */
-  uint64_t slot_bytes;    /* connectors: every rank must agree on the layout */
-  int32_t nslots, nchannels;
-  int32_t p2p_conn;       /* ZCC_P2P_DIRECT_DISABLE: the send/receive kernels must match */
-  int32_t pad;
-  uint64_t rings;         /* a hash of every channel's ring: the connectors must pair up */
-} win_wire_t;
-
-/* Some peer lives in another process (needs IPC handles). */
-static int comm_has_remote(const struct zccComm *comm) {
-  for (int r = 0; r < comm->nranks; r++)
-    if (!same_process(&comm->peers[comm->rank], &comm->peers[r])) return 1;
-  return 0;
 }
 
 static int peer_alive(const zcc_peer_info_t *self, const zcc_peer_info_t *p) {
@@ -137,35 +36,11 @@ static int peer_alive(const zcc_peer_info_t *self, const zcc_peer_info_t *p) {
   return !(kill(p->pid, 0) != 0 && errno == ESRCH);
 }
 
-static void *watchdog_main(void *arg) {
-  struct zccComm *comm = arg;
-  zcc_gpu_t *g = comm->gpu;
-  const zcc_peer_info_t *self = &comm->peers[comm->rank];
-  struct timespec ts = {0, 20 * 1000 * 1000};
-  while (!atomic_load(&g->watchdog_stop)) {
-    if (atomic_load(&comm->abort_flag) || atomic_load(&comm->async_error) != zccSuccess) {
-      *g->abort_host = 1;
-    } else {
-      for (int r = 0; r < comm->nranks; r++) {
-        zcc_conn_t *c = comm->conns[r];
-        if (!c || !c->ops->gpu->check || same_process(self, &comm->peers[r])) continue;
-        if (c->ops->gpu->check(c) != zccSuccess) {
-          ZCC_WARN("comm %s rank %d: rank %d (pid %d) died; its collectives fail with "
-                   "zccRemoteError",
-                   comm->name, comm->rank, r, comm->peers[r].pid);
-          zcc_comm_set_error(comm, zccRemoteError);
-          *g->abort_host = 1;
-          break;
-        }
-      }
-    }
-    nanosleep(&ts, NULL);
-  }
-  return NULL;
-}
-
-void zcc_gpu_comm_stop_kernels(struct zccComm *comm) {
-  if (comm->gpu && comm->gpu->abort_host) *comm->gpu->abort_host = 1;
+/* Some peer lives in another process (needs IPC handles). */
+static int comm_has_remote(const struct zccComm *comm) {
+  for (int r = 0; r < comm->nranks; r++)
+    if (!zcc_peer_same_process(&comm->peers[comm->rank], &comm->peers[r])) return 1;
+  return 0;
 }
 
 /*
@@ -192,63 +67,15 @@ static cudaError_t enable_peer_access(int dev, int peer) {
   return e;
 }
 
-static zccResult_t layout_agrees(struct zccComm *comm, const zcc_gpu_t *g, int r,
-                                 const win_wire_t *w) {
-  int me = comm->rank;
-  struct { win_wire_t w; } b = {*w};
-  if (b.w.staging_bytes != g->staging_bytes)
-    return zcc_error(zccInvalidUsage,
-                     "comm %s: rank %d has a %llu-byte staging buffer and rank %d one of %llu "
-                     "bytes; set ZCC_GPU_BUFFSIZE alike on every rank",
-                     comm->name, me, (unsigned long long)g->staging_bytes, r,
-                     (unsigned long long)b.w.staging_bytes);
-  if (b.w.slot_bytes != g->conns->slot_bytes || b.w.nslots != g->conns->nslots ||
-      b.w.nchannels != g->conns->nchannels)
-    return zcc_error(zccInvalidUsage,
-                     "comm %s: rank %d has %d channels of %d x %llu-byte connector slots and "
-                     "rank %d %d of %d x %llu; set ZCC_GPU_CHANNELS, ZCC_GPU_CONN_BYTES and "
-                     "ZCC_GPU_CONN_SLOTS alike on every rank (and use GPUs of one kind)",
-                     comm->name, me, g->conns->nchannels, g->conns->nslots,
-                     (unsigned long long)g->conns->slot_bytes, r, b.w.nchannels, b.w.nslots,
-                     (unsigned long long)b.w.slot_bytes);
-  if (b.w.rings != g->rings_hash)
-    return zcc_error(zccInvalidUsage,
-                     "comm %s: rank %d and rank %d run the channels over different rings; set "
-                     "ZCC_RINGS alike on every rank (or on none)", comm->name, me, r);
-  if (b.w.p2p_conn != g->p2p_conn)
-    return zcc_error(zccInvalidUsage,
-                     "comm %s: rank %d runs send/receive %s and rank %d %s; set "
-                     "ZCC_P2P_DIRECT_DISABLE alike on every rank",
-                     comm->name, me, g->p2p_conn ? "over connectors" : "direct", r,
-                     b.w.p2p_conn ? "over connectors" : "direct");
-  return zccSuccess;
-}
 
-/*
- * Every rank lays its window out alike (kernels address slots in peers'
- * windows): the parameters that shape it must agree. Collective.
- */
-static zccResult_t check_layout(struct zccComm *comm, zcc_gpu_t *g) {
-  int n = comm->nranks, me = comm->rank;
-  if (n == 1) return zccSuccess;
-  win_wire_t *all = calloc((size_t)n, sizeof(*all));
-  if (!all) return zcc_error(zccSystemError, "init: out of memory");
-  all[me].staging_bytes = g->staging_bytes;
-  all[me].slot_bytes = g->conns->slot_bytes;
-  all[me].nslots = g->conns->nslots;
-  all[me].nchannels = g->conns->nchannels;
-  all[me].p2p_conn = g->p2p_conn;
-  all[me].rings = g->rings_hash;
-  zccResult_t res = zcc_bootstrap_allgather(comm->bootstrap, all, sizeof(*all), comm->timeout_ms);
-  for (int r = 0; r < n && res == zccSuccess; r++) res = layout_agrees(comm, g, r, &all[r]);
-  free(all);
-  return res;
-}
-
-/* ---- the transport table's entry: one connection per peer ---- */
+/* What a connection tells the peer about this rank's window. */
+typedef struct {
+  cudaIpcMemHandle_t handle; /* zero where IPC handles cannot be made (peers in-process only) */
+  uint64_t addr;
+} win_wire_t;
 
 typedef struct {
-  int32_t ok; /* 0: the sender could not describe its window (its log says why) */
+  int32_t ok; /* 0: the sender has no window (its log says why) */
   int32_t pad;
   win_wire_t w;
 } p2p_blob_t;
@@ -257,6 +84,16 @@ typedef struct {
   char *win; /* the peer's window as this GPU addresses it */
   int ipc;   /* win came from cudaIpcOpenMemHandle */
 } p2p_conn_t;
+
+/* The transport's per-communicator state: this rank's window. */
+typedef struct {
+  char *win;
+  win_wire_t w;
+} p2p_state_t;
+
+static p2p_state_t *p2p_state(struct zccComm *comm) {
+  return *zcc_transport_slot(comm, &zcc_transport_p2p);
+}
 
 /*
  * The peer's GPU as this process numbers it, or -1 when this process does
@@ -294,8 +131,7 @@ static void p2p_refusal(const struct zccComm *comm, const zcc_peer_info_t *self,
                         const zcc_peer_info_t *peer, char *why, size_t len) {
   if (zcc_param_p2p_disable())
     snprintf(why, len, "disabled (ZCC_P2P_DISABLE=1, or NCCL_P2P_DISABLE=1 through the NCCL "
-             "shim), and this zcc has no other transport for GPU communicators yet; unset it, "
-             "or use host communicators (ZCC_DEVICE=host)");
+             "shim)");
   else if (peer->host_hash != self->host_hash)
     snprintf(why, len, "rank %d is on %s and rank %d on %s; GPU communicators need every rank "
              "on one host in this version (use host communicators, ZCC_DEVICE=host)",
@@ -310,30 +146,57 @@ static void p2p_refusal(const struct zccComm *comm, const zcc_peer_info_t *self,
              self->gpu_bus_id, self->rank, peer->gpu_bus_id, peer->rank);
 }
 
-/* The transport's per-communicator state: what its connections send. */
-static win_wire_t *p2p_state(struct zccComm *comm) {
-  return *zcc_transport_slot(comm, &zcc_transport_p2p);
+/* The window in device memory on this rank's GPU, and the handle peers map it by. */
+static zccResult_t p2p_win_alloc(struct zccComm *comm, size_t bytes, char **dev) {
+  void **slot = zcc_transport_slot(comm, &zcc_transport_p2p);
+  if (*slot) return zcc_error(zccInternalError, "p2p: the GPU window exists already");
+  p2p_state_t *st = calloc(1, sizeof(*st));
+  if (!st) return zcc_error(zccSystemError, "init: out of memory");
+  void *win = NULL;
+  cudaError_t e = cudaMalloc(&win, bytes);
+  if (e != cudaSuccess) {
+    free(st);
+    return cuda_fail(e, "cudaMalloc of the GPU window", comm);
+  }
+  st->win = win;
+  if (comm_has_remote(comm)) {
+    e = cudaIpcGetMemHandle(&st->w.handle, win);
+    if (e != cudaSuccess) {
+      /* peers in other processes then fail in attach, naming the cause */
+      memset(&st->w.handle, 0, sizeof(st->w.handle));
+      (void)cudaGetLastError();
+    }
+  }
+  st->w.addr = (uint64_t)(uintptr_t)win;
+  *slot = st;
+  *dev = win;
+  return zccSuccess;
+}
+
+/* After every kernel that maps it is done (zcc_gpu_comm_free synchronises first). */
+static void p2p_win_free(struct zccComm *comm) {
+  void **slot = zcc_transport_slot(comm, &zcc_transport_p2p);
+  p2p_state_t *st = *slot;
+  if (!st) return;
+  if (st->win) cudaFree(st->win);
+  (void)cudaGetLastError();
+  free(st);
+  *slot = NULL;
 }
 
 static zccResult_t p2p_blob(zcc_conn_t *conn, void *out) {
-  const win_wire_t *w = p2p_state(conn->comm);
+  const p2p_state_t *st = p2p_state(conn->comm);
   p2p_blob_t *b = out;
   memset(b, 0, sizeof(*b));
-  if (!w) return zcc_error(zccInternalError, "p2p: the window is not described yet");
-  b->w = *w;
+  if (!st) return zcc_error(zccInternalError, "p2p: no GPU window to describe");
+  b->w = st->w;
   b->ok = 1;
   return zccSuccess;
 }
 
-static void p2p_comm_free(struct zccComm *comm) {
-  void **slot = zcc_transport_slot(comm, &zcc_transport_p2p);
-  free(*slot);
-  *slot = NULL;
-}
-
 static zccResult_t p2p_attach(zcc_conn_t *conn, const void *peer_blob) {
   struct zccComm *comm = conn->comm;
-  zcc_gpu_t *g = comm->gpu;
+  int dev = comm->device;
   int me = comm->rank, r = conn->peer;
   p2p_blob_t b;
   memcpy(&b, peer_blob, sizeof(b));
@@ -345,17 +208,17 @@ static zccResult_t p2p_attach(zcc_conn_t *conn, const void *peer_blob) {
   const zcc_peer_info_t *self = &comm->peers[me], *p = &comm->peers[r];
   zccResult_t res = zccSuccess;
   cudaError_t e;
-  if (same_process(self, p) && p->device == g->dev) {
+  if (zcc_peer_same_process(self, p) && p->device == dev) {
     pc->win = (char *)(uintptr_t)b.w.addr; /* the same GPU: one address space */
-  } else if (same_process(self, p)) {
+  } else if (zcc_peer_same_process(self, p)) {
     int can = 0;
-    cudaDeviceCanAccessPeer(&can, g->dev, p->device);
+    cudaDeviceCanAccessPeer(&can, dev, p->device);
     if (!can) {
       res = zcc_error(zccInvalidUsage,
                       "comm %s: GPU %d (rank %d) cannot access GPU %d (rank %d) directly; "
                       "zcc's GPU path needs peer access (NVLink or PCIe P2P)",
-                      comm->name, g->dev, me, p->device, r);
-    } else if ((e = enable_peer_access(g->dev, p->device)) != cudaSuccess) {
+                      comm->name, dev, me, p->device, r);
+    } else if ((e = enable_peer_access(dev, p->device)) != cudaSuccess) {
       res = cuda_fail(e, "cudaDeviceEnablePeerAccess", comm);
     } else {
       pc->win = (char *)(uintptr_t)b.w.addr;
@@ -407,519 +270,66 @@ static void p2p_free(zcc_conn_t *conn) {
   conn->priv = NULL;
 }
 
-/* Device memory (cudaMalloc in the executor's set-up), mapped by peer access or IPC. */
+/* ---- registered buffers: their allocation, mapped like the window ---- */
+
+static zccResult_t p2p_reg_export(struct zccComm *comm, void *base, void *blob) {
+  memset(blob, 0, sizeof(cudaIpcMemHandle_t));
+  if (!comm_has_remote(comm)) return zccSuccess; /* in-process peers take the pointer */
+  cudaError_t e = cudaIpcGetMemHandle((cudaIpcMemHandle_t *)blob, base);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return zcc_error(zccInvalidArgument, "cudaIpcGetMemHandle(%p) failed: %s", base,
+                     cudaGetErrorString(e));
+  }
+  return zccSuccess;
+}
+
+static zccResult_t p2p_reg_map(zcc_conn_t *conn, const void *peer_blob, uint64_t peer_base,
+                               char **out, char **mapped) {
+  struct zccComm *comm = conn->comm;
+  *mapped = NULL;
+  if (zcc_peer_same_process(&comm->peers[comm->rank], &comm->peers[conn->peer])) {
+    *out = (char *)(uintptr_t)peer_base; /* one address space, peer access already on */
+    return zccSuccess;
+  }
+  cudaIpcMemHandle_t h;
+  memcpy(&h, peer_blob, sizeof(h));
+  void *p = NULL;
+  cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return zcc_error(zccUnhandledCudaError, "zccCommRegister: cannot map rank %d's buffer: %s",
+                     conn->peer, cudaGetErrorString(e));
+  }
+  *out = p;
+  *mapped = p;
+  return zccSuccess;
+}
+
+static void p2p_reg_unmap(zcc_conn_t *conn, char *mapped) {
+  (void)conn;
+  cudaIpcCloseMemHandle(mapped);
+  (void)cudaGetLastError();
+}
+
 static const zcc_transport_gpu_t p2p_face = {
     .blob_bytes = sizeof(p2p_blob_t),
+    .win_alloc = p2p_win_alloc,
+    .win_free = p2p_win_free,
     .blob = p2p_blob,
     .attach = p2p_attach,
     .view = p2p_view,
     .check = p2p_check,
     .free = p2p_free,
+    .reg_blob_bytes = sizeof(cudaIpcMemHandle_t),
+    .reg_export = p2p_reg_export,
+    .reg_map = p2p_reg_map,
+    .reg_unmap = p2p_reg_unmap,
 };
 
 const zcc_transport_ops_t zcc_transport_p2p = {
     .name = "p2p",
     .can_connect = p2p_can_connect,
     .refusal = p2p_refusal,
-    .comm_free = p2p_comm_free,
     .gpu = &p2p_face,
 };
-
-/* What this rank's connections send: its window and the layout every rank must share. */
-static zccResult_t describe_window(struct zccComm *comm, zcc_gpu_t *g) {
-  void **slot = zcc_transport_slot(comm, &zcc_transport_p2p);
-  win_wire_t *w = *slot ? *slot : calloc(1, sizeof(*w));
-  if (!w) return zcc_error(zccSystemError, "init: out of memory");
-  *slot = w;
-  cudaError_t e = cudaIpcGetMemHandle(&w->handle, g->win);
-  if (e != cudaSuccess) {
-    /* In-process peers don't need it; others fail in attach with a clear message. */
-    memset(&w->handle, 0, sizeof(w->handle));
-    (void)cudaGetLastError();
-  }
-  w->addr = (uint64_t)(uintptr_t)g->win;
-  w->staging_bytes = g->staging_bytes;
-  w->slot_bytes = g->conns->slot_bytes;
-  w->nslots = g->conns->nslots;
-  w->nchannels = g->conns->nchannels;
-  w->p2p_conn = g->p2p_conn;
-  return zccSuccess;
-}
-
-/* Every peer's window through its connection's device view. */
-static zccResult_t map_peers(struct zccComm *comm, zcc_gpu_t *g) {
-  if (g->tp == &zcc_transport_p2p) ZCC_CHECK(describe_window(comm, g));
-  ZCC_CHECK(zcc_transport_attach_gpu(comm));
-  for (int r = 0; r < comm->nranks; r++) {
-    if (r == comm->rank) {
-      g->peer_win[r] = g->win;
-      continue;
-    }
-    zcc_dev_peer_t v;
-    ZCC_CHECK(comm->conns[r]->ops->gpu->view(comm->conns[r], &v));
-    if (!v.loads)
-      return zcc_error(zccInvalidUsage, "comm %s: the %s connection to rank %d takes stores "
-                       "only; the GPU kernels of this version need loads too", comm->name,
-                       comm->conns[r]->ops->name, r);
-    g->peer_win[r] = v.win;
-  }
-  return zccSuccess;
-}
-
-/*
- * How ranks share GPUs, the grid cap that follows, and the connectors'
- * layout (before the window is allocated: it holds them). Every rank sees
- * every rank's GPU (peer info), so all derive the same share.
- */
-static zccResult_t conns_plan(struct zccComm *comm, zcc_gpu_t *g) {
-  int n = comm->nranks, share = 1;
-  for (int r = 0; r < n; r++) {
-    int same = 0;
-    for (int q = 0; q < n; q++)
-      same += comm->peers[q].host_hash == comm->peers[r].host_hash &&
-              strcmp(comm->peers[q].gpu_bus_id, comm->peers[r].gpu_bus_id) == 0;
-    if (same > share) share = same;
-  }
-  int sms = 0;
-  CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, g->dev), comm);
-  g->gpu_share = share;
-  g->share_local = 0;
-  for (int q = 0; q < n; q++)
-    g->share_local += same_process(&comm->peers[q], &comm->peers[comm->rank]) &&
-                      comm->peers[q].device == g->dev;
-  g->block_cap = sms / share > 0 ? sms / share : 1;
-  int64_t want = zcc_param_gpu_channels(), bytes = zcc_param_gpu_conn_bytes(),
-          slots = zcc_param_gpu_conn_slots();
-  if (want < 1 || want > ZCC_DEV_MAX_CHANNELS)
-    return zcc_error(zccInvalidArgument, "ZCC_GPU_CHANNELS=%lld: expected 1 to %d",
-                     (long long)want, ZCC_DEV_MAX_CHANNELS);
-  if (slots < 2 || slots > 64)
-    return zcc_error(zccInvalidArgument, "ZCC_GPU_CONN_SLOTS=%lld: expected 2 to 64",
-                     (long long)slots);
-  if (bytes < slots * 4096 || bytes > ((int64_t)1 << 30))
-    return zcc_error(zccInvalidArgument,
-                     "ZCC_GPU_CONN_BYTES=%lld: expected 4 KiB per slot (%lld slots) to 1 GiB",
-                     (long long)bytes, (long long)slots);
-  /* The tree kernel runs two blocks per channel. */
-  int nch = (int)want, fit = g->block_cap / 2 > 0 ? g->block_cap / 2 : 1;
-  if (nch > fit) nch = fit;
-  g->conns = calloc(1, sizeof(*g->conns));
-  if (!g->conns) return zcc_error(zccSystemError, "init: out of memory");
-  g->conns->nchannels = nch;
-  g->conns->nranks = n;
-  g->conns->rank = comm->rank;
-  g->conns->nslots = (int)slots;
-  g->conns->slot_bytes = (size_t)bytes / (size_t)slots / 16 * 16;
-  /* Every channel's ring (checked here, before anything is allocated), and
-     a hash of them all that every rank must share (check_layout). */
-  int *order = malloc(sizeof(int) * (size_t)n);
-  if (!order) return zcc_error(zccSystemError, "init: out of memory");
-  uint64_t h = 1469598103934665603ull;
-  zccResult_t res = zccSuccess;
-  for (int c = 0; c < nch && res == zccSuccess; c++) {
-    res = zcc_planner_channel_ring(comm->planner, n, c, order, &g->rings_source);
-    for (int i = 0; i < n && res == zccSuccess; i++) h = (h ^ (uint64_t)order[i]) * 1099511628211ull;
-    if (res == zccSuccess && c == 0 && zcc_log_enabled(ZCC_LOG_INFO, ZCC_TUNING)) {
-      char buf[256];
-      size_t len = 0;
-      for (int i = 0; i < n && len + 16 < sizeof(buf); i++)
-        len += (size_t)snprintf(buf + len, sizeof(buf) - len, "%s%d", i ? " " : "", order[i]);
-      ZCC_INFO(TUNING, "comm %s rank %d: connectors: %d channel(s), rings from %s; channel 0: "
-               "%s (its tree a chain along it)", comm->name, comm->rank, nch, g->rings_source, buf);
-    }
-  }
-  free(order);
-  g->rings_hash = h;
-  return res;
-}
-
-/* Window bytes of the connector part (its flags and FIFOs). */
-static size_t conns_bytes(const zcc_gpu_t *g) {
-  return conn_flag_bytes(g->conns->nchannels) +
-         (size_t)g->conns->nchannels * ZCC_DEV_RECV_CONNS * conn_fifo_bytes(g);
-}
-
-/* The per-peer connectors after the channels': flag lines, then one FIFO per source rank. */
-static size_t off_peers(const zcc_gpu_t *g) { return off_conns(g) + conns_bytes(g); }
-static size_t peers_bytes(const zcc_gpu_t *g) {
-  return ALIGN_UP((size_t)ZCC_DEV_PEER_FLAG_BYTES, 4096) + (size_t)g->nranks * conn_fifo_bytes(g);
-}
-/* Rank r's flag line for peer q (ZCC_DEV_PEER_*), and its FIFO fed by rank q. */
-static uint32_t *peer_line(const zcc_gpu_t *g, int r, int q, int i) {
-  return (uint32_t *)(g->peer_win[r] + off_peers(g) +
-                      (size_t)ZCC_DEV_PEER_LINE(q, i) * ZCC_DEV_CONN_LINE * 4);
-}
-static char *peer_fifo(const zcc_gpu_t *g, int r, int q) {
-  return g->peer_win[r] + off_peers(g) + ALIGN_UP((size_t)ZCC_DEV_PEER_FLAG_BYTES, 4096) +
-         (size_t)q * conn_fifo_bytes(g);
-}
-
-/* Rank r's flag line L of channel c, and its receive FIFO i, as this GPU addresses them. */
-static uint32_t *conn_line(const zcc_gpu_t *g, int r, int c, int line) {
-  return (uint32_t *)(g->peer_win[r] + off_conns(g) + (size_t)c * ZCC_DEV_CHAN_FLAG_BYTES +
-                      (size_t)line * ZCC_DEV_CONN_LINE * 4);
-}
-static char *conn_fifo(const zcc_gpu_t *g, int r, int c, int i) {
-  return g->peer_win[r] + off_conns(g) + conn_flag_bytes(g->conns->nchannels) +
-         ((size_t)c * ZCC_DEV_RECV_CONNS + (size_t)i) * conn_fifo_bytes(g);
-}
-
-/* recv[i] of me, fed by rank `from`'s send[j]; and the matching send side. */
-static void conn_pair(const zcc_gpu_t *g, int c, int me, int i, int from, int j,
-                      zcc_dev_conn_t *recv) {
-  recv->fifo = conn_fifo(g, me, c, i);
-  recv->ready = conn_line(g, me, c, ZCC_DEV_CHAN_RECV_READY(i));
-  recv->step = conn_line(g, me, c, ZCC_DEV_CHAN_RECV_STEP(i));
-  recv->freed = conn_line(g, from, c, ZCC_DEV_CHAN_SEND_FREED(j));
-}
-static void conn_send(const zcc_gpu_t *g, int c, int me, int j, int to, int i,
-                      zcc_dev_conn_t *send) {
-  send->fifo = conn_fifo(g, to, c, i);
-  send->ready = conn_line(g, to, c, ZCC_DEV_CHAN_RECV_READY(i));
-  send->freed = conn_line(g, me, c, ZCC_DEV_CHAN_SEND_FREED(j));
-  send->step = conn_line(g, me, c, ZCC_DEV_CHAN_SEND_STEP(j));
-}
-
-/*
- * The connectors of every channel, once the windows are mapped: the
- * channel's ring (zcc_planner_channel_ring: ZCC_RINGS, the planner's
- * rings, or rank order), and a chain along it as the tree (rooted at the
- * ring's first rank on even channels, at its last on odd ones, so the two
- * halves of the channels put their roots at opposite ends). Copied to
- * device memory for the kernels.
- */
-static zccResult_t conns_bind(struct zccComm *comm, zcc_gpu_t *g) {
-  zcc_dev_conns_t *t = g->conns;
-  int n = comm->nranks, me = comm->rank;
-  for (int c = 0; c < t->nchannels; c++) {
-    zcc_dev_channel_t *ch = &t->ch[c];
-    ch->flags = conn_line(g, me, c, 0);
-    ZCC_CHECK(zcc_planner_channel_ring(comm->planner, n, c, ch->ring_rank, NULL));
-    int pos = 0;
-    for (int q = 0; q < n; q++)
-      if (ch->ring_rank[q] == me) pos = q;
-    ch->ring_pos = pos;
-    if (n < 2) continue;
-    int prev = ch->ring_rank[(pos + n - 1) % n], next = ch->ring_rank[(pos + 1) % n];
-    conn_pair(g, c, me, ZCC_DEV_RECV_RING, prev, ZCC_DEV_SEND_RING, &ch->recv[ZCC_DEV_RECV_RING]);
-    conn_send(g, c, me, ZCC_DEV_SEND_RING, next, ZCC_DEV_RECV_RING, &ch->send[ZCC_DEV_SEND_RING]);
-    int up = c % 2 == 0 ? -1 : 1; /* the parent's offset in ring order */
-    int ppos = pos + up, cpos = pos - up;
-    int parent = ppos >= 0 && ppos < n ? ch->ring_rank[ppos] : -1;
-    int child = cpos >= 0 && cpos < n ? ch->ring_rank[cpos] : -1;
-    ch->tree_parent = parent;
-    ch->tree_nchildren = child >= 0 ? 1 : 0;
-    if (ch->tree_parent >= 0) {
-      /* I am the parent's child 0. */
-      conn_send(g, c, me, ZCC_DEV_SEND_UP, parent, ZCC_DEV_RECV_UP + 0, &ch->send[ZCC_DEV_SEND_UP]);
-      conn_pair(g, c, me, ZCC_DEV_RECV_DOWN, parent, ZCC_DEV_SEND_DOWN + 0,
-                &ch->recv[ZCC_DEV_RECV_DOWN]);
-    }
-    if (ch->tree_nchildren) {
-      conn_pair(g, c, me, ZCC_DEV_RECV_UP + 0, child, ZCC_DEV_SEND_UP, &ch->recv[ZCC_DEV_RECV_UP]);
-      conn_send(g, c, me, ZCC_DEV_SEND_DOWN + 0, child, ZCC_DEV_RECV_DOWN,
-                &ch->send[ZCC_DEV_SEND_DOWN]);
-    }
-  }
-  /* Per peer q: my sends store into q's FIFO from me; q's into mine from q. */
-  for (int q = 0; q < n; q++) {
-    if (q == me) continue;
-    zcc_dev_conn_t *sd = &t->peer_send[q], *rv = &t->peer_recv[q];
-    sd->fifo = peer_fifo(g, q, me);
-    sd->ready = peer_line(g, q, me, ZCC_DEV_PEER_RECV_READY);
-    sd->freed = peer_line(g, me, q, ZCC_DEV_PEER_SEND_FREED);
-    sd->step = peer_line(g, me, q, ZCC_DEV_PEER_SEND_STEP);
-    rv->fifo = peer_fifo(g, me, q);
-    rv->ready = peer_line(g, me, q, ZCC_DEV_PEER_RECV_READY);
-    rv->freed = peer_line(g, q, me, ZCC_DEV_PEER_SEND_FREED);
-    rv->step = peer_line(g, me, q, ZCC_DEV_PEER_RECV_STEP);
-  }
-  void *d = NULL;
-  CUDA_TRY(cudaMalloc(&d, sizeof(*t)), comm);
-  g->conns_dev = d;
-  CUDA_TRY(cudaMemcpy(d, t, sizeof(*t), cudaMemcpyHostToDevice), comm);
-  return zccSuccess;
-}
-
-zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
-  int n = comm->nranks, me = comm->rank;
-  if (n > ZCC_DEV_MAX_RANKS)
-    return zcc_error(zccInvalidUsage,
-                     "comm %s: a GPU communicator spans at most %d GPUs in this version "
-                     "(asked for %d ranks)", comm->name, ZCC_DEV_MAX_RANKS, n);
-  zcc_gpu_t *g = calloc(1, sizeof(*g));
-  if (!g) return zcc_error(zccSystemError, "init: out of memory");
-  comm->gpu = g;
-  g->dev = comm->device;
-  g->nranks = n;
-  g->rank = me;
-  CUDA_TRY(cudaSetDevice(g->dev), comm);
-  /* Before any kernel can spin on this GPU (device.h says why). */
-  int pe = zcc_dev_preload();
-  if (pe != 0) {
-    /* Not fatal: kernels then load at first launch, as CUDA does by default. */
-    ZCC_WARN("comm %s rank %d: preloading zcc's kernels failed (%s); they load at first use",
-             comm->name, me, zcc_dev_error_string(pe));
-    (void)cudaGetLastError();
-  }
-  int64_t sb = zcc_param_gpu_buffsize();
-  if (sb < (1 << 20) || sb > ((int64_t)1 << 34))
-    return zcc_error(zccInvalidArgument, "ZCC_GPU_BUFFSIZE=%lld: expected 1 MiB to 16 GiB",
-                     (long long)sb);
-  g->staging_bytes = ALIGN_UP((size_t)sb, 4096);
-  ZCC_CHECK(conns_plan(comm, g));
-  int64_t pdd = zcc_param_p2p_direct_disable();
-  if (pdd != 0 && pdd != 1)
-    return zcc_error(zccInvalidArgument, "ZCC_P2P_DIRECT_DISABLE=%lld: expected 0 or 1",
-                     (long long)pdd);
-  g->p2p_conn = (int)pdd;
-  g->win_bytes = off_peers(g) + peers_bytes(g);
-  /* The transport decides where the window lives (its memory kind). */
-  ZCC_CHECK(check_layout(comm, g));
-  ZCC_CHECK(zcc_transport_pick_gpu(comm, &g->tp));
-  if (g->tp->gpu->win_alloc) {
-    char *hw = NULL;
-    ZCC_CHECK(g->tp->gpu->win_alloc(comm, g->win_bytes, &hw));
-    g->win = hw;
-    g->win_host = 1;
-  } else {
-    void *win = NULL;
-    CUDA_TRY(cudaMalloc(&win, g->win_bytes), comm);
-    g->win = win;
-  }
-  CUDA_TRY(cudaMemset(g->win, 0, off_p2p() + ZCC_DEV_P2P_FLAG_BYTES), comm);
-  CUDA_TRY(cudaMemset(g->win + off_conns(g), 0, conn_flag_bytes(g->conns->nchannels)), comm);
-  CUDA_TRY(cudaMemset(g->win + off_peers(g), 0, ZCC_DEV_PEER_FLAG_BYTES), comm);
-  CUDA_TRY(cudaDeviceSynchronize(), comm);
-  void *ab = NULL;
-  CUDA_TRY(cudaHostAlloc(&ab, 64, cudaHostAllocMapped | cudaHostAllocPortable), comm);
-  g->abort_host = ab;
-  *g->abort_host = 0;
-  void *abd = NULL;
-  CUDA_TRY(cudaHostGetDevicePointer(&abd, ab, 0), comm);
-  g->abort_dev = abd;
-
-  ZCC_CHECK(map_peers(comm, g));
-  /* Choices follow the link: peers' windows in pinned host memory are reached over PCIe. */
-  if (g->win_host) comm->select->ctx.link_class = ZCC_PATH_SYS;
-  comm->select->ctx.gpu_share = g->gpu_share;
-  for (int r = 0; r < n; r++) {
-    g->flags[r] = (uint32_t *)g->peer_win[r];
-    g->ll[r] = g->peer_win[r] + off_ll();
-    g->p2p[r] = g->peer_win[r] + off_p2p();
-    g->staging[r] = g->peer_win[r] + off_staging();
-    g->ce[r] = (uint32_t *)(g->peer_win[r] + off_ce());
-    g->push[r] = (uint32_t *)(g->peer_win[r] + off_push());
-  }
-  ZCC_CHECK(conns_bind(comm, g));
-  cudaStream_t side;
-  CUDA_TRY(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), comm);
-  g->side = side;
-  cudaEvent_t ev;
-  CUDA_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), comm);
-  g->ev_fork = ev;
-  CUDA_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), comm);
-  g->ev_join = ev;
-  for (int i = 0; i < ZCC_GPU_CE_SLOTS; i++) {
-    CUDA_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), comm);
-    g->ev_copy[i] = ev;
-  }
-  /* Nobody writes into a peer's window before every peer has mapped all. */
-  if (n > 1) ZCC_CHECK(zcc_bootstrap_barrier(comm->bootstrap, comm->timeout_ms));
-
-  if (pthread_create(&g->watchdog_thread, NULL, watchdog_main, comm) != 0)
-    return zcc_error(zccSystemError, "init: cannot start the GPU watchdog thread");
-  g->watchdog_started = 1;
-  if (zcc_log_enabled(ZCC_LOG_INFO, ZCC_TUNING)) {
-    char who[96];
-    snprintf(who, sizeof(who), "comm %s rank %d", comm->name, me);
-    ZCC_CHECK(zcc_planner_decisions(&comm->select->ctx, zcc_log_tuning_line, who));
-  }
-  ZCC_INFO(INIT,
-           "comm %s rank %d: GPU %d (%s), window %zu MiB, staging %zu MiB, %d channel(s) of "
-           "%d x %zu KiB connector slots, %d rank(s) per GPU at most, grids capped at %d "
-           "block(s)",
-           comm->name, me, g->dev, comm->peers[me].gpu_bus_id, g->win_bytes >> 20,
-           g->staging_bytes >> 20, g->conns->nchannels, g->conns->nslots,
-           g->conns->slot_bytes >> 10, g->gpu_share, g->block_cap);
-  return zccSuccess;
-}
-
-static void reg_unmap(zcc_gpu_reg_t *r, int n) {
-  for (int k = 0; k < n; k++)
-    if (r->opened[k]) {
-      cudaIpcCloseMemHandle(r->peer[k]);
-      r->opened[k] = 0;
-    }
-}
-
-void zcc_gpu_comm_free(struct zccComm *comm) {
-  zcc_gpu_t *g = comm->gpu;
-  if (!g) return;
-  if (g->watchdog_started) {
-    atomic_store(&g->watchdog_stop, 1);
-    pthread_join(g->watchdog_thread, NULL);
-  }
-  int prev = -1;
-  cudaGetDevice(&prev);
-  cudaSetDevice(g->dev);
-  if (g->abort_host && (atomic_load(&comm->abort_flag) || atomic_load(&comm->async_error)))
-    *g->abort_host = 1;
-  /* Every kernel that maps a peer's memory has finished before unmapping. */
-  cudaDeviceSynchronize();
-  /* The transport's mappings go while this GPU is current (its free then finds them gone). */
-  for (int r = 0; comm->conns && r < comm->nranks; r++) {
-    zcc_conn_t *c = comm->conns[r];
-    if (c && c->ops->gpu && c->ops->gpu->free) c->ops->gpu->free(c);
-  }
-  while (g->regs) {
-    zcc_gpu_reg_t *r = g->regs;
-    g->regs = r->next;
-    reg_unmap(r, g->nranks);
-    free(r);
-  }
-  if (g->side) cudaStreamDestroy((cudaStream_t)g->side);
-  if (g->ev_fork) cudaEventDestroy((cudaEvent_t)g->ev_fork);
-  if (g->ev_join) cudaEventDestroy((cudaEvent_t)g->ev_join);
-  for (int i = 0; i < ZCC_GPU_CE_SLOTS; i++)
-    if (g->ev_copy[i]) cudaEventDestroy((cudaEvent_t)g->ev_copy[i]);
-  if (g->win && !g->win_host) cudaFree(g->win);
-  if (g->win_host && g->tp->gpu->win_free) g->tp->gpu->win_free(comm);
-  if (g->conns_dev) cudaFree(g->conns_dev);
-  free(g->conns);
-  if (g->abort_host) cudaFreeHost((void *)g->abort_host);
-  (void)cudaGetLastError();
-  if (prev >= 0) cudaSetDevice(prev);
-  free(g);
-  comm->gpu = NULL;
-}
-
-/* ---- registration ---- */
-
-typedef struct {
-  cudaIpcMemHandle_t handle;
-  uint64_t base;
-  uint64_t offset; /* of the registered buffer in its allocation */
-  uint64_t size;
-  int32_t ok;
-  int32_t pad;
-} reg_wire_t;
-
-zccResult_t zcc_gpu_register(struct zccComm *comm, void *buf, size_t size, void **handle) {
-  zcc_gpu_t *g = comm->gpu;
-  int n = comm->nranks, me = comm->rank;
-  /* Peers map registered buffers through p2p only: over another transport a
-     registration is kept (and checked) but maps nothing, and collectives on
-     it go through the window as on unregistered buffers. */
-  int map = g->tp == &zcc_transport_p2p;
-  int prev = -1;
-  cudaGetDevice(&prev);
-  cudaSetDevice(g->dev);
-  reg_wire_t *w = calloc((size_t)n, sizeof(*w));
-  zcc_gpu_reg_t *reg = calloc(1, sizeof(*reg));
-  zccResult_t res = zccSuccess;
-  if (!w || !reg) {
-    res = zcc_error(zccSystemError, "zccCommRegister: out of memory");
-    goto out;
-  }
-  /* The allocation holding buf: IPC handles name allocations, not pointers. */
-  struct cudaPointerAttributes at;
-  char err[200] = "";
-  cudaError_t e = cudaPointerGetAttributes(&at, buf);
-  if (e != cudaSuccess || at.type != cudaMemoryTypeDevice) {
-    (void)cudaGetLastError();
-    snprintf(err, sizeof(err), "%p is not device memory from cudaMalloc/zccMemAlloc", buf);
-  } else if (at.device != g->dev) {
-    snprintf(err, sizeof(err), "%p is on GPU %d, the communicator on GPU %d", buf, at.device,
-             g->dev);
-  }
-  char *base = buf;
-  size_t range = size;
-  if (!err[0] && zcc_cuda_mem_range(buf, (void **)&base, &range) != 0)
-    snprintf(err, sizeof(err), "cannot find the allocation holding %p", buf);
-  if (!err[0] && (char *)buf + size > base + range)
-    snprintf(err, sizeof(err), "%p + %zu runs past the end of its allocation (%zu bytes)", buf,
-             size, range);
-  /* IPC handles name allocations: a peer maps the allocation from its base. */
-  if (!err[0] && map && comm_has_remote(comm)) {
-    e = cudaIpcGetMemHandle(&w[me].handle, base);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      snprintf(err, sizeof(err), "cudaIpcGetMemHandle(%p) failed: %s", (void *)base,
-               cudaGetErrorString(e));
-    }
-  }
-  w[me].ok = err[0] == 0;
-  w[me].base = (uint64_t)(uintptr_t)base;
-  w[me].offset = (uint64_t)((char *)buf - base);
-  w[me].size = size;
-  /* Every rank learns whether every rank could register: all succeed or none. */
-  res = zcc_bootstrap_allgather(comm->bootstrap, w, sizeof(*w), comm->timeout_ms);
-  if (res != zccSuccess) goto out;
-  for (int r = 0; r < n; r++)
-    if (!w[r].ok) {
-      res = r == me ? zcc_error(zccInvalidArgument, "zccCommRegister: %s", err)
-                    : zcc_error(zccInvalidUsage,
-                                "zccCommRegister: rank %d could not register its buffer", r);
-      goto out;
-    }
-  reg->base = buf;
-  reg->size = size;
-  reg->mapped = map;
-  for (int r = 0; r < n && res == zccSuccess && map; r++) {
-    if (r == me || same_process(&comm->peers[me], &comm->peers[r])) {
-      reg->peer[r] = (char *)(uintptr_t)(w[r].base + w[r].offset);
-      continue;
-    }
-    void *p = NULL;
-    e = cudaIpcOpenMemHandle(&p, w[r].handle, cudaIpcMemLazyEnablePeerAccess);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      res = zcc_error(zccUnhandledCudaError,
-                      "zccCommRegister: cannot map rank %d's buffer: %s", r,
-                      cudaGetErrorString(e));
-      break;
-    }
-    reg->opened[r] = 1;
-    /* The handle maps the allocation holding the peer's buffer, from its base. */
-    reg->peer[r] = (char *)p + w[r].offset;
-  }
-  if (res != zccSuccess) {
-    reg_unmap(reg, n);
-    goto out;
-  }
-  reg->index = g->nregs++;
-  reg->next = g->regs;
-  g->regs = reg;
-  ZCC_INFO(COLL, "comm %s rank %d: registered %p (%zu bytes) as window %d%s", comm->name, me,
-           buf, size, reg->index, map ? "" : " (not mapped into peers: their transport is not p2p)");
-  *handle = reg;
-  reg = NULL;
-out:
-  free(w);
-  free(reg);
-  if (prev >= 0) cudaSetDevice(prev);
-  return res;
-}
-
-zccResult_t zcc_gpu_deregister(struct zccComm *comm, void *handle) {
-  zcc_gpu_t *g = comm->gpu;
-  zcc_gpu_reg_t **pp = &g->regs;
-  while (*pp && *pp != handle) pp = &(*pp)->next;
-  if (!*pp)
-    return zcc_error(zccInvalidArgument,
-                     "zccCommDeregister: handle %p was not registered with this communicator",
-                     handle);
-  zcc_gpu_reg_t *r = *pp;
-  int prev = -1;
-  cudaGetDevice(&prev);
-  cudaSetDevice(g->dev);
-  /* Work that reads peers' registered buffers finishes before they go. */
-  cudaDeviceSynchronize();
-  *pp = r->next;
-  reg_unmap(r, g->nranks);
-  (void)cudaGetLastError();
-  if (prev >= 0) cudaSetDevice(prev);
-  free(r);
-  return zccSuccess;
-}

@@ -214,6 +214,7 @@ static void conn_free(zcc_conn_t *conn) {
 
 const zcc_transport_gpu_t zcc_shm_gpu_face = {
     .blob_bytes = sizeof(shm_gpu_blob_t),
+    .host_memory = 1,
     .win_alloc = win_alloc,
     .win_free = win_free,
     .blob = blob,
