@@ -80,6 +80,11 @@
 #              algorithm forced (oneshot, oneshot/simple, twoshot, push, ring, tree), in
 #              graphs; then broadcast, reduce, allgather and reduce-scatter with oneshot
 #              and ring forced, 2 and 3 ranks over p2p and GPU shm (MODEL_COLL_MAX, 64M)
+#   verify     this session's checks (2026-12-02c): the matrix over p2p (2-4 ranks, 2 processes:
+#              registrations by pointer and IPC through the face) and GPU shm (3 ranks, 2
+#              processes), the ring and tree kernels over rings out of rank order (ZCC_RINGS, p2p
+#              and shm, threads and processes) and a bad ZCC_RINGS refused, ZCC_TOPO_MEASURE on
+#              the GPU (p2p, shm), and the model's picks over GPU shm measured by default
 # Logs go to $OUT (default ./gpu_run_out), each into logs.tar as its run ends (a
 # call cut short keeps what ran), gzipped at the end (GPU_RUN_TAR=0: left as
 # they are); each run's line prints as it ends, the summary last (summary.txt).
@@ -120,6 +125,25 @@ run() { # NAME TIMEOUT CMD...
     tar rf "$OUT/logs.tar" -C "$OUT" "$name.log" && rm -f "$OUT/$name.log"
   fi
   return $rc
+}
+
+# expect_refusal NAME TEXT CMD...: the command must fail and print TEXT
+expect_refusal() {
+  local name=$1 text=$2
+  shift 2
+  run "$name" 120 bash -c '"$@"; rc=$?; echo "rc=$rc"; [ $rc -ne 0 ]' _ "$@"
+  { [ -f "$OUT/$name.log" ] && cat "$OUT/$name.log" || tar xOf "$OUT/logs.tar" "$name.log"; } 2>/dev/null |
+    grep -qF -- "$text" && note "$name: refusal says '$text'" || note "$name: MISSING '$text'"
+}
+# expect_line NAME TEXT CMD...: the command must pass and print TEXT
+expect_line() {
+  local name=$1 text=$2
+  shift 2
+  run "$name" 300 "$@"
+  { [ -f "$OUT/$name.log" ] && cat "$OUT/$name.log" || tar xOf "$OUT/logs.tar" "$name.log"; } 2>/dev/null |
+    grep -m2 -F -- "$text" > "$OUT/$name.line" && note "$name: says '$text': $(head -1 "$OUT/$name.line" | cut -c1-300)" ||
+    note "$name: MISSING '$text'"
+  rm -f "$OUT/$name.line"
 }
 
 for phase in "$@"; do
@@ -267,14 +291,6 @@ for phase in "$@"; do
     done
     ;;
   plan)
-    # expect_refusal NAME TEXT CMD...: the command must fail and print TEXT
-    expect_refusal() {
-      local name=$1 text=$2
-      shift 2
-      run "$name" 120 bash -c '"$@"; rc=$?; echo "rc=$rc"; [ $rc -ne 0 ]' _ "$@"
-      tar xOf "$OUT/logs.tar" "$name.log" 2>/dev/null | grep -qF -- "$text" \
-        && note "$name: refusal says '$text'" || note "$name: MISSING '$text'"
-    }
     run plan-tuning 180 env ZCC_DEBUG=INFO ZCC_DEBUG_SUBSYS=INIT,TUNING "$bin/allreduce_perf" \
       -b 8 -e 64M -f 8 -g 2 --share-gpus 1 -w 2 -n 5 -c 1
     run plan-measure 120 env ZCC_TOPO_MEASURE=1 ZCC_DEBUG=INFO ZCC_DEBUG_SUBSYS=TUNING \
@@ -334,6 +350,45 @@ for phase in "$@"; do
         done
       done
     done
+    ;;
+  verify)
+    export ZCC_TIMEOUT=${ZCC_TIMEOUT:-20000}
+    tc="$bin/test_gpu_colls"
+    for n in 2 3 4; do
+      run "v-share-n$n" 300 "$tc" --ranks $n --layout threads --quick
+    done
+    run v-share-procs 300 "$tc" --ranks 2 --layout procs --quick --only matrix,graphs --replays 100
+    run v-gshm-n3 300 env ZCC_P2P_DISABLE=1 "$tc" --ranks 3 --layout threads --quick
+    run v-gshm-procs 300 env ZCC_P2P_DISABLE=1 "$tc" --ranks 2 --layout procs --quick \
+      --only matrix,graphs --replays 100
+    # rings out of rank order (on one GPU the plan has none: ZCC_RINGS sets them)
+    r4="0 2 1 3|3 1 2 0|1 3 0 2"
+    for a in ring tree; do
+      run "v-rings-n4-$a" 300 env ZCC_ALGO=$a ZCC_RINGS="$r4" "$tc" --ranks 4 --layout threads --quick
+    done
+    run v-rings-gshm-n3 300 env ZCC_P2P_DISABLE=1 ZCC_ALGO=ring ZCC_RINGS="2 0 1|1 0 2" "$tc" --ranks 3 \
+      --layout threads --quick
+    run v-rings-procs 300 env ZCC_ALGO=ring ZCC_RINGS="1 0" "$tc" --ranks 2 --layout procs --quick \
+      --only matrix,graphs --replays 100
+    ar1=("$bin/allreduce_perf" -b 8 -e 8 --share-gpus 1 -w 1 -n 1 -c 1)
+    expect_line v-rings-path "rings from ZCC_RINGS; channel 0: 3 1 2 0" env ZCC_RINGS="3 1 2 0|0 1 2 3" \
+      ZCC_DEBUG=INFO ZCC_DEBUG_SUBSYS=TUNING "${ar1[@]}" -g 4
+    expect_refusal v-rings-bad "ZCC_RINGS" env ZCC_RINGS="0 0" "${ar1[@]}" -g 2
+    expect_line v-measure-p2p "measured on the GPU" env ZCC_TOPO_MEASURE=1 ZCC_DEBUG=INFO \
+      ZCC_DEBUG_SUBSYS=TUNING "${ar1[@]}" -g 2
+    expect_line v-measure-shm "measured on the GPU" env ZCC_P2P_DISABLE=1 ZCC_TOPO_MEASURE=1 \
+      ZCC_DEBUG=INFO ZCC_DEBUG_SUBSYS=TUNING "${ar1[@]}" -g 3
+    for n in 3 4; do
+      run "v-model-shm-n$n" 300 env ZCC_P2P_DISABLE=1 "$bin/allreduce_perf" -g $n --share-gpus 1 -c 1 \
+        -b 8 -e 64M -f 8 -w 3 -n 10 -G 5
+    done
+    for n in 2 3; do
+      for c in broadcast reduce allgather reducescatter; do
+        run "v-model-shm-n$n-$c" 300 env ZCC_P2P_DISABLE=1 "$bin/${c}_perf" -g $n --share-gpus 1 -c 1 \
+          -b 8 -e 16M -f 8 -w 3 -n 10 -G 5
+      done
+    done
+    left=$(ls /dev/shm 2>/dev/null | grep -c zcc-gw); note "verify: /dev/shm holds $left zcc-gw segment(s) after the runs"
     ;;
   share-san)
     for a in ring tree; do

@@ -32,6 +32,7 @@ static const zcc_device_ops_t cuda_ops = {
     .p2p = zcc_gpu_p2p,
     .reg = zcc_gpu_register,
     .dereg = zcc_gpu_deregister,
+    .probe = zcc_gpu_probe,
 };
 
 const zcc_device_ops_t *zcc_device_cuda(void) { return &cuda_ops; }

@@ -305,10 +305,13 @@ zccResult_t zcc_comm_init(struct zccComm **out, int nranks, const zccUniqueId *i
   ZCC_CHECK_GOTO(comm_topology(comm), res, fail);
   ZCC_CHECK_GOTO(comm_select(comm), res, fail);
   comm_wait_policy(comm);
-  ZCC_CHECK_GOTO(zcc_comm_measure(comm), res, fail);
+  /* The link probe runs over the connections: a host communicator's exist
+     now, a GPU communicator's once its windows are mapped (setup). */
+  if (!comm->dev) ZCC_CHECK_GOTO(zcc_comm_measure(comm), res, fail);
   if (comm->device < 0) ZCC_CHECK_GOTO(comm_ring(comm), res, fail);
   zcc_trace_comm_init(comm);
   if (comm->dev) ZCC_CHECK_GOTO(comm->dev->setup(comm), res, fail);
+  if (comm->dev) ZCC_CHECK_GOTO(zcc_comm_measure(comm), res, fail);
   zcc_comm_register(comm);
   if (comm->device >= 0)
     ZCC_INFO(INIT, "comm %s rank %d nranks %d on GPU %d (%s) ready", comm->name, rank, nranks,

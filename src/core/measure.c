@@ -1,13 +1,20 @@
 /*
- * ZCC_TOPO_MEASURE=1: at creation, a host communicator measures the link
- * class its choices are costed on (shared memory on one host, TCP across
- * hosts), instead of taking the table's constants: rank 0 and one peer over
- * that class run a ping-pong of 8 bytes and a bandwidth probe of 4 MiB
- * through the communicator's own connections, and every rank takes rank
- * 0's figures (so that all ranks choose alike). cost.c then charges the
- * measured one-way latency and bandwidth for a ring step, and scales the
- * one-round (oneshot) constants by the same ratios.
+ * ZCC_TOPO_MEASURE=1: at creation, a communicator measures the link class
+ * its choices are costed on instead of taking the table's constants, and
+ * every rank takes rank 0's figures (so that all ranks choose alike).
+ *   - Host communicators (shared memory on one host, TCP across hosts):
+ *     rank 0 and one peer over that class run a ping-pong of 8 bytes and a
+ *     bandwidth probe of 4 MiB through the communicator's own connections;
+ *     cost.c charges the measured one-way latency and bandwidth for a ring
+ *     step and scales the one-round (oneshot) constants by the same ratios.
+ *   - GPU communicators (once their windows are mapped): every rank runs
+ *     8-byte allreduces as oneshot/ll (a flag each way between every pair:
+ *     the latency) and 4 MiB ones as push (the bandwidth) through its own
+ *     kernels, timed with CUDA events; the model's predictions of the same
+ *     two give the ratios by which cost.c scales every GPU candidate's
+ *     latency and byte terms.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -16,13 +23,15 @@
 #include "coll.h"
 #include "comm.h"
 #include "debug.h"
+#include "devops.h"
 #include "param.h"
 #include "planner.h"
 
 ZCC_PARAM_INT(topo_measure, "TOPO_MEASURE", 0,
-              "1: host communicators measure their link class at creation (8 B ping-pong, "
-              "4 MiB bandwidth probe between rank 0 and a peer) and cost their choices with it "
-              "instead of the table's constants; INFO TUNING shows both")
+              "1: communicators measure their link class at creation (host: 8 B ping-pong and "
+              "4 MiB bandwidth probe between rank 0 and a peer; GPU: 8 B oneshot/ll and 4 MiB "
+              "push allreduces on the device) and cost their choices with it instead of the "
+              "table's constants; INFO TUNING shows both")
 
 #define PINGS 40
 #define PING_WARMUP 5
@@ -63,14 +72,72 @@ typedef struct {
   int pad;
 } measured_t;
 
+#define GPU_PINGS 50
+#define GPU_PROBES 10
+
+/* What rank 0 measured: every rank's choices follow it. */
+static zccResult_t take_rank0(struct zccComm *comm, measured_t *mine) {
+  measured_t *all = calloc((size_t)comm->nranks, sizeof(*all));
+  if (!all) return zcc_error(zccSystemError, "init: out of memory");
+  all[comm->rank] = *mine;
+  zccResult_t res =
+      zcc_bootstrap_allgather(comm->bootstrap, all, sizeof(*all), comm->timeout_ms);
+  if (res == zccSuccess && all[0].peer < 0)
+    res = zcc_error(zccInternalError, "init: the link probe's figures did not arrive");
+  if (res == zccSuccess) *mine = all[0];
+  free(all);
+  return res;
+}
+
+/*
+ * The GPU probe. The model's time of a candidate is a latency part (its
+ * time at 0 bytes) and a byte part; the measured 8-byte time fixes the
+ * first's ratio, the 4 MiB time (less its latency part) the second's, and
+ * the context keeps them as a latency and a bandwidth in the table's units
+ * (zcc_select_link_table), so that cost.c and the log read them alike.
+ */
+static zccResult_t gpu_measure(struct zccComm *comm) {
+  zcc_select_ctx_t *c = &comm->select->ctx;
+  const zcc_algo_t sa = ZCC_ALGO_ONESHOT, ba = ZCC_ALGO_PUSH;
+  const zcc_proto_t sp = ZCC_PROTO_LL, bp = ZCC_PROTO_SIMPLE;
+  double t_small = 0, t_big = 0;
+  if (!comm->dev || !comm->dev->probe)
+    return zcc_error(zccInternalError, "init: this build's GPU face has no link probe");
+  ZCC_CHECK(comm->dev->probe(comm, sa, sp, 8, GPU_PINGS, &t_small));
+  ZCC_CHECK(comm->dev->probe(comm, ba, bp, PROBE_BYTES, GPU_PROBES, &t_big));
+  measured_t m = {t_small, t_big, comm->rank == 0 ? 0 : 1, 0};
+  ZCC_CHECK(take_rank0(comm, &m));
+  t_small = m.alpha_us;
+  t_big = m.bw_gbs;
+  c->measured = 0; /* the table's predictions of the same two */
+  double p_small = zcc_select_predict(c, ZCC_COLL_ALLREDUCE, sa, sp, 8, 1);
+  double p_big = zcc_select_predict(c, ZCC_COLL_ALLREDUCE, ba, bp, PROBE_BYTES, 1);
+  double p_big0 = zcc_select_predict(c, ZCC_COLL_ALLREDUCE, ba, bp, 0, 1);
+  double as = p_small > 0 ? t_small / p_small : 1;
+  double bytes_meas = t_big - p_big0 * as, bytes_pred = p_big - p_big0;
+  double bs = bytes_meas > 0 && bytes_pred > 0 ? bytes_pred / bytes_meas : 1;
+  double ta, tb;
+  zcc_select_link_table(c, &ta, &tb);
+  c->alpha_us = ta * as;
+  c->bw_gbs = tb * bs;
+  c->measured = 1;
+  ZCC_INFO(TUNING, "comm %s rank %d: link class %s measured on the GPU: 8 B oneshot/ll %.2f us "
+           "(table %.2f), 4 MiB push %.1f us (table %.1f): latency %.2f us, bandwidth %.1f GB/s "
+           "(table: %.2f us, %.1f GB/s)", comm->name, comm->rank,
+           zcc_topo_class_name(c->link_class), t_small, p_small, t_big, p_big, c->alpha_us,
+           c->bw_gbs, ta, tb);
+  if (zcc_log_enabled(ZCC_LOG_INFO, ZCC_TUNING)) {
+    char who[96];
+    snprintf(who, sizeof(who), "comm %s rank %d (measured)", comm->name, comm->rank);
+    ZCC_CHECK(zcc_planner_decisions(c, zcc_log_tuning_line, who));
+  }
+  return zccSuccess;
+}
+
 zccResult_t zcc_comm_measure(struct zccComm *comm) {
   if (!zcc_param_topo_measure() || comm->nranks < 2) return zccSuccess;
   zcc_select_ctx_t *c = &comm->select->ctx;
-  if (c->gpu) {
-    ZCC_INFO(TUNING, "comm %s rank %d: ZCC_TOPO_MEASURE: GPU communicators keep the NVLink "
-             "table (no probe on GPUs yet)", comm->name, comm->rank);
-    return zccSuccess;
-  }
+  if (c->gpu) return gpu_measure(comm);
   /* the peer of rank 0 over the class the model charges */
   int peer = 1;
   if (comm->nnodes > 1)

@@ -387,7 +387,10 @@ static zccResult_t ar_plan(struct zccComm *comm, const zcc_coll_args_t *x, zcc_c
   size_t bytes = x->count * zcc_type_size(x->type);
   *rs = find_reg(g, x->sendbuf, bytes);
   *rr = find_reg(g, x->recvbuf, bytes);
-  ZCC_CHECK(zcc_select_cached(comm->select, ZCC_COLL_ALLREDUCE, bytes, !(*rs && *rr), ch));
+  if (g->force_on) /* the link probe's own kernel (zcc_gpu_probe) */
+    *ch = (zcc_choice_t){g->force_algo, g->force_proto, 0};
+  else
+    ZCC_CHECK(zcc_select_cached(comm->select, ZCC_COLL_ALLREDUCE, bytes, !(*rs && *rr), ch));
   int simple = ch->proto == ZCC_PROTO_SIMPLE;
   *zero_copy = simple && ch->algo == ZCC_ALGO_ONESHOT   ? *rs != NULL
                : simple && ch->algo == ZCC_ALGO_TWOSHOT ? *rs && *rr
@@ -887,5 +890,75 @@ static zccResult_t gpu_p2p_mapped(struct zccComm *comm, const zcc_gpu_p2p_op_t *
   ZCC_INFO(COLL, "%s: %d point-to-point op(s), %d self copy(ies), %d launch(es)", fn, nops,
             nself_s, launches);
   if (prev != comm->device) cudaSetDevice(prev);
+  return res;
+}
+
+static int cmp_float(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return x < y ? -1 : x > y;
+}
+
+/*
+ * ZCC_TOPO_MEASURE (core/measure.c): `iters` allreduces of `bytes` (float
+ * sum) as algo/proto, after as many again to warm up, each timed with CUDA
+ * events on a stream of the probe's own; the median in *median_us.
+ * Collective: every rank of the communicator runs it at once.
+ */
+zccResult_t zcc_gpu_probe(struct zccComm *comm, zcc_algo_t algo, zcc_proto_t proto, size_t bytes,
+                          int iters, double *median_us) {
+  const char *fn = "ZCC_TOPO_MEASURE";
+  zcc_gpu_t *g = comm->gpu;
+  if (iters < 1 || iters > 1000 || bytes < 4 || !median_us)
+    return zcc_error(zccInvalidArgument, "%s: probe of %d x %zu bytes", fn, iters, bytes);
+  int prev = -1;
+  CU(cudaGetDevice(&prev));
+  if (prev != g->dev) CU(cudaSetDevice(g->dev));
+  zccResult_t res = zccSuccess;
+  void *buf = NULL;
+  cudaStream_t s = NULL;
+  cudaEvent_t ev[2] = {NULL, NULL};
+  float *t = calloc((size_t)iters, sizeof(float));
+  cudaError_t e = t ? cudaMalloc(&buf, bytes) : cudaErrorMemoryAllocation;
+  if (e == cudaSuccess) e = cudaMemset(buf, 0, bytes);
+  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  for (int i = 0; i < 2 && e == cudaSuccess; i++) e = cudaEventCreate(&ev[i]);
+  if (e != cudaSuccess) {
+    res = cuda_err(e, "the probe's buffer, stream and events", fn);
+    goto out;
+  }
+  zcc_coll_args_t x;
+  memset(&x, 0, sizeof(x));
+  x.coll = ZCC_COLL_ALLREDUCE;
+  x.sendbuf = buf;
+  x.recvbuf = buf;
+  x.count = bytes / 4;
+  x.type = zccFloat32;
+  x.op = zccSum;
+  g->force_on = 1;
+  g->force_algo = algo;
+  g->force_proto = proto;
+  for (int i = 0; i < 2 * iters && res == zccSuccess; i++) {
+    int timed = i >= iters;
+    if (timed && (e = cudaEventRecord(ev[0], s)) != cudaSuccess) break;
+    res = dispatch(comm, &x, s, fn);
+    if (res != zccSuccess) break;
+    if (timed && (e = cudaEventRecord(ev[1], s)) != cudaSuccess) break;
+    if ((e = cudaStreamSynchronize(s)) != cudaSuccess) break;
+    if (timed && (e = cudaEventElapsedTime(&t[i - iters], ev[0], ev[1])) != cudaSuccess) break;
+  }
+  g->force_on = 0;
+  if (res == zccSuccess && e != cudaSuccess) res = cuda_err(e, "the probe's allreduces", fn);
+  if (res == zccSuccess) {
+    qsort(t, (size_t)iters, sizeof(float), cmp_float);
+    *median_us = t[iters / 2] * 1e3;
+  }
+out:
+  for (int i = 0; i < 2; i++)
+    if (ev[i]) cudaEventDestroy(ev[i]);
+  if (s) cudaStreamDestroy(s);
+  if (buf) cudaFree(buf);
+  (void)cudaGetLastError();
+  free(t);
+  if (prev != g->dev) cudaSetDevice(prev);
   return res;
 }

@@ -45,6 +45,10 @@ typedef struct zcc_device_ops {
   /* zccCommRegister / zccCommDeregister (collective). */
   zccResult_t (*reg)(struct zccComm *comm, void *buf, size_t size, void **handle);
   zccResult_t (*dereg)(struct zccComm *comm, void *handle);
+  /* ZCC_TOPO_MEASURE: the median us of `iters` allreduces of `bytes` (float
+     sum) run as algo/proto, timed on the device (collective). */
+  zccResult_t (*probe)(struct zccComm *comm, zcc_algo_t algo, zcc_proto_t proto, size_t bytes,
+                       int iters, double *median_us);
 } zcc_device_ops_t;
 
 /* The GPU face, or NULL when this build has no CUDA. */

@@ -97,6 +97,10 @@ typedef struct zcc_gpu {
      and a hash of them all (every rank must run the same). */
   const char *rings_source;
   uint64_t rings_hash;
+  /* The link probe (zcc_gpu_probe) runs its allreduces as this, not as chosen. */
+  int force_on;
+  zcc_algo_t force_algo;
+  zcc_proto_t force_proto;
 } zcc_gpu_t;
 
 /*
@@ -126,6 +130,10 @@ zccResult_t zcc_gpu_p2p(struct zccComm *comm, const zcc_gpu_p2p_op_t *ops, int n
 /* Check that ptr is memory the communicator's GPU can address. */
 zccResult_t zcc_gpu_check_ptr(struct zccComm *comm, const void *ptr, const char *what,
                               const char *fn);
+
+/* ZCC_TOPO_MEASURE: the median us of `iters` allreduces of `bytes` as algo/proto (collective). */
+zccResult_t zcc_gpu_probe(struct zccComm *comm, zcc_algo_t algo, zcc_proto_t proto, size_t bytes,
+                          int iters, double *median_us);
 
 /* zccCommRegister / zccCommDeregister on a GPU communicator (collective). */
 zccResult_t zcc_gpu_register(struct zccComm *comm, void *buf, size_t size, void **handle);

@@ -337,7 +337,8 @@ void zcc_planner_log_table(const zcc_planner_t *p) {
 /*
  * ZCC_TOPO_MEASURE: the measured link replaces the table's ring step (one
  * hop of a ring is one message over the link), and the one-round constants
- * scale by the same ratios.
+ * scale by the same ratios (host communicators); GPU candidates scale their
+ * latency and byte parts by them (zcc_select_predict).
  */
 static void host_scale(const zcc_select_ctx_t *c, double *as, double *bs) {
   *as = *bs = 1;
@@ -595,11 +596,28 @@ static double gpu_other(zcc_coll_t coll, zcc_algo_t algo, int nranks, size_t byt
   return INFINITY;
 }
 
+static double gpu_predict(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,
+                          zcc_proto_t proto, size_t bytes, int staged);
+
 double zcc_select_predict(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,
                           zcc_proto_t proto, size_t bytes, int staged) {
   if (c->nranks <= 1) return 0;
   if (!c->gpu) return host_predict(c, coll, algo, bytes);
   if (coll == ZCC_COLL_SENDRECV) return 0; /* one way to do it: no choice to cost */
+  double t = gpu_predict(c, coll, algo, proto, bytes, staged);
+  double as, bs;
+  host_scale(c, &as, &bs);
+  if (as != 1 || bs != 1) {
+    /* ZCC_TOPO_MEASURE on a GPU: the latency part (the time at 0 bytes) and
+       the byte part scale by the probe's ratios (core/measure.c) */
+    double t0 = gpu_predict(c, coll, algo, proto, 0, staged);
+    t = t0 * as + (t - t0) / bs;
+  }
+  return t;
+}
+
+static double gpu_predict(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,
+                          zcc_proto_t proto, size_t bytes, int staged) {
   /* Windows in host memory: the kernel's own costs, with the PCIe link's
      traffic in place of the device's (it bounds every byte there). */
   int host = c->link_class == ZCC_PATH_SYS;

@@ -310,6 +310,41 @@ static void test_host_windows_ranks(void **state) {
   }
 }
 
+/*
+ * ZCC_TOPO_MEASURE on a GPU: the probe's latency and bandwidth, against the
+ * table's, scale every candidate's latency part and byte part.
+ */
+static void test_measured_scaling(void **state) {
+  (void)state;
+  zcc_select_ctx_t t = {1, 2, 1, ZCC_PATH_NVL, 0, 0, 0, 0}, m = t;
+  double ta, tb;
+  zcc_select_link_table(&t, &ta, &tb);
+  m.measured = 1;
+  m.alpha_us = 2 * ta; /* twice the table's latency */
+  m.bw_gbs = 4 * tb;   /* four times its bandwidth */
+  static const zcc_algo_t algos[] = {ZCC_ALGO_ONESHOT, ZCC_ALGO_PUSH, ZCC_ALGO_RING};
+  static const zcc_proto_t protos[] = {ZCC_PROTO_LL, ZCC_PROTO_SIMPLE, ZCC_PROTO_SIMPLE};
+  for (int i = 0; i < 3; i++) {
+    size_t b = algos[i] == ZCC_ALGO_ONESHOT ? 4096 : (size_t)64 << 20;
+    double t0 = zcc_select_predict(&t, ZCC_COLL_ALLREDUCE, algos[i], protos[i], 0, 1);
+    double tt = zcc_select_predict(&t, ZCC_COLL_ALLREDUCE, algos[i], protos[i], b, 1);
+    double mm = zcc_select_predict(&m, ZCC_COLL_ALLREDUCE, algos[i], protos[i], b, 1);
+    assert_true(fabs(mm - (2 * t0 + (tt - t0) / 4)) < 1e-6 * tt);
+  }
+  /* the other collectives too */
+  double t0 = zcc_select_predict(&t, ZCC_COLL_ALLGATHER, ZCC_ALGO_ONESHOT, ZCC_PROTO_SIMPLE, 0, 1);
+  double tt = zcc_select_predict(&t, ZCC_COLL_ALLGATHER, ZCC_ALGO_ONESHOT, ZCC_PROTO_SIMPLE, 1 << 20, 1);
+  double mm = zcc_select_predict(&m, ZCC_COLL_ALLGATHER, ZCC_ALGO_ONESHOT, ZCC_PROTO_SIMPLE, 1 << 20, 1);
+  assert_true(fabs(mm - (2 * t0 + (tt - t0) / 4)) < 1e-6 * tt);
+  /* measured like the table: the table's predictions */
+  m.alpha_us = ta;
+  m.bw_gbs = tb;
+  assert_true(fabs(zcc_select_predict(&m, ZCC_COLL_ALLREDUCE, ZCC_ALGO_PUSH, ZCC_PROTO_SIMPLE,
+                                      1 << 24, 1) -
+                   zcc_select_predict(&t, ZCC_COLL_ALLREDUCE, ZCC_ALGO_PUSH, ZCC_PROTO_SIMPLE,
+                                      1 << 24, 1)) < 1e-9);
+}
+
 static void test_forced(void **state) {
   (void)state;
   zcc_select_ctx_t c3 = {1, 3, 1, ZCC_PATH_SELF, 0, 0, 0, 0}, c4 = {1, 4, 1, ZCC_PATH_SELF, 0, 0, 0, 0};
@@ -346,6 +381,7 @@ int main(void) {
       cmocka_unit_test(test_choices),
       cmocka_unit_test(test_host_windows),
       cmocka_unit_test(test_host_windows_ranks),
+      cmocka_unit_test(test_measured_scaling),
       cmocka_unit_test(test_forced),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
