@@ -51,6 +51,7 @@
 #include "comm.h"
 #include "debug.h"
 #include "gpu.h"
+#include "bootstrap.h"
 #include "param.h"
 #include "planner.h"
 #include "reduce.h"
@@ -900,10 +901,29 @@ static int cmp_float(const void *a, const void *b) {
 
 /*
  * ZCC_TOPO_MEASURE (core/measure.c): `iters` allreduces of `bytes` (float
- * sum) as algo/proto, after as many again to warm up, each timed with CUDA
- * events on a stream of the probe's own; the median in *median_us.
- * Collective: every rank of the communicator runs it at once.
+ * sum) as algo/proto, captured into one CUDA graph on a stream of the
+ * probe's own and replayed (as the model's constants were measured: time
+ * per operation inside a graph), after one replay to warm up; the median of
+ * the replays' CUDA-event times, per operation, in *median_us. Collective:
+ * every rank runs it at once. Nothing waits for a peer before every rank
+ * has made its buffer, stream and graph (a rank still allocating could wait
+ * for the device while a peer's kernel waits for it), nor frees them
+ * before every rank's replays are done.
  */
+#define PROBE_REPLAYS 5
+
+/* Collective: zccSuccess when every rank says ok, else zccRemoteError naming one that did not. */
+static zccResult_t all_ok(struct zccComm *comm, int ok) {
+  int *v = calloc((size_t)comm->nranks, sizeof(int));
+  if (!v) return zcc_error(zccSystemError, "out of memory");
+  v[comm->rank] = ok;
+  zccResult_t res = zcc_bootstrap_allgather(comm->bootstrap, v, sizeof(int), comm->timeout_ms);
+  for (int r = 0; r < comm->nranks && res == zccSuccess; r++)
+    if (!v[r] && r != comm->rank)
+      res = zcc_error(zccRemoteError, "ZCC_TOPO_MEASURE: rank %d could not set up its probe", r);
+  free(v);
+  return res;
+}
 zccResult_t zcc_gpu_probe(struct zccComm *comm, zcc_algo_t algo, zcc_proto_t proto, size_t bytes,
                           int iters, double *median_us) {
   const char *fn = "ZCC_TOPO_MEASURE";
@@ -913,52 +933,64 @@ zccResult_t zcc_gpu_probe(struct zccComm *comm, zcc_algo_t algo, zcc_proto_t pro
   int prev = -1;
   CU(cudaGetDevice(&prev));
   if (prev != g->dev) CU(cudaSetDevice(g->dev));
-  zccResult_t res = zccSuccess;
+  zccResult_t res = zccSuccess, bres;
   void *buf = NULL;
   cudaStream_t s = NULL;
   cudaEvent_t ev[2] = {NULL, NULL};
-  float *t = calloc((size_t)iters, sizeof(float));
-  cudaError_t e = t ? cudaMalloc(&buf, bytes) : cudaErrorMemoryAllocation;
+  cudaGraph_t graph = NULL;
+  cudaGraphExec_t exec = NULL;
+  float t[PROBE_REPLAYS];
+  cudaError_t e = cudaMalloc(&buf, bytes);
   if (e == cudaSuccess) e = cudaMemset(buf, 0, bytes);
   if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
   for (int i = 0; i < 2 && e == cudaSuccess; i++) e = cudaEventCreate(&ev[i]);
-  if (e != cudaSuccess) {
-    res = cuda_err(e, "the probe's buffer, stream and events", fn);
-    goto out;
-  }
-  zcc_coll_args_t x;
-  memset(&x, 0, sizeof(x));
-  x.coll = ZCC_COLL_ALLREDUCE;
-  x.sendbuf = buf;
-  x.recvbuf = buf;
-  x.count = bytes / 4;
-  x.type = zccFloat32;
-  x.op = zccSum;
-  g->force_on = 1;
-  g->force_algo = algo;
-  g->force_proto = proto;
-  for (int i = 0; i < 2 * iters && res == zccSuccess; i++) {
-    int timed = i >= iters;
-    if (timed && (e = cudaEventRecord(ev[0], s)) != cudaSuccess) break;
-    res = dispatch(comm, &x, s, fn);
-    if (res != zccSuccess) break;
-    if (timed && (e = cudaEventRecord(ev[1], s)) != cudaSuccess) break;
-    if ((e = cudaStreamSynchronize(s)) != cudaSuccess) break;
-    if (timed && (e = cudaEventElapsedTime(&t[i - iters], ev[0], ev[1])) != cudaSuccess) break;
-  }
-  g->force_on = 0;
-  if (res == zccSuccess && e != cudaSuccess) res = cuda_err(e, "the probe's allreduces", fn);
+  if (e == cudaSuccess) e = cudaDeviceSynchronize();
+  if (e != cudaSuccess) res = cuda_err(e, "the probe's buffer, stream and events", fn);
   if (res == zccSuccess) {
-    qsort(t, (size_t)iters, sizeof(float), cmp_float);
-    *median_us = t[iters / 2] * 1e3;
+    zcc_coll_args_t x;
+    memset(&x, 0, sizeof(x));
+    x.coll = ZCC_COLL_ALLREDUCE;
+    x.sendbuf = buf;
+    x.recvbuf = buf;
+    x.count = bytes / 4;
+    x.type = zccFloat32;
+    x.op = zccSum;
+    g->force_on = 1;
+    g->force_algo = algo;
+    g->force_proto = proto;
+    e = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+    for (int i = 0; i < iters && e == cudaSuccess && res == zccSuccess; i++)
+      res = dispatch(comm, &x, s, fn);
+    cudaError_t ee = e == cudaSuccess ? cudaStreamEndCapture(s, &graph) : e;
+    g->force_on = 0;
+    if (res == zccSuccess && ee == cudaSuccess) ee = cudaGraphInstantiate(&exec, graph, 0);
+    if (res == zccSuccess && ee != cudaSuccess) res = cuda_err(ee, "the probe's graph", fn);
   }
-out:
+  /* every rank ready, or all give up together (a peer's replays would wait for ours) */
+  bres = all_ok(comm, res == zccSuccess);
+  if (res == zccSuccess) res = bres;
+  for (int i = -1; i < PROBE_REPLAYS && res == zccSuccess; i++) {
+    e = cudaEventRecord(ev[0], s);
+    if (e == cudaSuccess) e = cudaGraphLaunch(exec, s);
+    if (e == cudaSuccess) e = cudaEventRecord(ev[1], s);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+    if (e == cudaSuccess && i >= 0) e = cudaEventElapsedTime(&t[i], ev[0], ev[1]);
+    if (e != cudaSuccess) res = cuda_err(e, "the probe's replays", fn);
+  }
+  if (res == zccSuccess) {
+    qsort(t, PROBE_REPLAYS, sizeof(float), cmp_float);
+    *median_us = t[PROBE_REPLAYS / 2] * 1e3 / iters;
+  }
+  /* every rank's replays done before anything is freed */
+  bres = zcc_bootstrap_barrier(comm->bootstrap, comm->timeout_ms);
+  if (res == zccSuccess) res = bres;
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
   for (int i = 0; i < 2; i++)
     if (ev[i]) cudaEventDestroy(ev[i]);
   if (s) cudaStreamDestroy(s);
   if (buf) cudaFree(buf);
   (void)cudaGetLastError();
-  free(t);
   if (prev != g->dev) cudaSetDevice(prev);
   return res;
 }

@@ -1519,9 +1519,13 @@ int main(int argc, char **argv) {
     opt.ngpus = pr.count < MAX_RANKS ? pr.count : MAX_RANKS;
   if (!opt.share)
     opt.ndev = opt.ngpus;
-  /* The ring and tree kernels reduce in ring or tree order: inputs exact in any order. */
-  const char *algo = getenv("ZCC_ALGO");
+  /* The ring and tree kernels reduce in ring or tree order: inputs exact in
+     any order where they run, forced or picked (over GPU shm, ZCC_P2P_DISABLE=1,
+     the cost model picks the ring for larger sizes). */
+  const char *algo = getenv("ZCC_ALGO"), *p2p_off = getenv("ZCC_P2P_DISABLE");
   if (algo && (strcmp(algo, "ring") == 0 || strcmp(algo, "tree") == 0))
+    opt.order_free = 1;
+  if (p2p_off && strcmp(p2p_off, "1") == 0 && !(algo && *algo))
     opt.order_free = 1;
 
   /* A hung peer must become an error well before the test's own limits. */
