@@ -89,6 +89,7 @@
 #              order-free inputs (the model picks the ring there), test_gpu_hostmem over shm,
 #              ZCC_TOPO_MEASURE on the GPU (p2p 2 and 4 ranks, shm 2 and 3, 5 times each;
 #              memcheck once)
+#   measure    the ZCC_TOPO_MEASURE half of verify2 alone
 # Logs go to $OUT (default ./gpu_run_out), each into logs.tar as its run ends (a
 # call cut short keeps what ran), gzipped at the end (GPU_RUN_TAR=0: left as
 # they are); each run's line prints as it ends, the summary last (summary.txt).
@@ -403,6 +404,8 @@ for phase in "$@"; do
     run v2-gshm-procs 300 env ZCC_P2P_DISABLE=1 "$tc" --ranks 2 --layout procs --quick \
       --only matrix,graphs --replays 100
     run v2-gshm-hostmem 300 env ZCC_P2P_DISABLE=1 "$bin/test_gpu_hostmem"
+    ;&
+  measure)
     ar1=("$bin/allreduce_perf" -b 8 -e 8 --share-gpus 1 -w 1 -n 1 -c 1)
     for i in 1 2 3 4 5; do
       expect_line "v2-measure-p2p2-$i" "measured on the GPU" env ZCC_TOPO_MEASURE=1 ZCC_DEBUG=INFO \
@@ -418,7 +421,7 @@ for phase in "$@"; do
     done
     run v2-measure-procs 120 env ZCC_TOPO_MEASURE=1 ZCC_DEBUG=INFO ZCC_DEBUG_SUBSYS=TUNING \
       "$bin/allreduce_perf" -b 8 -e 1M -f 32 -np 2 --share-gpus 1 -w 1 -n 5 -c 1
-    run v2-measure-memcheck 300 env ZCC_TOPO_MEASURE=1 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    run v2-measure-memcheck ${MEASURE_SAN_TIMEOUT:-300} env ZCC_TOPO_MEASURE=1 compute-sanitizer --tool memcheck --error-exitcode 9 \
       "${ar1[@]}" -g 2
     left=$(ls /dev/shm 2>/dev/null | grep -c zcc-gw); note "verify2: /dev/shm holds $left zcc-gw segment(s) after the runs"
     ;;

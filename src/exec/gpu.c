@@ -905,10 +905,10 @@ static int cmp_float(const void *a, const void *b) {
  * probe's own and replayed (as the model's constants were measured: time
  * per operation inside a graph), after one replay to warm up; the median of
  * the replays' CUDA-event times, per operation, in *median_us. Collective:
- * every rank runs it at once. Nothing waits for a peer before every rank
- * has made its buffer, stream and graph (a rank still allocating could wait
- * for the device while a peer's kernel waits for it), nor frees them
- * before every rank's replays are done.
+ * every rank runs it at once, in steps every rank finishes before the next:
+ * allocations, capture, replays, frees (a rank still allocating could wait
+ * for the device while a peer's kernel waits for it, or break a peer's
+ * capture in the same process).
  */
 #define PROBE_REPLAYS 5
 
@@ -946,6 +946,11 @@ zccResult_t zcc_gpu_probe(struct zccComm *comm, zcc_algo_t algo, zcc_proto_t pro
   for (int i = 0; i < 2 && e == cudaSuccess; i++) e = cudaEventCreate(&ev[i]);
   if (e == cudaSuccess) e = cudaDeviceSynchronize();
   if (e != cudaSuccess) res = cuda_err(e, "the probe's buffer, stream and events", fn);
+  /* every rank's allocations done before any captures (ranks of one process
+     share the device: an allocation or device-wide wait in one thread
+     breaks another thread's capture) */
+  bres = all_ok(comm, res == zccSuccess);
+  if (res == zccSuccess) res = bres;
   if (res == zccSuccess) {
     zcc_coll_args_t x;
     memset(&x, 0, sizeof(x));
