@@ -1,21 +1,27 @@
 /*
  * The cost model: time = latency + bytes / bandwidth, per algorithm,
- * protocol and link class.
+ * protocol and link class. One model for every plan:
+ *
+ *   - what a communicator of this build runs (host ranks on any hosts, GPU
+ *     ranks on one host) is costed by the link classes' measured constants
+ *     (zcc_select_predict: shared memory and TCP between host ranks, NVLink
+ *     fitted on 2x H200, pinned host windows over PCIe fitted on one H200),
+ *     and the planner's choice on such a plan is zcc_select's, so zcc_topo
+ *     and a communicator say the same;
+ *   - GPU plans across hosts (the network class, which no communicator runs
+ *     yet) take the graph terms below:
  *
  *   latency   = base(protocol) + steps(algorithm, collective) * hop(class, protocol)
  *   bandwidth = the algorithm's bandwidth from link loads (rings.c,
  *               trees.c) * protocol efficiency * what the class's links
  *               deliver to SM stores * algorithm efficiency
  *
- * The figures are the ones NCCL users know on Hopper: a kernel launch and
- * its first flag cost a few us, an LL hop over NVLink about 0.6 us, a
- * Simple hop a few us (a fence per chunk), a network hop 4-8 us; LL
- * carries 4 data bytes per 8, LL128 120 per 128; SM stores reach 363 of
- * the 450 GB/s an NV18 pair's wire carries each way (DESIGN.md), RDMA
- * about 92% of a port's rate.
- *
- * Host communicators use constants measured with allreduce_perf on a
- * 2-core VM (see the host section below).
+ *   with the figures NCCL users know on Hopper until zcc measures them: a
+ *   kernel launch and its first flag cost a few us, an LL hop over NVLink
+ *   about 0.6 us, a Simple hop a few us (a fence per chunk), a network hop
+ *   4-8 us; LL carries 4 data bytes per 8, LL128 120 per 128; SM stores
+ *   reach 363 of the 450 GB/s an NV18 pair's wire carries each way
+ *   (DESIGN.md), RDMA about 92% of a port's rate.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -71,8 +77,6 @@ static double class_frac(int cls) {
 #define TCP_RING_ALPHA 4.5
 #define TCP_RING_BW 4.4
 
-/* us per step for host ranks: shared memory within a host, TCP across. */
-static double host_hop(int cls) { return cls == ZCC_PATH_NET ? TCP_RING_ALPHA : SHM_RING_ALPHA; }
 
 /* ---- support ---- */
 
@@ -87,12 +91,20 @@ static int hop_class_of(const zcc_planner_t *p, zcc_algo_t algo) {
   }
 }
 
+/* A plan a communicator of this build runs: costed and chosen by zcc_select. */
+static int comm_runs(const zcc_planner_t *p) { return p->cpu_ranks || p->nnodes == 1; }
+
 int zcc_planner_supports(const zcc_planner_t *p, zcc_coll_t coll, zcc_algo_t algo,
                          zcc_proto_t proto, char *why, size_t whylen) {
   char dummy[4];
   if (!why) {
     why = dummy;
     whylen = sizeof(dummy);
+  }
+  if (comm_runs(p)) {
+    zcc_select_ctx_t c;
+    zcc_select_ctx_of_plan(p, &c);
+    return zcc_select_can_run(&c, coll, algo, proto, 1, why, whylen);
   }
   if (algo < 0 || algo >= ZCC_ALGO_COUNT || proto < 0 || proto >= ZCC_PROTO_COUNT) {
     snprintf(why, whylen, "no such algorithm or protocol");
@@ -141,11 +153,6 @@ int zcc_planner_supports(const zcc_planner_t *p, zcc_coll_t coll, zcc_algo_t alg
              p->max_local == 1 ? "" : "s");
     return 0;
   }
-  if (p->cpu_ranks && proto != ZCC_PROTO_SIMPLE) {
-    snprintf(why, whylen, "host communicators run the simple protocol only, not %s",
-             zcc_proto_name(proto));
-    return 0;
-  }
   if (proto == ZCC_PROTO_LL128) {
     int cls = hop_class_of(p, algo);
     if (cls > ZCC_PATH_NVS) {
@@ -162,15 +169,21 @@ int zcc_planner_supports(const zcc_planner_t *p, zcc_coll_t coll, zcc_algo_t alg
 
 double zcc_planner_predict(const zcc_planner_t *p, zcc_coll_t coll, zcc_algo_t algo,
                            zcc_proto_t proto, size_t bytes) {
+  if (comm_runs(p)) {
+    zcc_select_ctx_t c;
+    zcc_select_ctx_of_plan(p, &c);
+    if (!zcc_select_can_run(&c, coll, algo, proto, bytes, NULL, 0)) return INFINITY;
+    return zcc_select_predict(&c, coll, algo, proto, bytes, 1);
+  }
   double S = (double)bytes, n = p->nranks, N = p->nnodes, L = p->max_local;
   int cls = hop_class_of(p, algo);
-  double base = p->cpu_ranks ? 0.0 : base_lat[proto];
+  double base = base_lat[proto]; /* GPU ranks across hosts (comm_runs: the rest) */
   if (p->nranks == 1) return base;
-  double hop = p->cpu_ranks ? host_hop(cls) : hop_lat[cls][proto];
-  double hop_net = p->cpu_ranks ? host_hop(ZCC_PATH_NET) : hop_lat[ZCC_PATH_NET][proto];
+  double hop = hop_lat[cls][proto];
+  double hop_net = hop_lat[ZCC_PATH_NET][proto];
   int intra = p->nnodes > 1 ? p->ring_intra_class : cls;
-  double hop_in = p->cpu_ranks ? host_hop(ZCC_PATH_SELF) : hop_lat[intra][proto];
-  double eff = proto_eff[proto] * algo_eff[algo] * (p->cpu_ranks ? 1.0 : class_frac(cls));
+  double hop_in = hop_lat[intra][proto];
+  double eff = proto_eff[proto] * algo_eff[algo] * class_frac(cls);
   double steps = 0, us_bw = 0; /* us_bw: us per byte at full efficiency */
   switch (algo) {
   case ZCC_ALGO_RING: {
@@ -189,7 +202,7 @@ double zcc_planner_predict(const zcc_planner_t *p, zcc_coll_t coll, zcc_algo_t a
     double sum = 0, cnt = 0;
     for (int k = 0; k < ZCC_PATH_CLASS_COUNT; k++) {
       if (!p->ring_steps[k]) continue;
-      sum += p->ring_steps[k] * (p->cpu_ranks ? host_hop(k) : hop_lat[k][proto]);
+      sum += p->ring_steps[k] * hop_lat[k][proto];
       cnt += p->ring_steps[k];
     }
     if (cnt > 0) hop = sum / cnt;
@@ -236,6 +249,11 @@ int zcc_planner_on_graph(zcc_algo_t algo) {
 
 zccResult_t zcc_planner_pick(const zcc_planner_t *p, zcc_coll_t coll, size_t bytes,
                              zcc_choice_t *out) {
+  if (comm_runs(p)) { /* what the communicator would run (unregistered GPU buffers) */
+    zcc_select_ctx_t c;
+    zcc_select_ctx_of_plan(p, &c);
+    return zcc_select(&c, coll, bytes, 1, out);
+  }
   const char *fa = zcc_planner_algo_override(), *fp = zcc_planner_proto_override();
   int want_a = -1, want_p = -1;
   if (fa && *fa && (want_a = zcc_algo_parse(fa)) < 0)
@@ -296,6 +314,11 @@ int zcc_planner_format_row(const zcc_planner_t *p, zcc_coll_t coll, size_t bytes
       }
       o += (size_t)snprintf(buf + o, o < len ? len - o : 0, " %9.1f", t);
     }
+  zcc_choice_t ch;
+  if (comm_runs(p) && zcc_planner_pick(p, coll, bytes, &ch) == zccSuccess) {
+    best_a = ch.algo; /* zcc_select's pick: it may be a kernel outside the graph's columns */
+    best_q = ch.proto;
+  }
   if (best_a >= 0)
     o += (size_t)snprintf(buf + o, o < len ? len - o : 0, "  %s/%s", zcc_algo_name(best_a),
                           zcc_proto_name(best_q));

@@ -267,6 +267,7 @@ void zcc_select_ctx_of_plan(const zcc_planner_t *p, zcc_select_ctx_t *c) {
   c->link_class = p->cpu_ranks ? (p->nnodes > 1 ? ZCC_PATH_NET : ZCC_PATH_SELF) : p->island_class;
   c->measured = 0;
   c->alpha_us = c->bw_gbs = 0;
+  c->gpu_share = 0; /* a plan places one rank per GPU */
 }
 
 static int size_class(size_t bytes) {

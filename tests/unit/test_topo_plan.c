@@ -197,22 +197,68 @@ static size_t crossover(const zcc_planner_t *p, zcc_algo_t algo) {
   return from;
 }
 
+/*
+ * One model: on a plan a communicator runs (GPUs of one host, host ranks
+ * anywhere) the planner's choice and times are zcc_select's, at every size
+ * and for every collective, so zcc_topo's graph table and a communicator
+ * say the same.
+ */
+static void expect_planner_is_select(const char *fixture, int host_ranks) {
+  zcc_topo_t *g = load_fixture(fixture);
+  zcc_planner_t *p;
+  if (host_ranks) { /* rank r on the graph's CPU r (round-robin): host after host */
+    int *nodes = malloc(sizeof(int) * (size_t)host_ranks), ncpu = 0;
+    int cpus[64];
+    for (int i = 0; i < g->nnodes && ncpu < 64; i++)
+      if (g->nodes[i].kind == ZCC_TOPO_CPU) cpus[ncpu++] = i;
+    assert_true(ncpu > 0);
+    for (int r = 0; r < host_ranks; r++) nodes[r] = cpus[r % ncpu];
+    assert_int_equal(zcc_planner_build(g, host_ranks, nodes, &p), zccSuccess);
+    free(nodes);
+  } else {
+    p = plan_all(g);
+  }
+  zcc_select_ctx_t c;
+  zcc_select_ctx_of_plan(p, &c);
+  for (int k = 0; k < ZCC_COLL_SENDRECV; k++)
+    for (size_t b = 8; b <= ((size_t)1 << 30); b *= 4) {
+      zcc_choice_t a = pick(p, k, b), want;
+      assert_int_equal(zcc_select(&c, k, b, 1, &want), zccSuccess);
+      if (a.algo != want.algo || a.proto != want.proto || a.time_us != want.time_us)
+        fail_msg("%s %s %zu B: planner %s/%s %.2f us, zcc_select %s/%s %.2f us", fixture,
+                 zcc_coll_name(k), b, zcc_algo_name(a.algo), zcc_proto_name(a.proto), a.time_us,
+                 zcc_algo_name(want.algo), zcc_proto_name(want.proto), want.time_us);
+      for (int al = 0; al < ZCC_ALGO_COUNT; al++)
+        for (int q = 0; q < ZCC_PROTO_COUNT; q++) {
+          if (!zcc_select_can_run(&c, k, al, q, b, NULL, 0)) continue;
+          double t = zcc_planner_predict(p, k, al, q, b);
+          assert_true(t == zcc_select_predict(&c, k, al, q, b, 1));
+        }
+    }
+  zcc_planner_free(p);
+  zcc_topo_free(g);
+}
+
 static void test_model_latency_vs_bandwidth(void **s) {
-  /* One NVSwitch server: 8 B one-shot LL; 1 GiB ring Simple. Crossover
-   * (allreduce): two-shot from 32 KiB, ring from 64 MiB. */
+  /* One NVSwitch server: the GPUs' measured NVLink model, through zcc_select:
+     8 B one-shot LL; 1 GiB two-shot (8 ranks: push would store 7 S per rank,
+     two-shot moves 2 x 7/8 S). */
   zcc_topo_t *g = load_fixture("dgx-h100.json");
   zcc_planner_t *p = plan_all(g);
   zcc_choice_t c = pick(p, ZCC_COLL_ALLREDUCE, 8);
   assert_int_equal(c.algo, ZCC_ALGO_ONESHOT);
   assert_int_equal(c.proto, ZCC_PROTO_LL);
   c = pick(p, ZCC_COLL_ALLREDUCE, (size_t)1 << 30);
-  assert_int_equal(c.algo, ZCC_ALGO_RING);
+  assert_int_equal(c.algo, ZCC_ALGO_TWOSHOT);
   assert_int_equal(c.proto, ZCC_PROTO_SIMPLE);
-  size_t x = crossover(p, ZCC_ALGO_RING);
-  printf("dgx-h100 allreduce: ring (bandwidth) wins from %zu bytes\n", x);
-  assert_int_equal(x, (size_t)64 << 20);
   zcc_planner_free(p);
   zcc_topo_free(g);
+  static const char *one_host[] = {"dgx-h100.json", "h200-nv18-vm.json", "pcie-4gpu-2socket.json"};
+  for (size_t i = 0; i < sizeof(one_host) / sizeof(one_host[0]); i++)
+    expect_planner_is_select(one_host[i], 0);
+  expect_planner_is_select("cpu-vm.json", 2);
+  expect_planner_is_select("dgx-h100-x2.json", 4); /* host ranks on two hosts: TCP */
+  size_t x;
   /* 16 servers: 8 B tree LL (log2 16 network hops, not 2 x 127 ring steps);
    * ring Simple from 256 MiB (tree Simple below it down to 16 MiB) */
   g = load_fixture("dgx-h100-x16.json");
@@ -264,8 +310,9 @@ static void test_overrides(void **s) {
   zcc_topo_free(g);
   g = load_fixture("pcie-4gpu-2socket.json");
   p = plan_all(g);
-  expect_refusal(p, "twoshot", NULL, "twoshot needs every pair of ranks joined by NVLink; the worst pair here goes over cross-socket");
-  expect_refusal(p, "hier", NULL, "hier needs several hosts");
+  /* one host: zcc_select's refusals (what a communicator says) */
+  expect_refusal(p, "hier", NULL, "ZCC_ALGO=hier: this GPU communicator (4 ranks, 1 host) cannot run it");
+  expect_refusal(p, NULL, "ll128", "ZCC_PROTO=ll128: this GPU communicator cannot run it");
   unsetenv("ZCC_ALGO");
   unsetenv("ZCC_PROTO");
   zcc_param_reload();
