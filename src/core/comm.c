@@ -162,8 +162,12 @@ void zcc_comm_free(struct zccComm *comm) {
   zcc_plan_release_spare(comm);
   zcc_trace_comm_free(comm);
   if (comm->dev) comm->dev->free(comm);
-  zcc_transport_free_all(comm);
+  /* The bootstrap first: a peer waiting in a control operation (a split,
+     an init) learns at once that this rank is gone, not after the
+     transports' lingering delivery of failure records. */
   if (comm->bootstrap) zcc_bootstrap_free(comm->bootstrap);
+  comm->bootstrap = NULL;
+  zcc_transport_free_all(comm);
   zcc_reg_t *r = comm->regs;
   while (r) {
     zcc_reg_t *next = r->next;

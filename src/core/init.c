@@ -260,6 +260,12 @@ static zccResult_t comm_ring(struct zccComm *comm) {
 
 zccResult_t zcc_comm_init(struct zccComm **out, int nranks, const zccUniqueId *id,
                           int rank, const zccConfig_t *config, const char *fn) {
+  return zcc_comm_init_watched(out, nranks, id, rank, config, fn, NULL);
+}
+
+zccResult_t zcc_comm_init_watched(struct zccComm **out, int nranks, const zccUniqueId *id,
+                                  int rank, const zccConfig_t *config, const char *fn,
+                                  const atomic_int *stop) {
   zccResult_t res = zccSuccess;
   if (!out) return zcc_error(zccInvalidArgument, "%s: comm is NULL", fn);
   if (nranks < 1)
@@ -286,8 +292,10 @@ zccResult_t zcc_comm_init(struct zccComm **out, int nranks, const zccUniqueId *i
   pthread_mutex_init(&comm->redop_lock, NULL);
   zcc_log_rank = rank;
 
+  /* Nobody holds the new communicator yet, so nothing else can abort its
+     rendezvous: a caller's stop flag (a split watching its parent) may. */
   ZCC_CHECK_GOTO(zcc_bootstrap_init(id, rank, nranks, zcc_bootstrap_init_timeout_ms(),
-                                    &comm->abort_flag, &comm->bootstrap),
+                                    stop ? stop : &comm->abort_flag, &comm->bootstrap),
                  res, fail);
   comm->hash = zcc_bootstrap_hash(comm->bootstrap);
   memcpy(comm->secret, zcc_bootstrap_secret(comm->bootstrap), ZCC_SECRET_BYTES);

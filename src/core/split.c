@@ -2,10 +2,17 @@
  * zccCommSplit: ranks exchange (colour, key) over the parent's bootstrap;
  * the first rank of each colour creates a fresh rendezvous (new secret) and
  * sends its id to the other members, which then build the communicator.
+ * While they do, a watcher keeps an eye on the members' parent bootstrap
+ * connections: a member that leaves (its exchange failed, it was aborted
+ * or it died) fails the others' rendezvous at once, not at
+ * ZCC_INIT_TIMEOUT.
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 #include "comm.h"
@@ -30,6 +37,31 @@ static int by_key(const void *a, const void *b) {
 }
 
 #define SPLIT_TAG_BASE 0x5000
+
+typedef struct {
+  zcc_bootstrap_t *parent;
+  const split_entry_t *members;
+  int m, me;
+  atomic_int stop; /* set by the watcher (a member left) */
+  atomic_int done; /* set by the split (init returned) */
+  int gone;        /* the parent rank that left */
+} split_watch_t;
+
+static void *split_watch(void *arg) {
+  split_watch_t *w = arg;
+  struct timespec ts = {0, 5 * 1000 * 1000};
+  while (!atomic_load(&w->done)) {
+    for (int i = 0; i < w->m; i++) {
+      int r = w->members[i].rank;
+      if (r == w->me || zcc_bootstrap_peer_check(w->parent, r) == zccSuccess) continue;
+      w->gone = r;
+      atomic_store(&w->stop, 1);
+      return NULL;
+    }
+    nanosleep(&ts, NULL);
+  }
+  return NULL;
+}
 
 /*
  * Arguments are checked on every rank, and every rank takes part in the
@@ -134,7 +166,18 @@ zccResult_t zccCommSplit(zccComm_t comm, int color, int key, zccComm_t *newcomm,
   }
   ZCC_INFO(INIT, "comm %s rank %d splits with color %d key %d into rank %d of %d", comm->name,
            comm->rank, color, key, newrank, m);
-  res = zcc_comm_init(newcomm, m, &sid.id, newrank, config, fn);
+  split_watch_t w = {comm->bootstrap, members, m, comm->rank, 0, 0, -1};
+  pthread_t wt;
+  int watching = pthread_create(&wt, NULL, split_watch, &w) == 0;
+  res = zcc_comm_init_watched(newcomm, m, &sid.id, newrank, config, fn, watching ? &w.stop : NULL);
+  if (watching) {
+    atomic_store(&w.done, 1);
+    pthread_join(wt, NULL);
+  }
+  if (res != zccSuccess && atomic_load(&w.stop))
+    res = zcc_error(zccRemoteError, "%s: rank %d of the parent (a member of colour %d) left "
+                    "while the new communicator was being made: %s", fn, w.gone, color,
+                    zcc_last_error());
 free_members:
   free(members);
 free_all:

@@ -175,6 +175,10 @@ void zcc_comm_set_error_msg(struct zccComm *comm, zccResult_t res, const char *m
 /* Build a communicator (the body of zccCommInitRankConfig). */
 zccResult_t zcc_comm_init(struct zccComm **out, int nranks, const zccUniqueId *id,
                           int rank, const zccConfig_t *config, const char *fn);
+/* The same, with the rendezvous also giving up when *stop becomes nonzero. */
+zccResult_t zcc_comm_init_watched(struct zccComm **out, int nranks, const zccUniqueId *id,
+                                  int rank, const zccConfig_t *config, const char *fn,
+                                  const atomic_int *stop);
 /* Wait until no other call holds a reference. */
 void zcc_comm_wait_idle(struct zccComm *comm);
 /* Free everything (connections, bootstrap, memory). */

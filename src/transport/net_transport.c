@@ -38,7 +38,8 @@ ZCC_PARAM_INT(net_disable, "NET_DISABLE", 0, "1: the net transport connects no p
 ZCC_PARAM_INT(net_slots, "NET_SLOTS", 8,
               "staging slots of the net transport, each way of each connection");
 ZCC_PARAM_INT(net_linger_ms, "NET_LINGER_MS", 1500,
-              "ms a destroy waits to deliver a failure record the peer has not taken");
+              "ms a destroy waits, for all its peers together, to deliver failure records "
+              "they have not taken");
 ZCC_PARAM_INT(net_slot_bytes, "NET_SLOT_BYTES", 262144,
               "bytes of data in one net transport message (one staging slot)");
 
@@ -103,7 +104,19 @@ typedef struct net_state {
   size_t stride;       /* bytes of one slot: record + data */
   size_t data_bytes;   /* data in one message */
   int nslots;
+  /* The failure records' delivery after an error (net_fail) and at destroy
+     (net_free) shares one deadline per communicator, however many peers. */
+  int64_t fail_deadline_ns, linger_deadline_ns;
 } net_state_t;
+
+/* ms left until *deadline_ns, which the first caller sets to ms from now;
+   at least 1 (one more try: a wait of 0 ms would have no deadline). */
+static int64_t shared_ms(int64_t *deadline_ns, int64_t ms) {
+  int64_t now = zcc_now_ns();
+  if (*deadline_ns == 0) *deadline_ns = now + ms * 1000000;
+  int64_t left = (*deadline_ns - now) / 1000000;
+  return left > 1 ? left : 1;
+}
 
 static void pause_briefly(void) {
   struct timespec t = {0, 50000};
@@ -700,7 +713,7 @@ static void net_fail(zcc_conn_t *conn) {
   c->fail_bytes = sizeof(h) + (size_t)h.bytes;
   c->fail_pending = 1;
   c->out_active = c->hdr_sent = 1; /* nothing may follow */
-  fail_deliver(st, c, 200);
+  fail_deliver(st, c, shared_ms(&st->fail_deadline_ns, 200));
   zcc_restore_last_error(saved);
 }
 
@@ -715,7 +728,7 @@ static void net_free(zcc_conn_t *conn) {
        mismatched call's own record names both calls on the peer). */
     char saved[1024];
     snprintf(saved, sizeof(saved), "%s", zcc_last_error());
-    fail_deliver(st, c, zcc_param_net_linger_ms());
+    fail_deliver(st, c, shared_ms(&st->linger_deadline_ns, zcc_param_net_linger_ms()));
     zcc_restore_last_error(saved);
   }
   if (st) {

@@ -1,7 +1,7 @@
 /*
  * The fault matrix on host communicators: every case runs over shared
  * memory and over sockets (ZCC_SHM_DISABLE=1), each in its own runner
- * process (zcc reads its parameters once per process), with 2 or 3 forked
+ * process (zcc reads its parameters once per process), with 2 to 4 forked
  * ranks. Each case asserts the error code, the time to the error, that
  * the survivors destroy cleanly, and that they then build a new
  * communicator that computes an exact allreduce.
@@ -15,9 +15,9 @@
  *               while rank 1 sleeps; rank 1's late allreduce must fail,
  *               not sum rank 0's stale bytes; both stay in error with the
  *               original cause on the next call.
- *   zombie      3 ranks; rank 2 SIGKILLs itself mid-allreduce and is not
- *               reaped until the survivors are done: they fail with
- *               zccRemoteError within 2 s although ZCC_TIMEOUT is 60 s.
+ *   zombie      3 ranks (zombie4: 4); the last SIGKILLs itself mid-allreduce
+ *               and is not reaped until the survivors are done: they fail
+ *               with zccRemoteError within 2 s although ZCC_TIMEOUT is 60 s.
  *   initdeath   3 ranks; rank 2 is SIGKILLed 0-40 ms after the ranks get the id
  *               (in the rendezvous, in connecting, or after init), and not
  *               reaped until the others are done; they fail in init or in
@@ -47,6 +47,13 @@
  *   group       zccCommDestroy inside an open group with an operation
  *               queued is refused; zccCommAbort drops it and returns; the
  *               peer fails within 2 s.
+ *   abortrace   4 ranks run allreduce, split, a group of sends and receives
+ *               and broadcast in turn; 0-35 ms in, a second thread of rank 1
+ *               calls zccCommAbort, wherever rank 1 is: the abort returns
+ *               within 2 s, rank 1's call in flight fails within 2 s of it
+ *               and its next call finds the communicator gone, the other
+ *               ranks fail with zccRemoteError within 2 s, every call that
+ *               succeeded was exact, and all build a new communicator.
  *
  * ZCC_TEST_FAULTS=mismatch,stale,... runs a subset; ZCC_TEST_TRANSPORTS=shm
  * or socket one transport. Lines starting "figure:" are the measured times
@@ -315,21 +322,21 @@ static int zombie_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
   static float v[1 << 16], out[1 << 16];
   for (int i = 0; i < (1 << 16); i++) v[i] = 1;
   ZT_EXPECT_RC(zccSuccess, zccAllReduce(v, out, 1 << 16, zccFloat, zccSum, comm, NULL));
-  if (rank == 2) {
+  if (rank == nranks - 1) {
     zt_sleep(0.3);
     sh->mark = zt_now();
     raise(SIGKILL);
   }
   rc = zccAllReduce(v, out, 1 << 16, zccFloat, zccSum, comm, NULL);
   double dt = zt_now() - sh->mark;
-  figure("zombie", dt, rc);
+  figure(nranks > 3 ? "zombie-4-ranks" : "zombie", dt, rc);
   zt_log("allreduce with a zombie peer: %s %.3f s after the kill: \"%s\"", zt_rc_name(rc), dt,
          zccGetLastError(comm));
   ZT_CHECK(rc == zccRemoteError, "expected zccRemoteError, got %s", zt_rc_name(rc));
   ZT_CHECK(sh->mark > 0 && dt < LIMIT_S, "error %.2f s after the kill (ZCC_TIMEOUT is 60 s)",
            dt);
   /* Survivors may have to wait for each other's errors before a new comm. */
-  destroy_and_rebuild(comm, rank, 2, "zombie");
+  destroy_and_rebuild(comm, rank, nranks - 1, "zombie");
   return 0;
 }
 
@@ -822,6 +829,134 @@ static int group_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
   return 0;
 }
 
+/* ---- abortrace: zccCommAbort from another thread, racing every phase ---- */
+
+/* When the abort comes, after the victim starts its phases: in the first
+   allreduce, a split, a group, a broadcast, or between calls. */
+static const int abort_ms[] = {0, 1, 2, 4, 7, 12, 20, 35};
+#define ABORT_KINDS ((int)(sizeof(abort_ms) / sizeof(abort_ms[0])))
+#define ABORT_N 4096
+
+/*
+ * One step of the phases every rank runs in turn: an allreduce, a split
+ * (and an allreduce on it), a group of sends and receives around the ring,
+ * a broadcast. Results are checked where the call succeeds; *what names it.
+ */
+static zccResult_t abort_step(zccComm_t comm, int rank, int nranks, int step, const char **what) {
+  static float v[ABORT_N], out[ABORT_N];
+  for (int i = 0; i < ABORT_N; i++) v[i] = (float)(rank + 1);
+  zccResult_t rc = zccSuccess;
+  int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+  switch (step % 4) {
+  case 0:
+    *what = "allreduce";
+    rc = zccAllReduce(v, out, ABORT_N, zccFloat, zccSum, comm, NULL);
+    if (rc == zccSuccess)
+      ZT_CHECK(out[0] == nranks * (nranks + 1) / 2 && out[ABORT_N - 1] == out[0],
+               "allreduce step %d: %g", step, out[0]);
+    break;
+  case 1: {
+    *what = "split";
+    zccComm_t sub = NULL;
+    rc = zccCommSplit(comm, 0, rank, &sub, NULL);
+    if (rc == zccSuccess) {
+      float a = 1, b = 0;
+      zccResult_t r2 = zccAllReduce(&a, &b, 1, zccFloat, zccSum, sub, NULL);
+      /* the split's members are the parent's: a peer's abort can fail this too */
+      if (r2 == zccSuccess) ZT_CHECK(b == nranks, "allreduce on the split: %g", b);
+      zccCommDestroy(sub);
+    }
+    break;
+  }
+  case 2:
+    *what = "group";
+    rc = zccGroupStart();
+    if (rc == zccSuccess) {
+      zccResult_t r1 = zccSend(v, ABORT_N, zccFloat, next, comm, NULL);
+      zccResult_t r2 = zccRecv(out, ABORT_N, zccFloat, prev, comm, NULL);
+      rc = zccGroupEnd();
+      if (rc == zccSuccess) rc = r1 != zccSuccess ? r1 : r2;
+      if (rc == zccSuccess)
+        ZT_CHECK(out[0] == prev + 1 && out[ABORT_N - 1] == prev + 1, "recv step %d: %g", step,
+                 out[0]);
+    }
+    break;
+  default:
+    *what = "broadcast";
+    rc = zccBroadcast(v, out, ABORT_N, zccFloat, step % nranks, comm, NULL);
+    if (rc == zccSuccess) ZT_CHECK(out[0] == step % nranks + 1, "broadcast step %d: %g", step, out[0]);
+    break;
+  }
+  return rc;
+}
+
+static void *thr_abort(void *p) {
+  thr_arg_t *a = p;
+  zt_sleep(abort_ms[sh->kind] / 1000.0);
+  double t0 = zt_now();
+  sh->mark = t0;
+  a->rc = zccCommAbort(a->comm);
+  double dt = zt_now() - t0;
+  figure("abort-racing", dt, a->rc);
+  ZT_CHECK(a->rc == zccSuccess && dt < LIMIT_S, "abort from another thread: %s after %.2f s",
+           zt_rc_name(a->rc), dt);
+  atomic_store(&sh->flag, 1);
+  return NULL;
+}
+
+static int abortrace_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
+  (void)arg;
+  zt_set_tag("[abortrace+%dms %s rank %d]", abort_ms[sh->kind], sh->transport, rank);
+  zccComm_t comm = NULL;
+  zccResult_t rc = zt_comm_init_host(&comm, nranks, id, rank);
+  if (rc != zccSuccess) {
+    zt_fail("init: %s: %s", zt_rc_name(rc), zccGetLastError(NULL));
+    return 1;
+  }
+  const char *what = "";
+  double t0 = zt_now();
+  if (rank == 1) {
+    thr_arg_t d = {.comm = comm};
+    pthread_t t;
+    pthread_create(&t, NULL, thr_abort, &d);
+    int step = 0;
+    /* until a call fails: the one in flight returns within 2 s of the abort,
+       and the next one finds the communicator gone */
+    for (; step < 100000 && zt_now() - t0 < 10; step++) {
+      rc = abort_step(comm, rank, nranks, step, &what);
+      if (rc != zccSuccess) break;
+    }
+    double dt = zt_now() - sh->mark;
+    pthread_join(t, NULL);
+    figure("aborted-call", sh->mark > 0 ? dt : -1, rc);
+    zt_log("%s (step %d) on the aborted comm: %s %.3f s after the abort", what, step,
+           zt_rc_name(rc), dt);
+    ZT_CHECK(rc != zccSuccess && sh->mark > 0 && dt < LIMIT_S,
+             "the call racing the abort: %s %.2f s after it", zt_rc_name(rc), dt);
+    const char *w2;
+    rc = abort_step(comm, rank, nranks, 0, &w2);
+    ZT_CHECK(rc == zccInvalidUsage && strstr(zccGetLastError(NULL), "not a live communicator"),
+             "a call after the abort: %s: %s", zt_rc_name(rc), zccGetLastError(NULL));
+    destroy_and_rebuild(NULL, rank, nranks, "abortrace");
+    return 0;
+  }
+  /* The others run the same steps until one fails because rank 1 is gone. */
+  int step = 0;
+  for (; step < 100000 && zt_now() - t0 < 10; step++) {
+    rc = abort_step(comm, rank, nranks, step, &what);
+    if (rc != zccSuccess) break;
+  }
+  double dt = zt_now() - (atomic_load(&sh->flag) || sh->mark > 0 ? sh->mark : t0);
+  figure("peer-of-aborted-racing", dt, rc);
+  zt_log("%s (step %d) with an aborted peer: %s %.3f s after the abort: \"%s\"", what, step,
+         zt_rc_name(rc), dt, zccGetLastError(comm));
+  ZT_CHECK(rc == zccRemoteError && sh->mark > 0 && dt < LIMIT_S,
+           "%s with an aborted peer: expected zccRemoteError within 2 s of the abort, got %s "
+           "after %.2f s", what, zt_rc_name(rc), dt);
+  destroy_and_rebuild(comm, rank, nranks, "abortrace");
+  return 0;
+}
+
 /* ---- runner ---- */
 
 typedef struct {
@@ -837,6 +972,7 @@ static const fault_case_t cases[] = {
     {"mismatch", mismatch_rank, 2, "20000", MM_KINDS, NULL},
     {"stale", stale_rank, 2, "500", 1, NULL},
     {"zombie", zombie_rank, 3, "60000", 1, NULL},
+    {"zombie4", zombie_rank, 4, "60000", 1, NULL},
     {"initdeath", initdeath_rank, 3, "60000", INITDEATH_KINDS, NULL},
     {"threads", threads_rank, 2, "20000", 1, NULL},
     {"strangers", strangers_rank, 2, "20000", 1, NULL},
@@ -845,6 +981,7 @@ static const fault_case_t cases[] = {
     {"split", split_rank, 3, "20000", 1, NULL},
     {"destroy", destroy_rank, 2, "20000", 1, NULL},
     {"group", group_rank, 2, "20000", 1, NULL},
+    {"abortrace", abortrace_rank, 4, "20000", ABORT_KINDS, NULL},
     {"fullcheck", fullcheck_rank, 2, "20000", 1, "full"},
 };
 
@@ -888,7 +1025,7 @@ static void run_case(const fault_case_t *c, int kind, const char *transport) {
       ZT_CHECK(st >= 0 && WIFSIGNALED(st), "sigstop: the stopped rank's status 0x%x", st);
       g.status[1] = 0;
     }
-    if (strcmp(c->name, "zombie") == 0 || strcmp(c->name, "initdeath") == 0) {
+    if (c->fn == zombie_rank || c->fn == initdeath_rank) {
       /* Reap the survivors first: the victim stays a zombie meanwhile. */
       for (int r = 0; r < c->nranks - 1; r++)
         if (zt_wait_rank(&g, r, 60) < 0) zt_fail("zombie: rank %d did not finish", r);
@@ -919,6 +1056,7 @@ int main(int argc, char **argv) {
         char kind[32] = "";
         if (cases[i].fn == mismatch_rank) snprintf(kind, sizeof(kind), "-%s", mm_names[k]);
         if (cases[i].fn == initdeath_rank) snprintf(kind, sizeof(kind), "+%dms", initdeath_ms[k]);
+        if (cases[i].fn == abortrace_rank) snprintf(kind, sizeof(kind), "+%dms", abort_ms[k]);
         printf("case %s%s over %s: %.2f s\n", cases[i].name, kind, transports[t], zt_now() - t0);
       }
     }
