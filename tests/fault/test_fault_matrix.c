@@ -634,6 +634,11 @@ typedef struct {
   zccComm_t comm;
   float v[8], out[8];
   zccResult_t rc;
+  /* thr_end: after delay_s, destroy or abort (abort) the communicator, as
+     figure `what`; then set sh->flag if set_flag */
+  double delay_s;
+  int abort, set_flag;
+  const char *what;
 } thr_arg_t;
 
 static void *thr_call(void *p) {
@@ -730,16 +735,18 @@ static int split_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
 
 /* ---- destroy from another thread while a call is blocked ---- */
 
-static void *thr_destroy(void *p) {
+/* Another thread ends the communicator (destroy or abort) within 2 s. */
+static void *thr_end(void *p) {
   thr_arg_t *a = p;
-  zt_sleep(0.3);
+  zt_sleep(a->delay_s);
   double t0 = zt_now();
   sh->mark = t0;
-  a->rc = zccCommDestroy(a->comm);
+  a->rc = a->abort ? zccCommAbort(a->comm) : zccCommDestroy(a->comm);
   double dt = zt_now() - t0;
-  figure("destroy-other-thread", dt, a->rc);
-  ZT_CHECK(a->rc == zccSuccess && dt < LIMIT_S, "destroy from another thread: %s after %.2f s",
-           zt_rc_name(a->rc), dt);
+  figure(a->what, dt, a->rc);
+  ZT_CHECK(a->rc == zccSuccess && dt < LIMIT_S, "%s from another thread: %s after %.2f s",
+           a->abort ? "abort" : "destroy", zt_rc_name(a->rc), dt);
+  if (a->set_flag) atomic_store(&sh->flag, 1);
   return NULL;
 }
 
@@ -754,9 +761,9 @@ static int destroy_rank(int rank, int nranks, const zccUniqueId *id, void *arg) 
   }
   float v[8] = {1, 1, 1, 1, 1, 1, 1, 1}, out[8];
   if (rank == 0) {
-    thr_arg_t d = {.comm = comm};
+    thr_arg_t d = {.comm = comm, .delay_s = 0.3, .what = "destroy-other-thread"};
     pthread_t t;
-    pthread_create(&t, NULL, thr_destroy, &d);
+    pthread_create(&t, NULL, thr_end, &d);
     rc = zccAllReduce(v, out, 8, zccFloat, zccSum, comm, NULL);
     double dt = zt_now() - sh->mark;
     figure("blocked-call-after-destroy", dt, rc);
@@ -890,20 +897,6 @@ static zccResult_t abort_step(zccComm_t comm, int rank, int nranks, int step, co
   return rc;
 }
 
-static void *thr_abort(void *p) {
-  thr_arg_t *a = p;
-  zt_sleep(abort_ms[sh->kind] / 1000.0);
-  double t0 = zt_now();
-  sh->mark = t0;
-  a->rc = zccCommAbort(a->comm);
-  double dt = zt_now() - t0;
-  figure("abort-racing", dt, a->rc);
-  ZT_CHECK(a->rc == zccSuccess && dt < LIMIT_S, "abort from another thread: %s after %.2f s",
-           zt_rc_name(a->rc), dt);
-  atomic_store(&sh->flag, 1);
-  return NULL;
-}
-
 static int abortrace_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
   (void)arg;
   zt_set_tag("[abortrace+%dms %s rank %d]", abort_ms[sh->kind], sh->transport, rank);
@@ -916,9 +909,10 @@ static int abortrace_rank(int rank, int nranks, const zccUniqueId *id, void *arg
   const char *what = "";
   double t0 = zt_now();
   if (rank == 1) {
-    thr_arg_t d = {.comm = comm};
+    thr_arg_t d = {.comm = comm, .delay_s = abort_ms[sh->kind] / 1000.0, .abort = 1,
+                   .set_flag = 1, .what = "abort-racing"};
     pthread_t t;
-    pthread_create(&t, NULL, thr_abort, &d);
+    pthread_create(&t, NULL, thr_end, &d);
     int step = 0;
     /* until a call fails: the one in flight returns within 2 s of the abort,
        and the next one finds the communicator gone */
