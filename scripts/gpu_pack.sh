@@ -22,7 +22,7 @@ if [ -z "${ZCC_PACK_BUILD:-}" ]; then
 fi
 cmake --build $b -j"$(nproc)" --target zcc allreduce_perf broadcast_perf reduce_perf \
   allgather_perf reducescatter_perf alltoall_perf sendrecv_perf test_gpu_colls test_gpu_kernels \
-  gpu_membw zcc_nccl nccl_gpu test_gpu_hostmem test_gpu_shm_limits
+  gpu_membw zcc_nccl nccl_gpu test_gpu_hostmem test_gpu_shm_limits zcc_topo
 d=.devcarry
 rm -rf $d
 mkdir -p $d/bin $d/lib
@@ -30,7 +30,7 @@ cp -L $b/src/libzcc.so.0 $d/lib/
 ln -s libzcc.so.0 $d/lib/libzcc.so
 only=${ZCC_PACK_ONLY:-}
 for t in allreduce_perf broadcast_perf reduce_perf allgather_perf reducescatter_perf \
-         alltoall_perf sendrecv_perf gpu_membw; do
+         alltoall_perf sendrecv_perf gpu_membw zcc_topo; do
   [ "$only" = nccl ] && break
   cp $b/tools/$t $d/bin/ 2>/dev/null || cp $b/tools/*/$t $d/bin/ 2>/dev/null || true
 done

@@ -40,7 +40,7 @@
 #              connections (via p2p, through the transport table), its plan and
 #              decision table at creation (INFO TUNING), and the refusals:
 #              ZCC_P2P_DISABLE=1 ZCC_SHM_DISABLE=1 (names the pair), ZCC_ALGO=hier, ZCC_PROTO=ll128 (name
-#              what can run); ZCC_TOPO_MEASURE=1 on a GPU
+#              what can run); ZCC_TOPO_MEASURE=1 on a GPU, and zcc_topo --measure-gpu (p2p, shm)
 #   hostmem    pinned (cudaHostAlloc, cudaHostRegister) and managed buffers on a GPU
 #              communicator of 2 ranks on one GPU, exact; pageable and freed refused
 #   gshm       the shm transport for GPU communicators (ZCC_P2P_DISABLE=1: windows in
@@ -300,6 +300,8 @@ for phase in "$@"; do
       -b 8 -e 64M -f 8 -g 2 --share-gpus 1 -w 2 -n 5 -c 1
     run plan-measure 120 env ZCC_TOPO_MEASURE=1 ZCC_DEBUG=INFO ZCC_DEBUG_SUBSYS=TUNING \
       "$bin/allreduce_perf" -b 8 -e 8 -g 2 --share-gpus 1 -w 1 -n 1 -c 1
+    expect_line plan-topo-measure "measured" "$bin/zcc_topo" --measure-gpu
+    expect_line plan-topo-measure-shm "measured" env ZCC_P2P_DISABLE=1 "$bin/zcc_topo" --measure-gpu
     expect_refusal plan-p2p-off "no transport can connect GPU rank" env ZCC_P2P_DISABLE=1 ZCC_SHM_DISABLE=1 \
       "$bin/allreduce_perf" -b 8 -e 8 -g 2 --share-gpus 1 -w 0 -n 1
     expect_refusal plan-hier "ZCC_ALGO=hier" env ZCC_ALGO=hier \

@@ -26,7 +26,8 @@
 static void usage(FILE *f) {
   fprintf(f,
           "usage: zcc_topo [--file FILE] [--ranks LIST | --gpus] [--json | --dot | --params]\n"
-          "                [--paths all] [--no-plan] [--measure] [--explain SIZE [--coll NAME]]\n"
+          "                [--paths all] [--no-plan] [--measure] [--measure-gpu]\n"
+          "                [--explain SIZE [--coll NAME]]\n"
           "  --file FILE   load a saved graph (as ZCC_TOPO_FILE does) instead of detecting\n"
           "  --ranks LIST  plan for ranks on these GPUs, e.g. 0-7 or 0,2,4-6, counted in graph\n"
           "                order over all hosts (CPU nodes when there is no GPU)\n"
@@ -41,7 +42,9 @@ static void usage(FILE *f) {
           "                ranks: the choice, every candidate's predicted time, why the others\n"
           "                cannot run, and the links ring 0 crosses (--coll: allreduce default)\n"
           "  --measure     measure the host link class as ZCC_TOPO_MEASURE=1 does (two ranks\n"
-          "                of this process) and show it beside the table's figures\n");
+          "                of this process) and show it beside the table's figures\n"
+          "  --measure-gpu the same for two GPU ranks of this process on GPU 0 (the link class\n"
+          "                ranks sharing a GPU get: p2p, or GPU shm with ZCC_P2P_DISABLE=1)\n");
 }
 
 static int parse_list(const char *s, int max, int *out, int cap) {
@@ -210,32 +213,36 @@ static void print_plan(const zcc_planner_t *p) {
 }
 
 /*
- * --measure: what ZCC_TOPO_MEASURE=1 measures at communicator creation, on
- * two host ranks of this process, beside the table's figures, and the
- * allreduce choices each gives.
+ * --measure (--measure-gpu): what ZCC_TOPO_MEASURE=1 measures at communicator
+ * creation, on two host ranks of this process (two ranks on GPU 0), beside
+ * the table's figures, and the allreduce choices each gives.
  */
-static int print_measure(void) {
+static int print_measure(int gpu) {
   setenv("ZCC_TOPO_MEASURE", "1", 1);
-  setenv("ZCC_DEVICE", "host", 1);
+  setenv("ZCC_DEVICE", gpu ? "cuda" : "host", 1);
   zcc_param_reload();
   zccComm_t comms[2];
-  if (zccCommInitAll(comms, 2, NULL) != zccSuccess) {
-    fprintf(stderr, "zcc_topo: --measure: %s\n", zccGetLastError(NULL));
+  const int on_gpu0[2] = {0, 0};
+  if (zccCommInitAll(comms, 2, gpu ? on_gpu0 : NULL) != zccSuccess) {
+    fprintf(stderr, "zcc_topo: %s: %s\n", gpu ? "--measure-gpu" : "--measure",
+            zccGetLastError(NULL));
     return 1;
   }
   zcc_select_ctx_t m = comms[0]->select->ctx, t = m;
   t.measured = 0;
   double ta, tb;
   zcc_select_link_table(&t, &ta, &tb);
-  printf("link class %s (2 host ranks of this process):\n", zcc_topo_class_name(m.link_class));
+  printf("link class %s (2 %s ranks of this process):\n", zcc_topo_class_name(m.link_class),
+         gpu ? "GPU 0" : "host");
   printf("  %-9s %10s %10s\n", "", "latency", "bandwidth");
   printf("  %-9s %7.2f us %5.2f GB/s\n", "table", ta, tb);
   printf("  %-9s %7.2f us %5.2f GB/s\n", "measured", m.alpha_us, m.bw_gbs);
   printf("allreduce on 2 ranks:  %11s  %-26s %s\n", "bytes", "table", "measured");
   for (size_t b = 8; b <= ((size_t)64 << 20); b *= 8) {
     zcc_choice_t ct, cm;
-    if (zcc_select(&t, ZCC_COLL_ALLREDUCE, b, 0, &ct) != zccSuccess ||
-        zcc_select(&m, ZCC_COLL_ALLREDUCE, b, 0, &cm) != zccSuccess) {
+    /* GPU: unregistered buffers (staged), as allreduce_perf's */
+    if (zcc_select(&t, ZCC_COLL_ALLREDUCE, b, gpu, &ct) != zccSuccess ||
+        zcc_select(&m, ZCC_COLL_ALLREDUCE, b, gpu, &cm) != zccSuccess) {
       fprintf(stderr, "zcc_topo: %s\n", zcc_last_error());
       break;
     }
@@ -285,6 +292,7 @@ int main(int argc, char **argv) {
       {"dot", no_argument, 0, 'd'},        {"params", no_argument, 0, 'p'},
       {"paths", required_argument, 0, 'a'}, {"no-plan", no_argument, 0, 'n'},
       {"measure", no_argument, 0, 'm'},    {"help", no_argument, 0, 'h'},
+      {"measure-gpu", no_argument, 0, 'G'},
       {"explain", required_argument, 0, 'x'}, {"coll", required_argument, 0, 'c'},
       {0, 0, 0, 0}};
   const char *file = NULL, *ranks = NULL;
@@ -307,6 +315,7 @@ int main(int argc, char **argv) {
       break;
     case 'n': plan = 0; break;
     case 'm': measure = 1; break;
+    case 'G': measure = 2; break;
     case 'x': explain = optarg; break;
     case 'c': coll_name = optarg; break;
     case 'h': usage(stdout); return 0;
@@ -322,7 +331,7 @@ int main(int argc, char **argv) {
     print_params();
     return 0;
   }
-  if (measure) return print_measure();
+  if (measure) return print_measure(measure == 2);
   zcc_topo_t *g;
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
