@@ -75,7 +75,7 @@ typedef struct {
 #define GPU_PINGS 50
 #define GPU_PROBES 10
 
-/* What rank 0 measured: every rank's choices follow it. */
+/* What rank 0 measured (its record's peer is >= 0): every rank's choices follow it. */
 static zccResult_t take_rank0(struct zccComm *comm, measured_t *mine) {
   measured_t *all = calloc((size_t)comm->nranks, sizeof(*all));
   if (!all) return zcc_error(zccSystemError, "init: out of memory");
@@ -105,7 +105,8 @@ static zccResult_t gpu_measure(struct zccComm *comm) {
     return zcc_error(zccInternalError, "init: this build's GPU face has no link probe");
   ZCC_CHECK(comm->dev->probe(comm, sa, sp, 8, GPU_PINGS, &t_small));
   ZCC_CHECK(comm->dev->probe(comm, ba, bp, PROBE_BYTES, GPU_PROBES, &t_big));
-  measured_t m = {t_small, t_big, comm->rank == 0 ? 0 : 1, 0};
+  /* rank 0's two times travel in the record's figure fields */
+  measured_t m = {t_small, t_big, comm->rank == 0 ? 0 : -1, 0};
   ZCC_CHECK(take_rank0(comm, &m));
   t_small = m.alpha_us;
   t_big = m.bw_gbs;
@@ -146,10 +147,8 @@ zccResult_t zcc_comm_measure(struct zccComm *comm) {
         peer = r;
         break;
       }
-  measured_t *all = calloc((size_t)comm->nranks, sizeof(*all));
   char *big = NULL;
   zccResult_t res = zccSuccess;
-  if (!all) return zcc_error(zccSystemError, "init: out of memory");
   measured_t mine = {0, 0, -1, 0};
   if (comm->rank == 0 || comm->rank == peer) {
     big = malloc(PROBE_BYTES);
@@ -179,16 +178,10 @@ zccResult_t zcc_comm_measure(struct zccComm *comm) {
     if (one_way < 1) one_way = 1;
     mine = (measured_t){alpha, (double)PROBE_BYTES / one_way / 1e3, peer, 0};
   }
-  all[comm->rank] = mine;
-  ZCC_CHECK_GOTO(zcc_bootstrap_allgather(comm->bootstrap, all, sizeof(*all), comm->timeout_ms),
-                 res, done);
-  if (all[0].peer != peer) {
-    res = zcc_error(zccInternalError, "init: the link probe's figures did not arrive");
-    goto done;
-  }
+  ZCC_CHECK_GOTO(take_rank0(comm, &mine), res, done);
   c->measured = 1;
-  c->alpha_us = all[0].alpha_us;
-  c->bw_gbs = all[0].bw_gbs;
+  c->alpha_us = mine.alpha_us;
+  c->bw_gbs = mine.bw_gbs;
   double ta, tb;
   zcc_select_link_table(c, &ta, &tb);
   ZCC_INFO(TUNING, "comm %s rank %d: link class %s measured between ranks 0 and %d: %.2f us "
@@ -196,6 +189,5 @@ zccResult_t zcc_comm_measure(struct zccComm *comm) {
            zcc_topo_class_name(c->link_class), peer, c->alpha_us, c->bw_gbs, ta, tb);
 done:
   free(big);
-  free(all);
   return res;
 }

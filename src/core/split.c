@@ -168,7 +168,7 @@ zccResult_t zccCommSplit(zccComm_t comm, int color, int key, zccComm_t *newcomm,
            comm->rank, color, key, newrank, m);
   split_watch_t w = {comm->bootstrap, members, m, comm->rank, 0, 0, -1};
   pthread_t wt;
-  int watching = pthread_create(&wt, NULL, split_watch, &w) == 0;
+  int watching = m > 1 && pthread_create(&wt, NULL, split_watch, &w) == 0;
   res = zcc_comm_init_watched(newcomm, m, &sid.id, newrank, config, fn, watching ? &w.stop : NULL);
   if (watching) {
     atomic_store(&w.done, 1);

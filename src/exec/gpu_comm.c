@@ -44,6 +44,7 @@
 #include "gpu.h"
 #include "param.h"
 #include "planner.h"
+#include "socket.h"
 #include "transport.h"
 
 ZCC_PARAM_INT(gpu_buffsize, "GPU_BUFFSIZE", 64 << 20,
@@ -267,27 +268,27 @@ static zccResult_t conns_plan(struct zccComm *comm, zcc_gpu_t *g) {
   g->conns->rank = comm->rank;
   g->conns->nslots = (int)slots;
   g->conns->slot_bytes = (size_t)bytes / (size_t)slots / 16 * 16;
-  /* Every channel's ring (checked here, before anything is allocated), and
-     a hash of them all that every rank must share (check_layout). */
-  int *order = malloc(sizeof(int) * (size_t)n);
-  if (!order) return zcc_error(zccSystemError, "init: out of memory");
-  uint64_t h = 1469598103934665603ull;
-  zccResult_t res = zccSuccess;
-  for (int c = 0; c < nch && res == zccSuccess; c++) {
-    res = zcc_planner_channel_ring(comm->planner, n, c, order, &g->rings_source);
-    for (int i = 0; i < n && res == zccSuccess; i++) h = (h ^ (uint64_t)order[i]) * 1099511628211ull;
-    if (res == zccSuccess && c == 0 && zcc_log_enabled(ZCC_LOG_INFO, ZCC_TUNING)) {
-      char buf[256];
-      size_t len = 0;
-      for (int i = 0; i < n && len + 16 < sizeof(buf); i++)
-        len += (size_t)snprintf(buf + len, sizeof(buf) - len, "%s%d", i ? " " : "", order[i]);
-      ZCC_INFO(TUNING, "comm %s rank %d: connectors: %d channel(s), rings from %s; channel 0: "
-               "%s (its tree a chain along it)", comm->name, comm->rank, nch, g->rings_source, buf);
-    }
+  /* Every channel's ring, into the table conns_bind completes (checked
+     here, before anything is allocated), and a hash of them all that every
+     rank must share (check_layout). */
+  uint64_t h = ZCC_FNV_OFFSET;
+  const char *source = "";
+  for (int c = 0; c < nch; c++) {
+    int *order = g->conns->ch[c].ring_rank;
+    ZCC_CHECK(zcc_planner_channel_ring(comm->planner, n, c, order, &source));
+    h = zcc_fnv1a(h, order, sizeof(int) * (size_t)n);
   }
-  free(order);
   g->rings_hash = h;
-  return res;
+  if (zcc_log_enabled(ZCC_LOG_INFO, ZCC_TUNING)) {
+    char buf[256];
+    size_t len = 0;
+    for (int i = 0; i < n && len + 16 < sizeof(buf); i++)
+      len += (size_t)snprintf(buf + len, sizeof(buf) - len, "%s%d", i ? " " : "",
+                              g->conns->ch[0].ring_rank[i]);
+    ZCC_INFO(TUNING, "comm %s rank %d: connectors: %d channel(s), rings from %s; channel 0: "
+             "%s (its tree a chain along it)", comm->name, comm->rank, nch, source, buf);
+  }
+  return zccSuccess;
 }
 
 /* Window bytes of the connector part (its flags and FIFOs). */
@@ -339,8 +340,8 @@ static void conn_send(const zcc_gpu_t *g, int c, int me, int j, int to, int i,
 
 /*
  * The connectors of every channel, once the windows are mapped: the
- * channel's ring (zcc_planner_channel_ring: ZCC_RINGS, the planner's
- * rings, or rank order), and a chain along it as the tree (rooted at the
+ * channel's ring (conns_plan took it from zcc_planner_channel_ring:
+ * ZCC_RINGS, the planner's rings, or rank order), and a chain along it as the tree (rooted at the
  * ring's first rank on even channels, at its last on odd ones, so the two
  * halves of the channels put their roots at opposite ends). Copied to
  * device memory for the kernels.
@@ -350,8 +351,7 @@ static zccResult_t conns_bind(struct zccComm *comm, zcc_gpu_t *g) {
   int n = comm->nranks, me = comm->rank;
   for (int c = 0; c < t->nchannels; c++) {
     zcc_dev_channel_t *ch = &t->ch[c];
-    ch->flags = conn_line(g, me, c, 0);
-    ZCC_CHECK(zcc_planner_channel_ring(comm->planner, n, c, ch->ring_rank, NULL));
+    ch->flags = conn_line(g, me, c, 0); /* ch->ring_rank: conns_plan's */
     int pos = 0;
     for (int q = 0; q < n; q++)
       if (ch->ring_rank[q] == me) pos = q;

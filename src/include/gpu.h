@@ -93,9 +93,8 @@ typedef struct zcc_gpu {
   /* ZCC_P2P_DIRECT_DISABLE=1: send/receive and all-to-all run over the
      per-peer connectors (zcc_dev_conn_p2p) instead of the p2p outboxes. */
   int p2p_conn;
-  /* The channels' rings (zcc_planner_channel_ring): where they came from,
-     and a hash of them all (every rank must run the same). */
-  const char *rings_source;
+  /* A hash of the channels' rings (conns->ch[].ring_rank): every rank must
+     run the same. */
   uint64_t rings_hash;
   /* The link probe (zcc_gpu_probe) runs its allreduces as this, not as chosen. */
   int force_on;

@@ -104,6 +104,15 @@ int zcc_socket_auth_server_step(int fd, zcc_auth_server_state_t *st,
 
 void zcc_socket_close(int *fd);
 
+/* FNV-1a: a quick 64-bit hash of bytes, chained from h (start with
+   ZCC_FNV_OFFSET); for comparing layouts and graphs, not for security. */
+#define ZCC_FNV_OFFSET 1469598103934665603ull
+static inline uint64_t zcc_fnv1a(uint64_t h, const void *p, size_t n) {
+  const unsigned char *c = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
+  return h;
+}
+
 /* Cryptographic helpers (src/misc/sha256.c). */
 void zcc_sha256(const void *data, size_t bytes, uint8_t out[32]);
 void zcc_hmac_sha256(const uint8_t *key, size_t key_bytes, const void *data,

@@ -18,14 +18,9 @@
 
 #include "check.h"
 #include "debug.h"
+#include "socket.h"
 #include "topo.h"
 
-/* FNV-1a over the host's nodes and links, names of the host excluded. */
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-  const unsigned char *c = p;
-  for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
-  return h;
-}
 
 typedef struct host_links {
   int *off; /* [nhosts + 1] */
@@ -69,25 +64,26 @@ static int local_of(const zcc_topo_t *g, int h, int node) {
   return g->nodes[node].host == h ? node - g->hosts[h].first : -1 - node;
 }
 
+/* FNV-1a over the host's nodes and links, names of the host excluded. */
 static uint64_t host_hash(const zcc_topo_t *g, const host_links_t *hl, int h) {
   const zcc_topo_host_t *host = &g->hosts[h];
-  uint64_t x = 1469598103934665603ull;
-  x = fnv(x, &host->nnodes, sizeof(int));
+  uint64_t x = ZCC_FNV_OFFSET;
+  x = zcc_fnv1a(x, &host->nnodes, sizeof(int));
   for (int i = host->first; i < host->first + host->nnodes; i++) {
     const zcc_topo_node_t *n = &g->nodes[i];
-    x = fnv(x, &n->kind, sizeof(n->kind));
-    x = fnv(x, n->id, strlen(n->id));
-    x = fnv(x, n->bus, strlen(n->bus));
+    x = zcc_fnv1a(x, &n->kind, sizeof(n->kind));
+    x = zcc_fnv1a(x, n->id, strlen(n->id));
+    x = zcc_fnv1a(x, n->bus, strlen(n->bus));
     int ints[4] = {n->dev, n->package, n->arch, n->net};
-    x = fnv(x, ints, sizeof(ints));
-    x = fnv(x, &n->speed, sizeof(double));
+    x = zcc_fnv1a(x, ints, sizeof(ints));
+    x = zcc_fnv1a(x, &n->speed, sizeof(double));
   }
   for (int k = hl->off[h]; k < hl->off[h + 1]; k++) {
     const zcc_topo_link_t *l = &g->links[hl->idx[k]];
     int v[5] = {local_of(g, h, l->a), local_of(g, h, l->b), l->type, l->gen, l->width};
-    x = fnv(x, v, sizeof(v));
-    x = fnv(x, &l->bw, sizeof(double));
-    x = fnv(x, &l->lat, sizeof(double));
+    x = zcc_fnv1a(x, v, sizeof(v));
+    x = zcc_fnv1a(x, &l->bw, sizeof(double));
+    x = zcc_fnv1a(x, &l->lat, sizeof(double));
   }
   return x;
 }
