@@ -49,6 +49,8 @@
 #              graph replays, the log naming shm, /dev/shm left empty; then the
 #              pinned-host ceilings (gpu_membw -m host) and allreduce over GPU shm,
 #              each algorithm forced, 8 B..GSHM_MAX (default 256M), in graphs
+#   stamps     op stamps: GPU times (flight recorder, trace), a stuck kernel's ZCC_TIMEOUT, cost
+#   probe-san  memcheck: the 4 MiB push eagerly, and the link probe (ZCC_TOPO_MEASURE) with COLL logs
 #   share-san  compute-sanitizer memcheck and racecheck, 2 ranks, ring and tree, quick;
 #              send/receive, alltoall and reduce(-scatter) with ZCC_P2P_DIRECT_DISABLE=1
 #   push-check the push allreduce's correctness: the matrix over p2p (2, 3, 4 ranks, 2
@@ -426,6 +428,38 @@ for phase in "$@"; do
     run v2-measure-memcheck ${MEASURE_SAN_TIMEOUT:-300} env ZCC_TOPO_MEASURE=1 compute-sanitizer --tool memcheck --error-exitcode 9 \
       "${ar1[@]}" -g 2
     left=$(ls /dev/shm 2>/dev/null | grep -c zcc-gw); note "verify2: /dev/shm holds $left zcc-gw segment(s) after the runs"
+    ;;
+  stamps)
+    # Op stamps: GPU times in the flight recorder and the trace, the watchdog's ZCC_TIMEOUT
+    # for a kernel whose peer never comes (its dump names it), and what the stamps cost.
+    tc="$bin/test_gpu_colls"
+    run st-n2 300 env ZCC_TIMEOUT=20000 "$tc" --ranks 2 --layout both --only stamps
+    run st-gshm-n3 300 env ZCC_TIMEOUT=20000 ZCC_P2P_DISABLE=1 "$tc" --ranks 3 --layout threads \
+      --only stamps
+    run st-ring-n3 300 env ZCC_TIMEOUT=20000 ZCC_ALGO=ring "$tc" --ranks 3 --layout threads --only stamps
+    mkdir -p "$OUT/fr"
+    run stuck-n2 300 env ZCC_TIMEOUT=3000 ZCC_FLIGHT_RECORDER_FILE="$OUT/fr/stuck.%p.%r.json" "$tc" \
+      --ranks 2 --layout both --only stuck
+    run stuck-gshm-n2 300 env ZCC_TIMEOUT=3000 ZCC_P2P_DISABLE=1 "$tc" --ranks 2 --layout both --only stuck
+    run stuck-n4 300 env ZCC_TIMEOUT=3000 "$tc" --ranks 4 --layout threads --only stuck
+    run st-trace 300 python3 "$root/tests/trace/test_trace.py" gpu --driver "$bin/allreduce_perf" \
+      --tool "$root/tools/zcc_trace"
+    for i in 1 2 3; do
+      for on in 0 1; do
+        run "st-cost-eager-$on-$i" 120 env ZCC_GPU_STAMPS=$on "$bin/allreduce_perf" -g 2 --share-gpus 1 \
+          -b 8 -e 8 -w 200 -n 3000 -c 0
+        run "st-cost-graph-$on-$i" 120 env ZCC_GPU_STAMPS=$on "$bin/allreduce_perf" -g 2 --share-gpus 1 \
+          -b 8 -e 8 -w 20 -G 2000 -c 0
+      done
+    done
+    ;;
+  probe-san)
+    # The link probe under memcheck: is it the 4 MiB push (eager, no probe) or the probe's graphs?
+    ar1=("$bin/allreduce_perf" --share-gpus 1 -w 1 -n 1 -c 1 -g 2)
+    run probe-san-push4m ${PROBE_SAN_TIMEOUT:-100} compute-sanitizer --tool memcheck --error-exitcode 9 \
+      "${ar1[@]}" -b 4M -e 4M
+    run probe-san-measure ${PROBE_SAN_TIMEOUT:-100} env ZCC_TOPO_MEASURE=1 ZCC_DEBUG=INFO \
+      ZCC_DEBUG_SUBSYS=INIT,COLL compute-sanitizer --tool memcheck --error-exitcode 9 "${ar1[@]}" -b 8 -e 8
     ;;
   share-san)
     for a in ring tree; do

@@ -160,8 +160,9 @@ void zcc_comm_set_error_msg(struct zccComm *comm, zccResult_t res, const char *m
 void zcc_comm_free(struct zccComm *comm) {
   if (!comm) return;
   zcc_plan_release_spare(comm);
-  zcc_trace_comm_free(comm);
+  /* The GPU side first: it writes the trace's last GPU spans once the device is idle. */
   if (comm->dev) comm->dev->free(comm);
+  zcc_trace_comm_free(comm);
   /* The bootstrap first: a peer waiting in a control operation (a split,
      an init) learns at once that this rank is gone, not after the
      transports' lingering delivery of failure records. */

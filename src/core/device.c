@@ -33,6 +33,7 @@ static const zcc_device_ops_t cuda_ops = {
     .reg = zcc_gpu_register,
     .dereg = zcc_gpu_deregister,
     .probe = zcc_gpu_probe,
+    .op_times = zcc_gpu_op_times,
 };
 
 const zcc_device_ops_t *zcc_device_cuda(void) { return &cuda_ops; }

@@ -163,6 +163,7 @@ static zccResult_t run_coll(zcc_coll_args_t *a, zccComm_t comm, zccStream_t stre
        end times are for the device side to add. */
     uint64_t tid = zcc_trace_enqueue(comm, a->coll, a->count, a->count * zcc_type_size(a->type),
                                      a->type, a->op, trace_root, -1);
+    a->op_id = tid;
     res = comm->dev->coll(comm, a, stream, fn);
     zcc_trace_finish_id(comm, tid, res);
     goto fail;
@@ -207,40 +208,40 @@ fail:
 zccResult_t zccAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                          zccDataType_t datatype, zccRedOp_t op, zccComm_t comm,
                          zccStream_t stream) {
-  zcc_coll_args_t a = {ZCC_COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0, 0, 0, NULL, 0};
+  zcc_coll_args_t a = {ZCC_COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0, 0, 0, NULL, 0, 0};
   return run_coll(&a, comm, stream, "zccAllReduce");
 }
 
 zccResult_t zccBroadcast(const void *sendbuff, void *recvbuff, size_t count,
                          zccDataType_t datatype, int root, zccComm_t comm,
                          zccStream_t stream) {
-  zcc_coll_args_t a = {ZCC_COLL_BROADCAST, sendbuff, recvbuff, count, datatype, zccSum, root, 0, 0, NULL, 0};
+  zcc_coll_args_t a = {ZCC_COLL_BROADCAST, sendbuff, recvbuff, count, datatype, zccSum, root, 0, 0, NULL, 0, 0};
   return run_coll(&a, comm, stream, "zccBroadcast");
 }
 
 zccResult_t zccReduce(const void *sendbuff, void *recvbuff, size_t count,
                       zccDataType_t datatype, zccRedOp_t op, int root, zccComm_t comm,
                       zccStream_t stream) {
-  zcc_coll_args_t a = {ZCC_COLL_REDUCE, sendbuff, recvbuff, count, datatype, op, root, 0, 0, NULL, 0};
+  zcc_coll_args_t a = {ZCC_COLL_REDUCE, sendbuff, recvbuff, count, datatype, op, root, 0, 0, NULL, 0, 0};
   return run_coll(&a, comm, stream, "zccReduce");
 }
 
 zccResult_t zccAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
                          zccDataType_t datatype, zccComm_t comm, zccStream_t stream) {
-  zcc_coll_args_t a = {ZCC_COLL_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, zccSum, 0, 0, 0, NULL, 0};
+  zcc_coll_args_t a = {ZCC_COLL_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, zccSum, 0, 0, 0, NULL, 0, 0};
   return run_coll(&a, comm, stream, "zccAllGather");
 }
 
 zccResult_t zccReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
                              zccDataType_t datatype, zccRedOp_t op, zccComm_t comm,
                              zccStream_t stream) {
-  zcc_coll_args_t a = {ZCC_COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, 0, 0, 0, NULL, 0};
+  zcc_coll_args_t a = {ZCC_COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, 0, 0, 0, NULL, 0, 0};
   return run_coll(&a, comm, stream, "zccReduceScatter");
 }
 
 zccResult_t zccAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
                         zccDataType_t datatype, zccComm_t comm, zccStream_t stream) {
-  zcc_coll_args_t a = {ZCC_COLL_ALLTOALL, sendbuff, recvbuff, count, datatype, zccSum, 0, 0, 0, NULL, 0};
+  zcc_coll_args_t a = {ZCC_COLL_ALLTOALL, sendbuff, recvbuff, count, datatype, zccSum, 0, 0, 0, NULL, 0, 0};
   return run_coll(&a, comm, stream, "zccAlltoAll");
 }
 
@@ -268,11 +269,9 @@ static zccResult_t run_p2p(int is_recv, void *buf, size_t count, zccDataType_t t
     goto fail;
   }
   if (comm->dev) {
-    zcc_gpu_p2p_op_t op = {buf, bytes, peer, is_recv, stream};
-    zcc_trace_finish_id(comm,
-                        zcc_trace_enqueue(comm, ZCC_COLL_SENDRECV, count, bytes, type, zccSum,
-                                          peer, -1),
-                        zccSuccess);
+    zcc_gpu_p2p_op_t op = {buf, bytes, peer, is_recv, stream, 0};
+    op.op_id = zcc_trace_enqueue(comm, ZCC_COLL_SENDRECV, count, bytes, type, zccSum, peer, -1);
+    zcc_trace_finish_id(comm, op.op_id, zccSuccess);
     if (zcc_group_active()) {
       int kept = 0;
       res = zcc_group_gpu_p2p_add(comm, &op, &kept);

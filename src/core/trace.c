@@ -26,6 +26,7 @@
 #include "coll.h"
 #include "comm.h"
 #include "debug.h"
+#include "devops.h"
 #include "group.h"
 #include "param.h"
 #include "reduce.h"
@@ -578,22 +579,32 @@ static void make_prefix(struct zccComm *comm, zcc_trace_t *t) {
 
 #define EVENT_MAX 8192
 
-/* One complete event for a finished record. */
-static void trace_event(struct zccComm *comm, const zcc_op_rec_t *r) {
+/* The thread id of a communicator's GPU spans in the trace (its host
+   events use the rank; markers 100000 + rank). */
+#define TRACE_GPU_TID 200000
+
+/* One complete event for a finished record; gpu_span: the GPU's span of a
+   GPU op (its stamps), else the host's. */
+static void trace_event_as(struct zccComm *comm, const zcc_op_rec_t *r, int gpu_span) {
   zcc_trace_t *t = comm->trace;
   char ev[EVENT_MAX], tps[32];
   transports_text(r->transports, tps, sizeof(tps));
   int64_t start = r->t_start_ns ? r->t_start_ns : r->t_enqueue_ns;
   int64_t end = r->t_end_ns ? r->t_end_ns : start;
+  if (gpu_span) {
+    start = r->gpu_start_ns;
+    end = r->gpu_end_ns;
+  }
   int p2p = r->coll == ZCC_COLL_SENDRECV;
   const char *coll = zcc_coll_name((zcc_coll_t)r->coll);
   char *p = ev;
   p = PUT_LIT(p, "{\"name\":\"");
   p = put_s(p, coll);
-  p = PUT_LIT(p, "\",\"cat\":\"zcc\",\"ph\":\"X\",\"pid\":");
+  p = put_s(p, gpu_span ? "\",\"cat\":\"zcc_gpu\",\"ph\":\"X\",\"pid\":"
+                        : "\",\"cat\":\"zcc\",\"ph\":\"X\",\"pid\":");
   p = put_i(p, t->file->pid);
   p = PUT_LIT(p, ",\"tid\":");
-  p = put_i(p, comm->rank);
+  p = put_i(p, gpu_span ? TRACE_GPU_TID + comm->rank : comm->rank);
   p = PUT_LIT(p, ",\"ts\":");
   p = put_us(p, wall_ns(start));
   p = PUT_LIT(p, ",\"dur\":");
@@ -625,6 +636,12 @@ static void trace_event(struct zccComm *comm, const zcc_op_rec_t *r) {
   p = put_s(p, r->gpu ? ",\"gpu\":1,\"enqueue_us\":"
                       : ",\"gpu\":0,\"enqueue_us\":");
   p = put_us(p, wall_ns(r->t_enqueue_ns));
+  if (r->gpu) {
+    p = PUT_LIT(p, ",\"gpu_start_us\":");
+    p = put_us(p, wall_ns(r->gpu_start_ns));
+    p = PUT_LIT(p, ",\"gpu_end_us\":");
+    p = put_us(p, wall_ns(r->gpu_end_ns));
+  }
   p = PUT_LIT(p, ",\"wait_us\":");
   p = put_us(p, r->wait_ns);
   p = PUT_LIT(p, ",\"wait_peer\":");
@@ -651,6 +668,43 @@ static void trace_event(struct zccComm *comm, const zcc_op_rec_t *r) {
   pthread_mutex_unlock(&files_lock);
 }
 
+static void trace_event(struct zccComm *comm, const zcc_op_rec_t *r) {
+  trace_event_as(comm, r, 0);
+}
+
+/* GPU: the spans of the ops from t->gpu_next up to (not including) `upto`
+   whose stamps say they are done, in order; an op still running stops the
+   walk (its successors come later), one that will never have times is
+   passed. The issuing thread only (it writes the records). */
+static void gpu_spans(struct zccComm *comm, uint64_t upto) {
+  zcc_trace_t *t = comm->trace;
+  if (!comm->dev || !comm->dev->op_times)
+    return;
+  if (t->gpu_next == 0 || (t->ring && upto > t->cap && t->gpu_next < upto - t->cap))
+    t->gpu_next = upto > t->cap && t->ring ? upto - t->cap : 1;
+  for (; t->gpu_next < upto; t->gpu_next++) {
+    zcc_op_rec_t *r = zcc_trace_rec(comm, t->gpu_next);
+    if (!r)
+      continue;
+    int64_t s, e;
+    int st = comm->dev->op_times(comm, t->gpu_next, &s, &e);
+    if (st < 0)
+      continue;
+    if (st < 2)
+      break;
+    ST(r->gpu_start_ns, s);
+    ST(r->gpu_end_ns, e);
+    ST(r->state, ZCC_OP_DONE);
+    trace_event_as(comm, r, 1);
+  }
+}
+
+void zcc_trace_gpu_flush(struct zccComm *comm) {
+  zcc_trace_t *t = comm->trace;
+  if (t && t->file)
+    gpu_spans(comm, __atomic_load_n(&t->next, __ATOMIC_RELAXED) + 1);
+}
+
 static void finish(struct zccComm *comm, zcc_op_rec_t *r, zccResult_t res,
                    int64_t now) {
   ST(r->t_end_ns, now ? now : zcc_now_ns());
@@ -673,7 +727,8 @@ void zcc_trace_finish_id(struct zccComm *comm, uint64_t id, zccResult_t res) {
   if (res != zccSuccess) {
     finish(comm, r, res, 0);
   } else if (comm->trace->file) {
-    trace_event(comm, r); /* GPU: enqueued; the device's times come later */
+    trace_event(comm, r); /* GPU: enqueued; the device's span comes later */
+    gpu_spans(comm, id);
   }
 }
 
@@ -681,7 +736,25 @@ void zcc_trace_finish_id(struct zccComm *comm, uint64_t id, zccResult_t res) {
 
 /* A consistent copy of the record with this id; 0 if it is gone or being
  * written. */
-static int snapshot(zcc_trace_t *t, uint64_t id, zcc_op_rec_t *out) {
+static int snapshot_rec(zcc_trace_t *t, uint64_t id, zcc_op_rec_t *out);
+
+/* snapshot_rec, with a GPU op's times and state from its stamps. */
+static int snapshot(struct zccComm *comm, uint64_t id, zcc_op_rec_t *out) {
+  if (!snapshot_rec(comm->trace, id, out))
+    return 0;
+  if (out->gpu && comm->dev && comm->dev->op_times && out->state == ZCC_OP_ENQUEUED) {
+    int64_t s, e;
+    int st = comm->dev->op_times(comm, id, &s, &e);
+    if (st >= 1) {
+      out->gpu_start_ns = s;
+      out->gpu_end_ns = e;
+      out->state = st == 2 ? ZCC_OP_DONE : ZCC_OP_STARTED;
+    }
+  }
+  return 1;
+}
+
+static int snapshot_rec(zcc_trace_t *t, uint64_t id, zcc_op_rec_t *out) {
   zcc_op_rec_t *r = slot(t, id);
   if (__atomic_load_n(&r->id, __ATOMIC_ACQUIRE) != id)
     return 0;
@@ -771,7 +844,7 @@ zccResult_t zcc_trace_dump(struct zccComm *comm, const char *path,
     int n = 0;
     zcc_op_rec_t r;
     for (uint64_t id = first; id <= last && id; id++)
-      if (snapshot(t, id, &r))
+      if (snapshot(comm, id, &r))
         write_op(f, &r, n++ == 0);
   }
   fprintf(f, "\n]}\n");
@@ -820,13 +893,16 @@ static void warn_summary(struct zccComm *comm, zccResult_t res) {
       first = last - t->cap + 1;
     zcc_op_rec_t r;
     for (uint64_t id = first; id <= last && id; id++) {
-      if (!snapshot(t, id, &r))
+      if (!snapshot(comm, id, &r))
         continue;
       char sz[32], extra[96] = "";
       size_text(r.bytes, sz, sizeof(sz));
       if (r.state == ZCC_OP_STARTED && r.wait_peer >= 0)
         snprintf(extra, sizeof(extra), " for %.1f s, waiting on rank %d",
                  (double)(now - r.t_start_ns) / 1e9, r.wait_peer);
+      else if (r.state == ZCC_OP_STARTED && r.gpu && r.gpu_start_ns)
+        snprintf(extra, sizeof(extra), " on the GPU for %.1f s",
+                 (double)(now - r.gpu_start_ns) / 1e9);
       else if (r.state == ZCC_OP_FAILED && r.wait_peer >= 0 && r.t_start_ns)
         snprintf(extra, sizeof(extra), " after %.1f s, waiting on rank %d",
                  (double)(r.t_end_ns - r.t_start_ns) / 1e9, r.wait_peer);

@@ -43,6 +43,7 @@ struct ArParams {
   char *out[ZCC_DEV_MAX_RANKS];
   uint32_t *flags[ZCC_DEV_MAX_RANKS];
   const volatile uint32_t *abort_flag;
+  zcc_dev_stamp_t stamp;
   size_t head;   // scalar elements before the chunks
   size_t chunks; // 16-byte chunks after the head
   size_t tail;   // scalar elements after the chunks
@@ -114,7 +115,7 @@ template <typename T> ZD_INLINE long long ar_scalar_offset(const ArParams &p, si
 }
 
 template <typename T, typename Op, int MAXK>
-__global__ void __launch_bounds__(ZD_AR_THREADS) oneshot_kernel(ArParams p) {
+ZD_INLINE void oneshot_kernel_body(const ArParams &p) {
   enum { U = ArUnroll<MAXK>::U };
   uint32_t seq = ar_counter_load<MAXK>(p);
   ar_barrier<MAXK>(p, ++seq);
@@ -175,7 +176,14 @@ __global__ void __launch_bounds__(ZD_AR_THREADS) oneshot_kernel(ArParams p) {
 }
 
 template <typename T, typename Op, int MAXK>
-__global__ void __launch_bounds__(ZD_AR_THREADS) twoshot_kernel(ArParams p) {
+__global__ void __launch_bounds__(ZD_AR_THREADS) oneshot_kernel(ArParams p) {
+  zd_stamp_enter(p.stamp);
+  oneshot_kernel_body<T, Op, MAXK>(p);
+  zd_stamp_exit(p.stamp);
+}
+
+template <typename T, typename Op, int MAXK>
+ZD_INLINE void twoshot_kernel_body(const ArParams &p) {
   enum { U = ArUnroll<MAXK>::U };
   uint32_t seq = ar_counter_load<MAXK>(p);
   ar_barrier<MAXK>(p, ++seq);
@@ -228,6 +236,13 @@ __global__ void __launch_bounds__(ZD_AR_THREADS) twoshot_kernel(ArParams p) {
   ar_counter_store<MAXK>(p, seq);
 }
 
+template <typename T, typename Op, int MAXK>
+__global__ void __launch_bounds__(ZD_AR_THREADS) twoshot_kernel(ArParams p) {
+  zd_stamp_enter(p.stamp);
+  twoshot_kernel_body<T, Op, MAXK>(p);
+  zd_stamp_exit(p.stamp);
+}
+
 // Validate args and fill the kernel parameters (everything but the grid).
 int ar_prepare(const zcc_dev_allreduce_t *a, int twoshot, ArParams *p, size_t *elem) {
   if (!a) return cudaErrorInvalidValue;
@@ -255,6 +270,7 @@ int ar_prepare(const zcc_dev_allreduce_t *a, int twoshot, ArParams *p, size_t *e
     }
   }
   p->abort_flag = a->abort_flag;
+  p->stamp = a->stamp;
   p->k = a->nranks;
   p->rank = a->rank;
   p->avg = a->op == zccAvg ? a->nranks : 0;

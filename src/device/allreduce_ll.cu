@@ -15,6 +15,7 @@
 // a line rewritten every other launch).
 #include <cuda_runtime.h>
 
+#include "flags.cuh"
 #include "reduce_ops.cuh"
 
 #define ZD_LL_THREADS 512
@@ -31,6 +32,7 @@ struct LlParams {
   char *ll[ZCC_DEV_MAX_RANKS];
   uint32_t *flags; // own flag area
   const volatile uint32_t *abort_flag;
+  zcc_dev_stamp_t stamp;
   size_t bytes;
   int k;
   int rank;
@@ -97,7 +99,7 @@ template <int MAXK> ZD_INLINE char *ll_pick(char *const *arr, int i) {
 }
 
 template <typename T, typename Op, int MAXK>
-__global__ void __launch_bounds__(ZD_LL_THREADS) oneshot_ll_kernel(LlParams p) {
+ZD_INLINE void oneshot_ll_kernel_body(const LlParams &p) {
   __shared__ uint32_t s_ctr;
   uint32_t *ctr = p.flags + blockIdx.x * ZD_FLAG_STRIDE + ZD_LL_CTR;
   if (threadIdx.x == 0) s_ctr = *ctr;
@@ -149,6 +151,13 @@ __global__ void __launch_bounds__(ZD_LL_THREADS) oneshot_ll_kernel(LlParams p) {
   if (threadIdx.x == 0) *ctr = seq;
 }
 
+template <typename T, typename Op, int MAXK>
+__global__ void __launch_bounds__(ZD_LL_THREADS) oneshot_ll_kernel(LlParams p) {
+  zd_stamp_enter(p.stamp);
+  oneshot_ll_kernel_body<T, Op, MAXK>(p);
+  zd_stamp_exit(p.stamp);
+}
+
 } // namespace
 
 extern "C" __attribute__((visibility("hidden"))) int zcc_dev_allreduce_oneshot_ll(
@@ -174,6 +183,7 @@ extern "C" __attribute__((visibility("hidden"))) int zcc_dev_allreduce_oneshot_l
   uintptr_t o = (uintptr_t)p.out, i = (uintptr_t)p.in;
   if (p.bytes && o != i && o < i + p.bytes && i < o + p.bytes) return cudaErrorInvalidValue;
   p.abort_flag = a->abort_flag;
+  p.stamp = a->stamp;
   p.k = a->nranks;
   p.rank = a->rank;
   p.avg = a->op == zccAvg ? a->nranks : 0;

@@ -52,6 +52,7 @@ struct PushParams {
   char *stage[ZCC_DEV_MAX_RANKS];
   uint32_t *flags[ZCC_DEV_MAX_RANKS];
   const volatile uint32_t *abort_flag;
+  zcc_dev_stamp_t stamp;
   size_t bytes;   // message bytes
   size_t chunk;   // bytes per chunk, a multiple of 16
   size_t slot;    // bytes between slots, >= chunk, a multiple of 16
@@ -173,7 +174,7 @@ ZD_INLINE void consume_chunk(const PushParams &p, uint32_t n, size_t off, size_t
 }
 
 template <typename T, typename Op, int MAXK>
-__global__ void __launch_bounds__(ZD_PUSH_THREADS) push_kernel(PushParams p) {
+ZD_INLINE void push_kernel_body(const PushParams &p) {
   const size_t j = push_lane(), B = push_lanes();
   if (j >= p.nchunks) return; // a lane with no chunk keeps its counters, on every rank
   const int pusher = (blockIdx.x & 1) == 0;
@@ -190,6 +191,13 @@ __global__ void __launch_bounds__(ZD_PUSH_THREADS) push_kernel(PushParams p) {
     else consume_chunk<T, Op, MAXK>(p, base + (uint32_t)i, off, len);
   }
   if (threadIdx.x == 0) *ctr = base + (uint32_t)nb;
+}
+
+template <typename T, typename Op, int MAXK>
+__global__ void __launch_bounds__(ZD_PUSH_THREADS) push_kernel(PushParams p) {
+  zd_stamp_enter(p.stamp);
+  push_kernel_body<T, Op, MAXK>(p);
+  zd_stamp_exit(p.stamp);
 }
 
 // Grid and chunk size from the arguments every rank shares. The slot layout
@@ -257,6 +265,7 @@ int push_launch(const zcc_dev_push_t *a, cudaStream_t s) {
   p.in = (const char *)a->input;
   p.out = (char *)a->output;
   p.abort_flag = a->abort_flag;
+  p.stamp = a->stamp;
   p.bytes = bytes;
   p.chunk = chunk;
   p.slot = slot;

@@ -1,6 +1,7 @@
 // Flags for copy-engine pipelines (see device.h): one thread, stream-ordered.
 #include <cuda_runtime.h>
 
+#include "flags.cuh"
 #include "reduce_ops.cuh"
 
 namespace {
@@ -15,7 +16,8 @@ __global__ void flag_signal_kernel(uint32_t *counter, uint32_t *remote, int inc)
 }
 
 __global__ void flag_wait_kernel(uint32_t *counter, const uint32_t *flag, int inc,
-                                 const volatile uint32_t *abort_flag) {
+                                 const volatile uint32_t *abort_flag, zcc_dev_stamp_t stamp) {
+  zd_stamp_enter(stamp);
   uint32_t want = *counter;
   if (inc) *counter = ++want;
   unsigned spins = 0;
@@ -26,6 +28,19 @@ __global__ void flag_wait_kernel(uint32_t *counter, const uint32_t *flag, int in
     if (abort_flag && (++spins & 1023u) == 0 && *abort_flag) break;
   }
   __threadfence_system();
+  zd_stamp_exit(stamp);
+}
+
+// Writes %globaltimer into *out over and over until *stop is nonzero or
+// `limit_ns` have passed, so the host can pair its clock with the GPU's.
+__global__ void clock_probe_kernel(volatile uint64_t *out, const volatile uint32_t *stop,
+                                   uint64_t limit_ns) {
+  const uint64_t t0 = zd_globaltimer();
+  for (;;) {
+    uint64_t t = zd_globaltimer();
+    *out = t;
+    if (*stop || t - t0 > limit_ns) break;
+  }
 }
 
 } // namespace
@@ -39,9 +54,18 @@ extern "C" __attribute__((visibility("hidden"))) int zcc_dev_flag_signal(
 
 extern "C" __attribute__((visibility("hidden"))) int zcc_dev_flag_wait(
     uint32_t *counter, const uint32_t *flag, int inc, const volatile uint32_t *abort_flag,
-    struct CUstream_st *stream) {
+    const zcc_dev_stamp_t *stamp, struct CUstream_st *stream) {
   if (!counter || !flag) return cudaErrorInvalidValue;
-  flag_wait_kernel<<<1, 1, 0, (cudaStream_t)stream>>>(counter, flag, inc, abort_flag);
+  zcc_dev_stamp_t st = {};
+  if (stamp) st = *stamp;
+  flag_wait_kernel<<<1, 1, 0, (cudaStream_t)stream>>>(counter, flag, inc, abort_flag, st);
+  return cudaGetLastError();
+}
+
+extern "C" __attribute__((visibility("hidden"))) int zcc_dev_clock_probe(
+    uint64_t *out, const volatile uint32_t *stop, uint64_t limit_ns, struct CUstream_st *stream) {
+  if (!out || !stop) return cudaErrorInvalidValue;
+  clock_probe_kernel<<<1, 1, 0, (cudaStream_t)stream>>>(out, stop, limit_ns);
   return cudaGetLastError();
 }
 
@@ -50,5 +74,6 @@ extern "C" __attribute__((visibility("hidden"))) int zcc_dev_preload_ce(void) {
   cudaFuncAttributes fa;
   cudaError_t e = cudaFuncGetAttributes(&fa, flag_signal_kernel);
   if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, flag_wait_kernel);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, clock_probe_kernel);
   return e;
 }

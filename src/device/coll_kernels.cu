@@ -30,14 +30,21 @@ namespace {
 struct BarParams {
   uint32_t *flags[ZCC_DEV_MAX_RANKS];
   const volatile uint32_t *abort_flag;
+  zcc_dev_stamp_t stamp;
   int k;
   int rank;
 };
 
-__global__ void __launch_bounds__(ZD_BAR_THREADS) barrier_kernel(BarParams p) {
+ZD_INLINE void barrier_kernel_body(const BarParams &p) {
   uint32_t seq = zd_counter_load<ZCC_DEV_MAX_RANKS>(p.flags, p.rank);
   zd_barrier<ZCC_DEV_MAX_RANKS>(p.flags, p.k, p.rank, p.abort_flag, ++seq);
   zd_counter_store<ZCC_DEV_MAX_RANKS>(p.flags, p.rank, seq);
+}
+
+__global__ void __launch_bounds__(ZD_BAR_THREADS) barrier_kernel(BarParams p) {
+  zd_stamp_enter(p.stamp);
+  barrier_kernel_body(p);
+  zd_stamp_exit(p.stamp);
 }
 
 // The sources this rank copies, compacted to [0, nsrc).
@@ -52,6 +59,7 @@ struct GaParams {
   uint8_t wd[ZCC_DEV_MAX_RANKS];
   uint32_t *flags[ZCC_DEV_MAX_RANKS];
   const volatile uint32_t *abort_flag;
+  zcc_dev_stamp_t stamp;
   size_t total; // chunks of all sources
   int nsrc;
   int k;
@@ -59,7 +67,7 @@ struct GaParams {
 };
 
 template <int MAXK>
-__global__ void __launch_bounds__(ZD_GA_THREADS) gather_kernel(GaParams p) {
+ZD_INLINE void gather_kernel_body(const GaParams &p) {
   enum { U = ZD_GA_UNROLL };
   uint32_t seq = zd_counter_load<MAXK>(p.flags, p.rank);
   zd_barrier<MAXK>(p.flags, p.k, p.rank, p.abort_flag, ++seq);
@@ -119,6 +127,13 @@ __global__ void __launch_bounds__(ZD_GA_THREADS) gather_kernel(GaParams p) {
   zd_counter_store<MAXK>(p.flags, p.rank, seq);
 }
 
+template <int MAXK>
+__global__ void __launch_bounds__(ZD_GA_THREADS) gather_kernel(GaParams p) {
+  zd_stamp_enter(p.stamp);
+  gather_kernel_body<MAXK>(p);
+  zd_stamp_exit(p.stamp);
+}
+
 int host_width(uintptr_t a) {
   a &= 15u;
   return a == 0 ? 16 : (int)(a & (0u - a));
@@ -158,6 +173,7 @@ int gather_prepare(const zcc_dev_gather_t *a, GaParams *p) {
     p->total += p->chunks[s];
   }
   p->abort_flag = a->abort_flag;
+  p->stamp = a->stamp;
   p->k = a->nranks;
   p->rank = a->rank;
   return cudaSuccess;
@@ -193,6 +209,7 @@ extern "C" __attribute__((visibility("hidden"))) int zcc_dev_barrier(const zcc_d
     p.flags[r] = a->flags[r];
   }
   p.abort_flag = a->abort_flag;
+  p.stamp = a->stamp;
   p.k = a->nranks;
   p.rank = a->rank;
   barrier_kernel<<<1, ZD_BAR_THREADS, 0, (cudaStream_t)stream>>>(p);

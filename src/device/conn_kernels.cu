@@ -38,6 +38,7 @@ struct ConnParams {
   const char *in;
   char *out;
   const volatile uint32_t *abort_flag;
+  zcc_dev_stamp_t stamp;
   size_t unit;  // bytes of the message, or of one rank's block
   size_t slot;  // slot bytes
   int nslots;
@@ -161,7 +162,7 @@ __device__ __noinline__ void step(const ConnParams &p, Side *rv, int nr, Side *s
 
 ZD_INLINE int modk(int x, int k) { return ((x % k) + k) % k; }
 
-template <typename T, typename Op> __global__ void __launch_bounds__(ZD_CONN_THREADS) ring_kernel(ConnParams p) {
+template <typename T, typename Op> ZD_INLINE void ring_kernel_body(const ConnParams &p) {
   const zcc_dev_channel_t *ch = &p.conns->ch[blockIdx.x];
   Side r = side_load(ch->recv[ZCC_DEV_RECV_RING]);
   Side s = side_load(ch->send[ZCC_DEV_SEND_RING]);
@@ -259,11 +260,18 @@ template <typename T, typename Op> __global__ void __launch_bounds__(ZD_CONN_THR
   side_store(s);
 }
 
+template <typename T, typename Op>
+__global__ void __launch_bounds__(ZD_CONN_THREADS) ring_kernel(ConnParams p) {
+  zd_stamp_enter(p.stamp);
+  ring_kernel_body<T, Op>(p);
+  zd_stamp_exit(p.stamp);
+}
+
 // Tree allreduce: block 2c reduces up channel c's tree, block 2c + 1
 // broadcasts down it. At the root the up block writes each chunk's result
 // into the output and counts it in the channel's TREE_DONE word; the down
 // block sends it on from there once counted.
-template <typename T, typename Op> __global__ void __launch_bounds__(ZD_CONN_THREADS) tree_kernel(ConnParams p) {
+template <typename T, typename Op> ZD_INLINE void tree_kernel_body(const ConnParams &p) {
   const int c = blockIdx.x >> 1, down = blockIdx.x & 1;
   const zcc_dev_channel_t *ch = &p.conns->ch[c];
   const int nc = ch->tree_nchildren, root = ch->tree_parent < 0;
@@ -308,6 +316,13 @@ template <typename T, typename Op> __global__ void __launch_bounds__(ZD_CONN_THR
   }
 }
 
+template <typename T, typename Op>
+__global__ void __launch_bounds__(ZD_CONN_THREADS) tree_kernel(ConnParams p) {
+  zd_stamp_enter(p.stamp);
+  tree_kernel_body<T, Op>(p);
+  zd_stamp_exit(p.stamp);
+}
+
 // ---- point-to-point over the per-peer connectors (zcc_dev_conn_p2p) ----
 //
 // Block g runs group g: the ops of one (peer, direction), in the caller's
@@ -339,6 +354,7 @@ struct ConnP2pParams {
   ConnP2pGroup groups[ZD_CP2P_GROUPS];
   const zcc_dev_conns_t *conns;
   const volatile uint32_t *abort_flag;
+  zcc_dev_stamp_t stamp;
   size_t slot;
   int nslots;
 };
@@ -368,7 +384,7 @@ ZD_INLINE void cp2p_copy(char *dst, int wd, const char *src, int ws, size_t len)
   if (t < len % 16) dst[packs * 16 + t] = FROM_FIFO ? __ldcg(src + packs * 16 + t) : src[packs * 16 + t];
 }
 
-__global__ void __launch_bounds__(ZD_CONN_THREADS) conn_p2p_kernel(const __grid_constant__ ConnP2pParams p) {
+ZD_INLINE void conn_p2p_kernel_body(const ConnP2pParams &p) {
   const ConnP2pGroup &g = p.groups[blockIdx.x];
   const int send = g.is_send;
   Side s = side_load(send ? p.conns->peer_send[g.peer] : p.conns->peer_recv[g.peer]);
@@ -398,6 +414,12 @@ __global__ void __launch_bounds__(ZD_CONN_THREADS) conn_p2p_kernel(const __grid_
   }
   __syncthreads();
   side_store(s);
+}
+
+__global__ void __launch_bounds__(ZD_CONN_THREADS) conn_p2p_kernel(const __grid_constant__ ConnP2pParams p) {
+  zd_stamp_enter(p.stamp);
+  conn_p2p_kernel_body(p);
+  zd_stamp_exit(p.stamp);
 }
 
 int conn_p2p_prepare(const zcc_dev_conn_p2p_t *a, ConnP2pParams *p, int *blocks) {
@@ -440,6 +462,7 @@ int conn_p2p_prepare(const zcc_dev_conn_p2p_t *a, ConnP2pParams *p, int *blocks)
   }
   p->conns = a->conns;
   p->abort_flag = a->abort_flag;
+  p->stamp = a->stamp;
   p->slot = h->slot_bytes;
   p->nslots = h->nslots;
   *blocks = ngroups;
@@ -464,6 +487,7 @@ int conn_prepare(const zcc_dev_conn_args_t *a, ConnParams *p) {
   p->in = (const char *)a->input;
   p->out = (char *)a->output;
   p->abort_flag = a->abort_flag;
+  p->stamp = a->stamp;
   p->unit = a->count * es;
   p->slot = h->slot_bytes;
   p->nslots = h->nslots;

@@ -36,6 +36,49 @@ ZD_INLINE void zd_wait_reach(const uint32_t *p, uint32_t v, const volatile uint3
   }
 }
 
+// ---- op stamps (device.h) ----
+
+ZD_INLINE uint64_t zd_globaltimer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// At a launch's entry: block 0 marks the launch in flight (and, for the
+// op's first launch, its start time).
+ZD_INLINE void zd_stamp_enter(const zcc_dev_stamp_t &s) {
+  if (!s.live || blockIdx.x != 0 || threadIdx.x != 0) return;
+  volatile zcc_dev_op_time_t *op = s.op;
+  volatile zcc_dev_live_t *live = s.live;
+  if (s.first) {
+    op->end_ns = 0;
+    op->end_token = 0;
+    op->seq = s.seq;
+    op->start_ns = zd_globaltimer();
+  }
+  live->seq = s.seq;
+  live->ticks = live->ticks + 1;
+  __threadfence_system();
+  live->begun = s.token;
+}
+
+// At a launch's end, in every block (all its threads): the last block out
+// stamps the end time and marks the launch ended.
+ZD_INLINE void zd_stamp_exit(const zcc_dev_stamp_t &s) {
+  if (!s.live) return;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  __threadfence();
+  const unsigned nblocks = gridDim.x * gridDim.y * gridDim.z;
+  if (atomicAdd(s.blocks_out, 1u) != nblocks - 1) return;
+  *(volatile uint32_t *)s.blocks_out = 0; // the next launch counts from 0 (after this kernel)
+  volatile zcc_dev_op_time_t *op = s.op;
+  op->end_ns = zd_globaltimer();
+  op->end_token = s.token;
+  __threadfence_system();
+  ((volatile zcc_dev_live_t *)s.live)->ended = s.token;
+}
+
 // arr[i] for a run-time i without indexing the parameter array dynamically
 // (which would copy the kernel parameters to local memory).
 template <int MAXK, typename P> ZD_INLINE P zd_pick(const P *arr, int i) {

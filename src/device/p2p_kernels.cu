@@ -100,6 +100,7 @@ struct P2pParams {
   uint8_t block_group[ZD_P2P_MAX_GRID];
   char *areas[ZCC_DEV_MAX_RANKS];
   const volatile uint32_t *abort_flag;
+  zcc_dev_stamp_t stamp;
   int rank;
 };
 
@@ -130,7 +131,7 @@ ZD_INLINE void p2p_copy(char *dst, int wd, const char *src, int ws, size_t len) 
   if (t < len % 16) dst[chunks * 16 + t] = FROM_BOX ? __ldcg(src + chunks * 16 + t) : src[chunks * 16 + t];
 }
 
-__global__ void __launch_bounds__(ZD_P2P_THREADS) p2p_kernel(const __grid_constant__ P2pParams p) {
+ZD_INLINE void p2p_kernel_body(const P2pParams &p) {
   __shared__ uint32_t s_ctr;
   const P2pGroup &g = p.groups[p.block_group[blockIdx.x]];
   const int b = blockIdx.x - g.first_block;
@@ -178,6 +179,12 @@ __global__ void __launch_bounds__(ZD_P2P_THREADS) p2p_kernel(const __grid_consta
   if (threadIdx.x == 0) *ctr = n;
 }
 
+__global__ void __launch_bounds__(ZD_P2P_THREADS) p2p_kernel(const __grid_constant__ P2pParams p) {
+  zd_stamp_enter(p.stamp);
+  p2p_kernel_body(p);
+  zd_stamp_exit(p.stamp);
+}
+
 int p2p_prepare(const zcc_dev_p2p_t *a, P2pParams *p, int *blocks) {
   if (!a) return cudaErrorInvalidValue;
   if (a->nranks < 1 || a->nranks > ZCC_DEV_MAX_RANKS || a->rank < 0 || a->rank >= a->nranks)
@@ -221,6 +228,7 @@ int p2p_prepare(const zcc_dev_p2p_t *a, P2pParams *p, int *blocks) {
   }
   for (int r = 0; r < a->nranks; r++) p->areas[r] = (char *)a->areas[r];
   p->abort_flag = a->abort_flag;
+  p->stamp = a->stamp;
   p->rank = a->rank;
   *blocks = grid;
   return cudaSuccess;

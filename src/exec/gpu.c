@@ -243,6 +243,7 @@ static zccResult_t allreduce_ce(struct zccComm *comm, const zcc_coll_args_t *x, 
   ar_base(g, &b);
   b.type = x->type;
   b.op = x->op;
+  b.stamp = zcc_gpu_stamp(g);
   DEV(zcc_dev_barrier(&b, s));
   CU(cudaEventRecord((cudaEvent_t)g->ev_fork, s));
   CU(cudaStreamWaitEvent(side, (cudaEvent_t)g->ev_fork, 0));
@@ -254,13 +255,15 @@ static zccResult_t allreduce_ce(struct zccComm *comm, const zcc_coll_args_t *x, 
     int k = (int)(i % ZCC_GPU_CE_SLOTS);
     char *dst_slot = g->staging[peer] + (size_t)k * slot;
     char *my_slot = g->staging[me] + (size_t)k * slot;
+    /* (the side stream's waits run beside the stream's launches: unstamped) */
     DEV(zcc_dev_flag_wait(mine + ZCC_GPU_CE_PUSH + k, mine + ZCC_GPU_CE_FREE + k, 0, g->abort_dev,
-                          side));
+                          NULL, side));
     CU(cudaMemcpyAsync(dst_slot, in + off, n, cudaMemcpyDefault, side));
     CU(cudaEventRecord((cudaEvent_t)g->ev_copy[k], side));
     DEV(zcc_dev_flag_signal(mine + ZCC_GPU_CE_PUSH + k, theirs + ZCC_GPU_CE_READY + k, 1, side));
+    zcc_dev_stamp_t st = zcc_gpu_stamp(g);
     DEV(zcc_dev_flag_wait(mine + ZCC_GPU_CE_RECV + k, mine + ZCC_GPU_CE_READY + k, 1, g->abort_dev,
-                          s));
+                          &st, s));
     CU(cudaStreamWaitEvent(s, (cudaEvent_t)g->ev_copy[k], 0)); /* in place: pushed before overwritten */
     const void *a0 = me == 0 ? (const void *)(in + off) : (const void *)my_slot;
     const void *a1 = me == 0 ? (const void *)my_slot : (const void *)(in + off);
@@ -270,6 +273,7 @@ static zccResult_t allreduce_ce(struct zccComm *comm, const zcc_coll_args_t *x, 
   }
   CU(cudaEventRecord((cudaEvent_t)g->ev_join, side));
   CU(cudaStreamWaitEvent(s, (cudaEvent_t)g->ev_join, 0));
+  b.stamp = zcc_gpu_stamp(g);
   DEV(zcc_dev_barrier(&b, s)); /* every rank is done with its staging (push kernel) */
   ZCC_INFO(COLL, "%s %zu bytes: copy-engine push + local reduce, %zu piece(s) of %zu", fn, bytes,
             i, piece);
@@ -313,6 +317,7 @@ static zccResult_t conn_coll(struct zccComm *comm, const zcc_coll_args_t *x, cud
   a.abort_flag = g->abort_dev;
   ZCC_INFO(COLL, "%s %zu bytes: %s over connectors, %d channel(s), no copy", fn, bytes,
            a.coll == ZCC_DEV_CONN_TREE_ALLREDUCE ? "tree" : "ring", zcc_dev_conn_channels(&a));
+  a.stamp = zcc_gpu_stamp(g);
   DEV(zcc_dev_conn_coll(&a, s));
   return zccSuccess;
 }
@@ -368,10 +373,12 @@ static zccResult_t conn_premul(struct zccComm *comm, const zcc_coll_args_t *x, c
     a.input = g->staging[me];
     a.output = x->recvbuf ? (char *)x->recvbuf + off : NULL; /* reduce: unused off the root */
     a.count = n / es;
+    a.stamp = zcc_gpu_stamp(g);
     DEV(zcc_dev_conn_coll(&a, s));
   }
   zcc_dev_allreduce_t b;
   ar_base(g, &b);
+  b.stamp = zcc_gpu_stamp(g);
   DEV(zcc_dev_barrier(&b, s));
   ZCC_INFO(COLL, "%s %zu bytes: pre-multiplied, scaled into staging, ring over connectors, "
            "%zu piece(s)", fn, bytes, npieces);
@@ -455,6 +462,7 @@ static zccResult_t allreduce(struct zccComm *comm, const zcc_coll_args_t *x, cud
                "%d block(s), chunks of %zu%s", fn, bytes, blocks, chunk,
                p.local_copy ? ", the host input read once (a copy in the own staging)" : "");
     }
+    p.stamp = zcc_gpu_stamp(g);
     DEV(zcc_dev_allreduce_push(&p, s));
     return zccSuccess;
   }
@@ -467,6 +475,7 @@ static zccResult_t allreduce(struct zccComm *comm, const zcc_coll_args_t *x, cud
     a.outputs[g->rank] = x->recvbuf;
     a.count = x->count;
     ZCC_INFO(COLL, "%s %zu bytes: LL, no copy", fn, bytes);
+    a.stamp = zcc_gpu_stamp(g);
     DEV(zcc_dev_allreduce_oneshot_ll(&a, s));
     return zccSuccess;
   }
@@ -482,6 +491,7 @@ static zccResult_t allreduce(struct zccComm *comm, const zcc_coll_args_t *x, cud
     a.count = x->count;
     ZCC_INFO(COLL, "%s %zu bytes: %s, registered (zero copy)", fn, bytes,
              zcc_algo_name(algo));
+    a.stamp = zcc_gpu_stamp(g);
     DEV(twoshot ? zcc_dev_allreduce_twoshot(&a, s) : zcc_dev_allreduce_oneshot(&a, s));
     return zccSuccess;
   }
@@ -499,12 +509,15 @@ static zccResult_t allreduce(struct zccComm *comm, const zcc_coll_args_t *x, cud
     }
     a.count = n / es;
     if (twoshot) {
+      a.stamp = zcc_gpu_stamp(g);
       DEV(zcc_dev_allreduce_twoshot(&a, s));
       CU(cudaMemcpyAsync((char *)x->recvbuf + off, g->staging[g->rank], n,
                          cudaMemcpyDefault, s));
+      a.stamp = zcc_gpu_stamp(g);
       DEV(zcc_dev_barrier(&a, s)); /* the copy out is done on every rank (push kernel) */
     } else {
       a.outputs[g->rank] = (char *)x->recvbuf + off;
+      a.stamp = zcc_gpu_stamp(g);
       DEV(zcc_dev_allreduce_oneshot(&a, s));
     }
   }
@@ -542,6 +555,7 @@ static zccResult_t reduce_like(struct zccComm *comm, const zcc_coll_args_t *x, c
     a.count = n / es;
     a.passive = !scatter && me != x->root;
     a.outputs[me] = a.passive ? NULL : (char *)x->recvbuf + off;
+    a.stamp = zcc_gpu_stamp(g);
     DEV(zcc_dev_allreduce_oneshot(&a, s));
   }
   return zccSuccess;
@@ -593,6 +607,7 @@ static zccResult_t gather_like(struct zccComm *comm, const zcc_coll_args_t *x, c
       else a.src[me] = in + off;
     }
     a.bytes = n;
+    a.stamp = zcc_gpu_stamp(g);
     DEV(zcc_dev_gather(&a, s));
   }
   return zccSuccess;
@@ -625,6 +640,7 @@ static zccResult_t p2p_conn_launch(struct zccComm *comm, const zcc_gpu_p2p_op_t 
     o->peer = ops[i].peer;
     o->is_send = !ops[i].is_recv;
   }
+  a.stamp = zcc_gpu_stamp(g);
   DEV(zcc_dev_conn_p2p(&a, s));
   return zccSuccess;
 }
@@ -665,14 +681,15 @@ static zccResult_t alltoall_conn(struct zccComm *comm, const zcc_coll_args_t *x,
       if (r == me) continue;
       ops[nops++] = (zcc_gpu_p2p_op_t){
           inplace ? g->staging[me] + (size_t)r * n : (char *)(in + (size_t)r * bytes + off), n, r,
-          0, (struct CUstream_st *)s};
+          0, (struct CUstream_st *)s, 0};
       ops[nops++] = (zcc_gpu_p2p_op_t){out + (size_t)r * bytes + off, n, r, 1,
-                                       (struct CUstream_st *)s};
+                                       (struct CUstream_st *)s, 0};
     }
     ZCC_CHECK(p2p_conn_launch(comm, ops, nops, s, fn));
   }
   zcc_dev_allreduce_t b;
   ar_base(g, &b);
+  b.stamp = zcc_gpu_stamp(g);
   DEV(zcc_dev_barrier(&b, s));
   ZCC_INFO(COLL, "%s %zu bytes: over connectors (send/receive), %zu piece(s)%s", fn, bytes,
            npieces, inplace ? ", in place through staging" : "");
@@ -749,6 +766,7 @@ zccResult_t zcc_gpu_coll(struct zccComm *comm, const zcc_coll_args_t *x,
     mapped.scalar_ptr = dp;
   }
   x = &mapped;
+  zcc_gpu_op_begin(comm->gpu, x->op_id);
   int prev = -1;
   CU(cudaGetDevice(&prev));
   if (prev != comm->device) CU(cudaSetDevice(comm->device));
@@ -772,6 +790,7 @@ zccResult_t zcc_gpu_coll(struct zccComm *comm, const zcc_coll_args_t *x,
   }
   res = dispatch(comm, x, s, fn);
 out:
+  zcc_gpu_op_end(comm->gpu);
   if (prev != comm->device) cudaSetDevice(prev);
   return res;
 }
@@ -793,7 +812,14 @@ zccResult_t zcc_gpu_p2p(struct zccComm *comm, const zcc_gpu_p2p_op_t *ops, int n
       res = gpu_addr(comm, ops[i].buf, ops[i].is_recv ? "recvbuff" : "sendbuff", fn, &dp);
     m[i].buf = (void *)dp;
   }
+  /* One launch runs them all: its stamps go to the newest op's record (the
+     others read as done once a later op has begun). */
+  uint64_t id = 0;
+  for (int i = 0; i < nops; i++)
+    if (ops[i].op_id > id) id = ops[i].op_id;
+  zcc_gpu_op_begin(comm->gpu, id);
   if (res == zccSuccess) res = gpu_p2p_mapped(comm, m, nops, fn);
+  zcc_gpu_op_end(comm->gpu);
   free(m);
   return res;
 }
@@ -884,6 +910,7 @@ static zccResult_t gpu_p2p_mapped(struct zccComm *comm, const zcc_gpu_p2p_op_t *
     o->is_send = !ops[i].is_recv;
   }
   if (res == zccSuccess && a.nops) {
+    a.stamp = zcc_gpu_stamp(g);
     int e = zcc_dev_p2p(&a, s);
     if (e) res = dev_err(e, "zcc_dev_p2p", fn);
     launches++;
@@ -960,6 +987,7 @@ zccResult_t zcc_gpu_probe(struct zccComm *comm, zcc_algo_t algo, zcc_proto_t pro
     x.count = bytes / 4;
     x.type = zccFloat32;
     x.op = zccSum;
+    zcc_gpu_op_begin(g, 0); /* the probe's launches belong to no record */
     g->force_on = 1;
     g->force_algo = algo;
     g->force_proto = proto;

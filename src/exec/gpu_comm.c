@@ -45,7 +45,9 @@
 #include "param.h"
 #include "planner.h"
 #include "socket.h"
+#include "trace.h"
 #include "transport.h"
+#include "wait.h"
 
 ZCC_PARAM_INT(gpu_buffsize, "GPU_BUFFSIZE", 64 << 20,
               "bytes of each GPU rank's staging buffer (unregistered buffers are "
@@ -58,6 +60,10 @@ ZCC_PARAM_INT(gpu_conn_bytes, "GPU_CONN_BYTES", 1 << 20,
               "bytes of each GPU connector FIFO (ring and tree kernels), split into "
               "ZCC_GPU_CONN_SLOTS slots")
 ZCC_PARAM_INT(gpu_conn_slots, "GPU_CONN_SLOTS", 4, "slots per GPU connector FIFO (2 to 64)")
+ZCC_PARAM_INT(gpu_stamps, "GPU_STAMPS", 1,
+              "1: kernels stamp when the GPU ran each operation (the flight recorder's and "
+              "the trace's GPU times, and the watchdog's ZCC_TIMEOUT for a launch whose peers "
+              "never come); 0: no stamps, and a GPU collective waits for its peers until abort")
 ZCC_PARAM_INT(p2p_direct_disable, "P2P_DIRECT_DISABLE", 0,
               "1: GPU send/receive and all-to-all move data through per-peer connector "
               "FIFOs in the receiver's memory (the sender stores, the receiver reads "
@@ -121,11 +127,153 @@ typedef struct {
   uint64_t rings;         /* a hash of every channel's ring: the connectors must pair up */
 } layout_wire_t;
 
+/* ---- op stamps (device.h) ---- */
+
+void zcc_gpu_op_begin(zcc_gpu_t *g, uint64_t id) {
+  g->op_id = id;
+  g->op_slot = id && g->ntimes ? (uint32_t)((id - 1) % g->ntimes) : 0;
+  g->op_launches = 0;
+}
+
+void zcc_gpu_op_end(zcc_gpu_t *g) {
+  if (g->times_last && g->op_launches)
+    __atomic_store_n(&g->times_last[g->op_slot], g->token, __ATOMIC_RELEASE);
+}
+
+zcc_dev_stamp_t zcc_gpu_stamp(zcc_gpu_t *g) {
+  zcc_dev_stamp_t s;
+  memset(&s, 0, sizeof(s));
+  if (!g->live_dev) return s;
+  s.live = g->live_dev;
+  s.op = &g->times_dev[g->op_slot];
+  s.blocks_out = g->blocks_out;
+  s.token = ++g->token;
+  s.seq = g->op_id;
+  s.first = g->op_launches++ == 0;
+  return s;
+}
+
+int zcc_gpu_op_times(struct zccComm *comm, uint64_t id, int64_t *start_ns, int64_t *end_ns) {
+  zcc_gpu_t *g = comm->gpu;
+  *start_ns = *end_ns = 0;
+  if (!g || !g->times_host || !id) return -1;
+  uint32_t i = (uint32_t)((id - 1) % g->ntimes);
+  volatile zcc_dev_op_time_t *t = &g->times_host[i];
+  uint64_t last = __atomic_load_n(&g->times_last[i], __ATOMIC_ACQUIRE);
+  uint64_t seq = t->seq, start = t->start_ns;
+  uint64_t end = t->end_ns, etok = t->end_token;
+  if (seq != id || !start) {
+    /* Not started: unless a later op has (then this one launched nothing stamped). */
+    return g->live_host->seq > id || !last ? -1 : 0;
+  }
+  if (t->seq != id) return -1; /* reused while read */
+  *start_ns = (int64_t)start + g->clock_offset_ns;
+  if (last && etok == last && end) {
+    *end_ns = (int64_t)end + g->clock_offset_ns;
+    return 2;
+  }
+  return 1;
+}
+
+/* CLOCK_MONOTONIC minus %globaltimer: the smallest difference between the
+   host's clock and a GPU time the host has just read, from a kernel that
+   keeps writing its clock into mapped memory (the read's latency, about a
+   microsecond over PCIe, is the error, always late). */
+static zccResult_t clock_calibrate(struct zccComm *comm, zcc_gpu_t *g) {
+  uint64_t *word = NULL, *word_dev = NULL;
+  CUDA_TRY(cudaHostAlloc((void **)&word, 64, cudaHostAllocMapped | cudaHostAllocPortable), comm);
+  volatile uint64_t *w = word;
+  volatile uint32_t *stop = (volatile uint32_t *)(word + 1);
+  w[0] = 0;
+  *stop = 0;
+  zccResult_t res = zccSuccess;
+  cudaError_t e = cudaHostGetDevicePointer((void **)&word_dev, word, 0);
+  int de = e == cudaSuccess ? zcc_dev_clock_probe(word_dev, (const volatile uint32_t *)(word_dev + 1),
+                                                  20000000ull, g->side)
+                            : 0;
+  if (e != cudaSuccess || de != 0) {
+    res = zcc_error(zccUnhandledCudaError, "comm %s rank %d: the GPU clock probe failed: %s",
+                    comm->name, comm->rank,
+                    e != cudaSuccess ? cudaGetErrorString(e) : zcc_dev_error_string(de));
+  } else {
+    int64_t best = INT64_MAX, t_end = zcc_now_ns() + 1000000000LL;
+    uint64_t last = 0;
+    int samples = 0;
+    while (samples < 200 && zcc_now_ns() < t_end) {
+      uint64_t v = w[0];
+      int64_t now = zcc_now_ns();
+      if (v && v != last) {
+        last = v;
+        samples++;
+        if (now - (int64_t)v < best) best = now - (int64_t)v;
+      }
+    }
+    *stop = 1;
+    e = cudaStreamSynchronize((cudaStream_t)g->side);
+    if (e != cudaSuccess)
+      res = cuda_fail(e, "cudaStreamSynchronize (the GPU clock probe)", comm);
+    else if (!samples)
+      res = zcc_error(zccUnhandledCudaError,
+                      "comm %s rank %d: the GPU clock probe wrote nothing within 1 s",
+                      comm->name, comm->rank);
+    else
+      g->clock_offset_ns = best;
+    ZCC_INFO(INIT, "comm %s rank %d: GPU clock offset %lld ns from %d sample(s)", comm->name,
+             comm->rank, (long long)g->clock_offset_ns, samples);
+  }
+  cudaFreeHost(word);
+  return res;
+}
+
+/* The live words, the ring of op times (mapped pinned), the blocks-out word. */
+static zccResult_t stamps_setup(struct zccComm *comm, zcc_gpu_t *g) {
+  const zcc_trace_t *t = comm->trace;
+  g->ntimes = t && t->ring ? t->cap : 1;
+  size_t bytes = 64 + (size_t)g->ntimes * sizeof(zcc_dev_op_time_t);
+  void *h = NULL, *d = NULL;
+  CUDA_TRY(cudaHostAlloc(&h, bytes, cudaHostAllocMapped | cudaHostAllocPortable), comm);
+  memset(h, 0, bytes);
+  g->live_host = h;
+  g->times_host = (zcc_dev_op_time_t *)((char *)h + 64);
+  CUDA_TRY(cudaHostGetDevicePointer(&d, h, 0), comm);
+  g->live_dev = d;
+  g->times_dev = (zcc_dev_op_time_t *)((char *)d + 64);
+  g->times_last = calloc(g->ntimes, sizeof(uint64_t));
+  if (!g->times_last) return zcc_error(zccSystemError, "init: out of memory");
+  CUDA_TRY(cudaMalloc((void **)&g->blocks_out, 64), comm);
+  CUDA_TRY(cudaMemset(g->blocks_out, 0, 64), comm);
+  return clock_calibrate(comm, g);
+}
+
+/* A launch of this communicator in flight on the GPU for longer than
+   ZCC_TIMEOUT with no launch entering or ending: the op's peers never
+   came. Every waiting kernel gives up; the error names the op. */
+static void gpu_timed_out(struct zccComm *comm, zcc_gpu_t *g, uint64_t id, int64_t ms) {
+  char what[160] = "";
+  zcc_op_rec_t *r = id ? zcc_trace_rec(comm, id) : NULL;
+  if (r)
+    snprintf(what, sizeof(what), " op #%llu %s of %llu bytes",
+             (unsigned long long)__atomic_load_n(&r->seq, __ATOMIC_RELAXED),
+             zcc_coll_name((zcc_coll_t)__atomic_load_n(&r->coll, __ATOMIC_RELAXED)),
+             (unsigned long long)__atomic_load_n(&r->bytes, __ATOMIC_RELAXED));
+  (void)zcc_error(zccTimeout,
+                  "comm %s rank %d: GPU%s made no progress for %lld ms (ZCC_TIMEOUT=%lld): a "
+                  "peer has not joined it; its kernels were stopped",
+                  comm->name, comm->rank, what, (long long)ms, (long long)comm->timeout_ms);
+  ZCC_WARN("%s", zcc_last_error());
+  *g->abort_host = 1;
+  zcc_comm_set_error(comm, zccTimeout);
+}
+
 static void *watchdog_main(void *arg) {
   struct zccComm *comm = arg;
   zcc_gpu_t *g = comm->gpu;
   const zcc_peer_info_t *self = &comm->peers[comm->rank];
   struct timespec ts = {0, 20 * 1000 * 1000};
+  volatile zcc_dev_live_t *live = g->live_host;
+  uint64_t seen_ended = 0;
+  uint32_t seen_ticks = 0;
+  int64_t since = 0; /* 0: nothing in flight */
   while (!atomic_load(&g->watchdog_stop)) {
     if (atomic_load(&comm->abort_flag) || atomic_load(&comm->async_error) != zccSuccess) {
       *g->abort_host = 1;
@@ -141,6 +289,20 @@ static void *watchdog_main(void *arg) {
           *g->abort_host = 1;
           break;
         }
+      }
+    }
+    if (live && comm->timeout_ms > 0 && !*g->abort_host) {
+      uint64_t begun = live->begun, ended = live->ended;
+      uint32_t ticks = live->ticks;
+      int64_t now = zcc_now_ns();
+      if (begun == ended) {
+        since = 0;
+      } else if (!since || ended != seen_ended || ticks != seen_ticks) {
+        since = now; /* in flight, and moving */
+        seen_ended = ended;
+        seen_ticks = ticks;
+      } else if ((now - since) / 1000000 >= comm->timeout_ms) {
+        gpu_timed_out(comm, g, live->seq, (now - since) / 1000000);
       }
     }
     nanosleep(&ts, NULL);
@@ -475,6 +637,7 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
     CUDA_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), comm);
     g->ev_copy[i] = ev;
   }
+  if (zcc_param_gpu_stamps()) ZCC_CHECK(stamps_setup(comm, g));
   /* Nobody writes into a peer's window before every peer has mapped all. */
   if (n > 1) ZCC_CHECK(zcc_bootstrap_barrier(comm->bootstrap, comm->timeout_ms));
 
@@ -520,6 +683,8 @@ void zcc_gpu_comm_free(struct zccComm *comm) {
     *g->abort_host = 1;
   /* Every kernel that maps a peer's memory has finished before unmapping. */
   cudaDeviceSynchronize();
+  /* The trace's GPU spans of what ran, while the stamps are there. */
+  zcc_trace_gpu_flush(comm);
   /* The transport's mappings go while this GPU is current (its free then
      finds them gone): registered buffers first, then the windows. */
   while (g->regs) {
@@ -541,6 +706,9 @@ void zcc_gpu_comm_free(struct zccComm *comm) {
   if (g->conns_dev) cudaFree(g->conns_dev);
   free(g->conns);
   if (g->abort_host) cudaFreeHost((void *)g->abort_host);
+  if (g->live_host) cudaFreeHost(g->live_host);
+  if (g->blocks_out) cudaFree(g->blocks_out);
+  free(g->times_last);
   (void)cudaGetLastError();
   if (prev >= 0) cudaSetDevice(prev);
   free(g);

@@ -117,6 +117,7 @@ typedef struct zcc_coll_args {
   const void *scalar_ptr; /* GPU communicators, zccScalarDevice: the kernel reads it */
   unsigned host_bufs;     /* GPU communicators: ZCC_HOST_SEND / ZCC_HOST_RECV, the buffer
                              is pinned host memory (set by the executor as it maps them) */
+  uint64_t op_id;         /* GPU communicators: the op's flight recorder id (0: none) */
 } zcc_coll_args_t;
 #define ZCC_HOST_SEND 1u
 #define ZCC_HOST_RECV 2u

@@ -55,6 +55,40 @@ int zcc_dev_preload(void);
 const char *zcc_dev_error_string(int code);
 
 /*
+ * Op stamps: every kernel that waits for peers writes, into pinned host
+ * memory the host maps (the watchdog and the flight recorder read it),
+ * when the GPU ran the operation it belongs to and whether a launch of
+ * the communicator is in flight. A launch's block 0 stamps its entry
+ * (the op's start time when it is the op's first launch), the last of its
+ * blocks to finish stamps its end, so a launch is in flight while
+ * live->begun != live->ended. Times are the GPU's %globaltimer (ns);
+ * tokens number a communicator's launches (graph replays repeat theirs).
+ * live == NULL: no stamps (the kernels' own tests).
+ */
+typedef struct zcc_dev_live {
+  uint64_t begun;  /* token of the launch that entered last */
+  uint64_t ended;  /* token of the launch that ended last */
+  uint64_t seq;    /* the op of the launch that entered last */
+  uint32_t ticks;  /* launches entered, modulo 2^32 */
+  uint32_t pad;
+} zcc_dev_live_t;
+typedef struct zcc_dev_op_time {
+  uint64_t seq;       /* the op these times are of */
+  uint64_t start_ns;  /* its first launch's entry */
+  uint64_t end_ns;    /* the end of its latest launch (0: none yet) */
+  uint64_t end_token; /* that launch's token */
+} zcc_dev_op_time_t;
+typedef struct zcc_dev_stamp {
+  zcc_dev_live_t *live;     /* host-mapped; NULL: no stamps */
+  zcc_dev_op_time_t *op;    /* host-mapped: the op's times */
+  uint32_t *blocks_out;     /* device memory: blocks finished (0 between launches) */
+  uint64_t token;           /* this launch's, nonzero */
+  uint64_t seq;             /* the op's number */
+  int first;                /* the op's first launch */
+  int pad;
+} zcc_dev_stamp_t;
+
+/*
  * dst[i] = a[i] op b[i] for i < count on stream. dst may alias a or b
  * exactly (not partially). zccAvg reduces as zccSum.
  */
@@ -96,6 +130,7 @@ typedef struct zcc_dev_allreduce {
   uint32_t *flags[ZCC_DEV_MAX_RANKS];    /* rank r's flag area, ZCC_DEV_FLAGS_BYTES, zeroed before first use */
   void *ll[ZCC_DEV_MAX_RANKS];           /* rank r's LL receive area, ZCC_DEV_LL_BYTES, zeroed before first use (LL only) */
   const volatile uint32_t *abort_flag;   /* NULL, or nonzero: waiting kernels give up (results undefined) */
+  zcc_dev_stamp_t stamp;               /* op stamps (live NULL: none) */
   size_t count;
   zccDataType_t type;
   zccRedOp_t op;
@@ -181,6 +216,7 @@ typedef struct zcc_dev_push {
   void *staging[ZCC_DEV_MAX_RANKS];   /* rank r's staging buffer as this GPU addresses it */
   uint32_t *push[ZCC_DEV_MAX_RANKS];  /* rank r's push-flag area as this GPU addresses it */
   const volatile uint32_t *abort_flag;
+  zcc_dev_stamp_t stamp;               /* op stamps (live NULL: none) */
   size_t staging_bytes;               /* of every rank's staging buffer (equal) */
   size_t count;
   zccDataType_t type;
@@ -225,6 +261,7 @@ typedef struct zcc_dev_gather {
   void *dst[ZCC_DEV_MAX_RANKS];
   uint32_t *flags[ZCC_DEV_MAX_RANKS];
   const volatile uint32_t *abort_flag;
+  zcc_dev_stamp_t stamp;               /* op stamps (live NULL: none) */
   size_t bytes;
   int nranks;
   int rank;
@@ -270,6 +307,7 @@ typedef struct zcc_dev_p2p {
   int nops;
   void *areas[ZCC_DEV_MAX_RANKS]; /* rank r's p2p area as this GPU addresses it */
   const volatile uint32_t *abort_flag;
+  zcc_dev_stamp_t stamp;               /* op stamps (live NULL: none) */
   int nranks;
   int rank;
 } zcc_dev_p2p_t;
@@ -396,6 +434,7 @@ typedef struct zcc_dev_conn_args {
   int root;
   int nchannels;
   const volatile uint32_t *abort_flag;
+  zcc_dev_stamp_t stamp;               /* op stamps (live NULL: none) */
 } zcc_dev_conn_args_t;
 int zcc_dev_conn_coll(const zcc_dev_conn_args_t *args, struct CUstream_st *stream);
 /* Channels a launch would use (the same rule every rank applies); -1: bad arguments. */
@@ -423,6 +462,7 @@ typedef struct zcc_dev_conn_p2p {
   zcc_dev_p2p_op_t ops[ZCC_DEV_P2P_MAX_OPS];
   int nops;
   const volatile uint32_t *abort_flag;
+  zcc_dev_stamp_t stamp;               /* op stamps (live NULL: none) */
 } zcc_dev_conn_p2p_t;
 int zcc_dev_conn_p2p(const zcc_dev_conn_p2p_t *args, struct CUstream_st *stream);
 
@@ -436,12 +476,22 @@ int zcc_dev_conn_p2p(const zcc_dev_conn_p2p_t *args, struct CUstream_st *stream)
  * into remote_flag (release, system scope) after everything earlier on the
  * stream, copy-engine writes included.
  * zcc_dev_flag_wait: want = inc ? ++*counter : *counter, then waits until
- * *flag >= want (modulo 2^32, acquire) or abort_flag is nonzero.
+ * *flag >= want (modulo 2^32, acquire) or abort_flag is nonzero; stamp
+ * (NULL: none) as for the other kernels.
  */
 int zcc_dev_flag_signal(uint32_t *counter, uint32_t *remote_flag, int inc,
                         struct CUstream_st *stream);
 int zcc_dev_flag_wait(uint32_t *counter, const uint32_t *flag, int inc,
-                      const volatile uint32_t *abort_flag, struct CUstream_st *stream);
+                      const volatile uint32_t *abort_flag, const zcc_dev_stamp_t *stamp,
+                      struct CUstream_st *stream);
+
+/*
+ * One thread writes %globaltimer into *out (mapped pinned memory) again and
+ * again until *stop is nonzero or limit_ns have passed on the GPU's clock:
+ * the host reads it beside its own clock to convert op stamps.
+ */
+int zcc_dev_clock_probe(uint64_t *out, const volatile uint32_t *stop, uint64_t limit_ns,
+                        struct CUstream_st *stream);
 
 #ifdef __cplusplus
 }

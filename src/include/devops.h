@@ -8,6 +8,7 @@
 #define ZCC_DEVOPS_H_
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "coll.h"
 #include "zcc.h"
@@ -22,6 +23,7 @@ typedef struct zcc_gpu_p2p_op {
   int peer;
   int is_recv;
   struct CUstream_st *stream;
+  uint64_t op_id; /* its flight recorder id (0: none) */
 } zcc_gpu_p2p_op_t;
 
 typedef struct zcc_device_ops {
@@ -49,6 +51,9 @@ typedef struct zcc_device_ops {
      sum) run as algo/proto, timed on the device (collective). */
   zccResult_t (*probe)(struct zccComm *comm, zcc_algo_t algo, zcc_proto_t proto, size_t bytes,
                        int iters, double *median_us);
+  /* The GPU's times of the op with flight recorder id `id` (CLOCK_MONOTONIC
+     ns): 2 done, 1 started, 0 not yet, -1 none will come (gpu.h). */
+  int (*op_times)(struct zccComm *comm, uint64_t id, int64_t *start_ns, int64_t *end_ns);
 } zcc_device_ops_t;
 
 /* The GPU face, or NULL when this build has no CUDA. */

@@ -96,6 +96,20 @@ typedef struct zcc_gpu {
   /* A hash of the channels' rings (conns->ch[].ring_rank): every rank must
      run the same. */
   uint64_t rings_hash;
+  /* Op stamps (device.h): the live words and a ring of op times in mapped
+     pinned memory (one allocation), the device's blocks-out word, and the
+     host's side: launches made, the op being enqueued, and each slot's last
+     launch token (its op is done on the GPU once end_token reaches it). */
+  zcc_dev_live_t *live_host, *live_dev;
+  zcc_dev_op_time_t *times_host, *times_dev;
+  uint64_t *times_last;    /* [ntimes], host memory */
+  uint32_t ntimes;         /* slots: the flight recorder's entries, or 1 */
+  uint32_t *blocks_out;    /* device memory */
+  uint64_t token;          /* launches stamped */
+  uint64_t op_id;          /* the op being enqueued: its flight recorder id (0: none) */
+  uint32_t op_slot;
+  uint32_t op_launches;    /* of it so far */
+  int64_t clock_offset_ns; /* CLOCK_MONOTONIC minus %globaltimer */
   /* The link probe (zcc_gpu_probe) runs its allreduces as this, not as chosen. */
   int force_on;
   zcc_algo_t force_algo;
@@ -112,6 +126,17 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm);
 void zcc_gpu_comm_free(struct zccComm *comm);
 /* Make waiting kernels give up (abort, error state). */
 void zcc_gpu_comm_stop_kernels(struct zccComm *comm);
+/* The op stamps of the op with flight recorder id `id` (0: one without a
+   record) that the launches enqueued from now on belong to, and after
+   them: its last launch. */
+void zcc_gpu_op_begin(struct zcc_gpu *g, uint64_t id);
+void zcc_gpu_op_end(struct zcc_gpu *g);
+/* The stamp for the next launch of the current op (live NULL: stamps off). */
+zcc_dev_stamp_t zcc_gpu_stamp(struct zcc_gpu *g);
+/* The GPU's times of the op with record id `id`, as CLOCK_MONOTONIC ns:
+   2 done (start and end set), 1 started, 0 not started yet, -1 none will
+   come (it launched nothing stamped, or its slot was reused). */
+int zcc_gpu_op_times(struct zccComm *comm, uint64_t id, int64_t *start_ns, int64_t *end_ns);
 
 /* The device current in the calling thread (for zccCommInitRank). */
 zccResult_t zcc_gpu_current_device(int *dev);

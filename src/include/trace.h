@@ -10,8 +10,10 @@
  * record is valid while its `id` matches the slot's.
  *
  * Host communicators fill every time; GPU communicators fill the enqueue
- * time, and leave gpu_start_ns / gpu_end_ns at 0 until the device side
- * writes them (kernels or events: not done yet).
+ * time, and the kernels stamp when the GPU ran the op (device.h, op
+ * stamps): dumps read those stamps for gpu_start_ns / gpu_end_ns and the
+ * state (started, done), and the trace gets a GPU span per op once it has
+ * ended (written as later ops are enqueued, and at destroy).
  */
 #ifndef ZCC_TRACE_H_
 #define ZCC_TRACE_H_
@@ -73,6 +75,7 @@ typedef struct zcc_trace {
   int64_t
       *peer_wait;    /* [nranks]: the running op's wait per peer (trace only) */
   atomic_int dumped; /* an automatic dump was written */
+  uint64_t gpu_next;  /* GPU: the first record whose GPU span is not written yet */
   char prefix[256];  /* the comm's part of every trace event's args */
 } zcc_trace_t;
 
@@ -104,6 +107,9 @@ void zcc_trace_waiting_on(struct zcc_plan *plan, int peer);
 void zcc_trace_end(struct zcc_plan *plan, zccResult_t res, int64_t now_ns);
 /* A record that ran elsewhere (GPU enqueue): its final state now. */
 void zcc_trace_finish_id(struct zccComm *comm, uint64_t id, zccResult_t res);
+/* GPU: write the trace's spans of every op the GPU has finished (destroy,
+   once the device is idle). */
+void zcc_trace_gpu_flush(struct zccComm *comm);
 
 /*
  * The communicator entered error state (first error only): write the

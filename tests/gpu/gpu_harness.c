@@ -37,8 +37,8 @@
 
 /* ---- options ---- */
 
-static const char *const part_names[] = {"matrix",   "graphs", "errors",
-                                         "lifetime", "abort",  "deadpeer"};
+static const char *const part_names[] = {"matrix", "graphs",   "errors", "lifetime",
+                                         "abort",  "deadpeer", "stamps", "stuck"};
 
 options_t opt;
 
@@ -1012,7 +1012,7 @@ void usage(void) {
       "usage: test_gpu_colls [--layout threads|procs|both] [--ngpus N | --ranks N] [--quick]\n"
       "                      [--full] (--ranks N: N ranks on the GPUs there are, round-robin)\n"
       "                      [--premul-only] (the matrix's pre-multiplied sum cases only)\n"
-      "                      [--only matrix,graphs,errors,lifetime,abort,deadpeer]\n"
+      "                      [--only matrix,graphs,errors,lifetime,abort,deadpeer,stamps,stuck]\n"
       "                      [--coll NAME,...] [--type NAME] [--replays N]\n"
       "                      [--capture global|thread|relaxed] [--seed N]\n"
       "collectives: allreduce broadcast reduce allgather reducescatter alltoall sendrecv_ring\n"
@@ -1119,7 +1119,7 @@ int parse_args(int argc, char **argv) {
       snprintf(buf, sizeof(buf), "%s", v);
       for (char *save = NULL, *p = strtok_r(buf, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
         int found = 0;
-        for (int k = 0; k < 6; k++)
+        for (int k = 0; k < 8; k++)
           if (strcmp(p, part_names[k]) == 0) {
             opt.parts |= 1 << k;
             found = 1;

@@ -28,7 +28,9 @@ enum {
   PART_LIFETIME = 8,
   PART_ABORT = 16,
   PART_DEADPEER = 32,
-  PART_ALL = 63
+  PART_STAMPS = 64,
+  PART_ALL = 127, /* every part but stuck (--only stuck) */
+  PART_STUCK = 128
 };
 
 typedef struct {

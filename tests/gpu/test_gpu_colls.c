@@ -46,6 +46,15 @@
  *            and threads as before.
  *   abort    only rank 0 calls allreduce; zccCommAbort from another thread
  *            makes its cudaStreamSynchronize return.
+ *   stamps   15 collectives of five kinds, each timed on the host; every
+ *            rank's flight recorder (zccCommDump) holds each op done, with
+ *            GPU start and end times inside its host window, in order.
+ *   stuck    (only with --only) rank 0 alone calls allreduce under a short
+ *            ZCC_TIMEOUT (procs: 2000 ms by config; threads: the
+ *            environment's, at most 20000): its stream is idle within
+ *            ZCC_TIMEOUT + 2 s, the async error is zccTimeout naming op #1,
+ *            the flight recorder (ZCC_FLIGHT_RECORDER_FILE's dump, else
+ *            zccCommDump) shows it started on the GPU, destroy < 2 s.
  *   deadpeer (procs) rank 1 _exits after one allreduce; rank 0's next one
  *            must end, and zccCommGetAsyncError report an error, within 30 s
  *            (ZCC_TIMEOUT=5000).
@@ -68,6 +77,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -77,6 +87,7 @@
 #include <string.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gpu_harness.h"
@@ -1283,6 +1294,289 @@ static void run_deadpeer(world_t *w) {
   comms_free(w, comm, 1, what);
 }
 
+/* ---- op stamps and a stuck kernel ---- */
+
+/* Wall-clock microseconds, the flight recorder's time base. */
+static double wall_now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+/* The whole file, NUL-terminated (NULL: unreadable). */
+static char *read_text(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return NULL;
+  size_t cap = 1 << 16, len = 0;
+  char *buf = malloc(cap);
+  while (buf) {
+    size_t n = fread(buf + len, 1, cap - len - 1, f);
+    len += n;
+    if (n == 0)
+      break;
+    if (len + 1 == cap) {
+      char *nb = realloc(buf, cap *= 2);
+      if (!nb) {
+        free(buf);
+        buf = NULL;
+      }
+      buf = nb;
+    }
+  }
+  fclose(f);
+  if (buf)
+    buf[len] = '\0';
+  return buf;
+}
+
+/* The dump's line of collective #seq (its own line: `{"seq":N,"p2p":0,...}`),
+   copied into line; 0 if absent. */
+static int dump_op(const char *text, unsigned long seq, char *line, size_t cap) {
+  char key[64];
+  snprintf(key, sizeof(key), "{\"seq\":%lu,\"p2p\":0,", seq);
+  const char *p = strstr(text, key);
+  if (!p)
+    return 0;
+  const char *e = strchr(p, '}');
+  size_t n = e ? (size_t)(e - p) + 1 : strlen(p);
+  if (n >= cap)
+    n = cap - 1;
+  memcpy(line, p, n);
+  line[n] = '\0';
+  return 1;
+}
+
+/* A number field of a dump line ("name":value); NAN when absent. */
+static double field_num(const char *line, const char *name) {
+  char key[64];
+  snprintf(key, sizeof(key), "\"%s\":", name);
+  const char *p = strstr(line, key);
+  return p ? strtod(p + strlen(key), NULL) : NAN;
+}
+
+/* A string field's value into out; "" when absent. */
+static void field_str(const char *line, const char *name, char *out, size_t cap) {
+  char key[64];
+  snprintf(key, sizeof(key), "\"%s\":\"", name);
+  const char *p = strstr(line, key);
+  out[0] = '\0';
+  if (!p)
+    return;
+  p += strlen(key);
+  size_t n = 0;
+  while (p[n] && p[n] != '"' && n + 1 < cap) {
+    out[n] = p[n];
+    n++;
+  }
+  out[n] = '\0';
+}
+
+#define STAMP_OPS 15
+/* The calibration reads the GPU's clock about a PCIe read late: GPU times
+   may sit this much after the host's own clock. */
+#define STAMP_SLACK_US 5.0
+
+/*
+ * stamps: STAMP_OPS collectives of five kinds, each timed on the host
+ * (before the call, after the stream is idle); then every rank's flight
+ * recorder (zccCommDump): every op done, with GPU times inside its host
+ * window, in order, after its enqueue.
+ */
+static void run_stamps(world_t *w) {
+  zccComm_t comms[MAX_RANKS];
+  char what[64];
+  snprintf(what, sizeof(what), "%s stamps", w->name);
+  watch(opt.step_s, "%s: init", what);
+  int ok = comms_init(w, comms, 1, 0, what) == 0;
+  if (!agree(w, ok, what)) {
+    if (ok)
+      comms_free(w, comms, 1, what);
+    return;
+  }
+  const call_t calls[5] = {{C_ALLREDUCE, zccFloat32, zccSum, 0, 7, 0, 0},
+                           {C_ALLREDUCE, zccFloat32, zccSum, 0, 200000, 0, 0},
+                           {C_BROADCAST, zccFloat32, zccSum, w->n - 1, 65541, 0, 0},
+                           {C_ALLGATHER, zccFloat32, zccSum, 0, 4096, 0, 0},
+                           {C_REDUCESCATTER, zccFloat32, zccSum, 0, 4096, 0, 0}};
+  double before[STAMP_OPS], after[STAMP_OPS];
+  const void *sps[MAX_RANKS];
+  void *rps[MAX_RANKS];
+  for (int i = 0; i < w->nlocal; i++) {
+    sps[i] = w->rk[i].dsend[0];
+    rps[i] = w->rk[i].drecv[0];
+  }
+  int broken = 0;
+  for (int k = 0; k < STAMP_OPS && !broken; k++) {
+    watch(opt.step_s, "%s: op #%d", what, k + 1);
+    sync_all(w, what);
+    before[k] = wall_now_us();
+    call_all(w, comms, &calls[k % 5], sps, rps, 0);
+    wait_local(w, 0, what);
+    after[k] = wall_now_us();
+    for (int i = 0; i < w->nlocal; i++)
+      if (w->rk[i].rc != zccSuccess || w->rk[i].werr != cudaSuccess) {
+        fail("%s: op #%d (%s) on rank %d: %s, stream %s", what, k + 1,
+             coll_names[calls[k % 5].coll], w->rk[i].rank, rc_name(w->rk[i].rc),
+             cudaGetErrorName(w->rk[i].werr));
+        broken = 1;
+      }
+  }
+  sync_all(w, what);
+  double worst_late = -1e30, min_gap = 1e30;
+  for (int i = 0; i < w->nlocal && !broken; i++) {
+    int r = w->rk[i].rank;
+    char path[128];
+    snprintf(path, sizeof(path), "/tmp/zcc_stamps.%d.%d.json", (int)getpid(), r);
+    zccResult_t rc = zccCommDump(comms[i], path);
+    CHECK(rc == zccSuccess, "%s: rank %d: zccCommDump(%s): %s: %s", what, r, path, rc_name(rc),
+          last_err(comms[i]));
+    char *text = rc == zccSuccess ? read_text(path) : NULL;
+    unlink(path);
+    if (!text)
+      continue;
+    double prev_end = 0;
+    for (int k = 0; k < STAMP_OPS; k++) {
+      char line[2048], state[32], coll[32];
+      if (!dump_op(text, (unsigned long)k + 1, line, sizeof(line))) {
+        fail("%s: rank %d: the dump has no collective #%d", what, r, k + 1);
+        continue;
+      }
+      field_str(line, "state", state, sizeof(state));
+      field_str(line, "coll", coll, sizeof(coll));
+      double enq = field_num(line, "enqueue_us"), gs = field_num(line, "gpu_start_us"),
+             ge = field_num(line, "gpu_end_us");
+      const char *want = coll_names[calls[k % 5].coll];
+      int good = strcmp(state, "done") == 0 && strcmp(coll, want) == 0 && gs > 0 && ge >= gs &&
+                 enq >= before[k] && gs >= enq && ge <= after[k] + STAMP_SLACK_US &&
+                 gs >= prev_end;
+      CHECK(good,
+            "%s: rank %d: op #%d: %s %s (want %s done); host window [%.3f, %.3f] us, enqueue "
+            "%+.3f, GPU start %+.3f, end %+.3f (relative to the window's start), previous "
+            "op's GPU end %+.3f",
+            what, r, k + 1, coll, state, want, before[k], after[k], enq - before[k],
+            gs - before[k], ge - before[k], prev_end ? prev_end - before[k] : 0.0);
+      if (ge - after[k] > worst_late)
+        worst_late = ge - after[k];
+      if (gs - enq < min_gap)
+        min_gap = gs - enq;
+      prev_end = ge;
+    }
+    free(text);
+  }
+  if (!broken)
+    info("%s: %d ops per rank; GPU end at most %.3f us after the host saw the stream idle; "
+         "GPU start at least %.3f us after the enqueue",
+         what, STAMP_OPS, worst_late, min_gap);
+  sync_all(w, what);
+  comms_free(w, comms, broken, what);
+  sync_all(w, what);
+}
+
+/*
+ * stuck: only rank 0 calls allreduce, under a short ZCC_TIMEOUT (the
+ * procs layout's config says 2000 ms; the threads layout's is the
+ * environment's). Within ZCC_TIMEOUT + 2 s its stream is idle again,
+ * zccCommGetAsyncError says zccTimeout and its message names the op; the
+ * flight recorder (ZCC_FLIGHT_RECORDER_FILE when set, the watchdog's dump;
+ * else zccCommDump) shows op #1 allreduce started on the GPU; every rank
+ * destroys within 2 s and the stream still works.
+ */
+static void run_stuck(world_t *w) {
+  zccComm_t comms[MAX_RANKS];
+  char what[64];
+  snprintf(what, sizeof(what), "%s stuck", w->name);
+  int tmo_ms = w->procs ? 2000 : (int)(opt.tmo_s * 1000);
+  if (tmo_ms > 20000) {
+    fail("%s: needs ZCC_TIMEOUT of at most 20000 ms in the threads layout (it is %d)", what,
+         tmo_ms);
+    return;
+  }
+  watch(opt.step_s, "%s: init", what);
+  int ok = comms_init(w, comms, 1, tmo_ms, what) == 0;
+  if (!agree(w, ok, what)) {
+    if (ok)
+      comms_free(w, comms, 1, what);
+    return;
+  }
+  if (w->rk[0].rank == 0) {
+    waiter_t a;
+    pthread_t th;
+    memset(&a, 0, sizeof(a));
+    a.comm = comms[0];
+    a.stream = w->rk[0].stream;
+    a.dev = w->rk[0].dev;
+    a.sp = w->rk[0].dsend[0];
+    a.rp = w->rk[0].drecv[0];
+    a.count = 4097;
+    watch((unsigned)(tmo_ms / 1000 + 60), "%s: rank 0's allreduce alone", what);
+    double t0 = now_s();
+    if (pthread_create(&th, NULL, waiter_main, &a) != 0)
+      die("%s: pthread_create failed", what);
+    double limit = tmo_ms / 1000.0 + 2.0;
+    int late = wait_flag(&a.done, limit) != 0;
+    double t_done = now_s() - t0;
+    CHECK(!late, "%s: rank 0's stream was not idle %.1f s after its allreduce began "
+          "(ZCC_TIMEOUT %d ms + 2 s)", what, limit, tmo_ms);
+    if (late && wait_flag(&a.done, ABORT_LIMIT_S) != 0)
+      die("%s: rank 0's allreduce never ended", what);
+    pthread_join(th, NULL);
+    zccResult_t ae = zccSuccess;
+    zccResult_t r1 = zccCommGetAsyncError(comms[0], &ae);
+    const char *msg = last_err(comms[0]);
+    CHECK(r1 == zccSuccess && ae == zccTimeout && strstr(msg, "op #1 allreduce") &&
+              strstr(msg, "no progress"),
+          "%s: rank 0: zccCommGetAsyncError %s, async error %s (want zccTimeout), message: %s",
+          what, rc_name(r1), rc_name(ae), msg);
+    const char *fr = getenv("ZCC_FLIGHT_RECORDER_FILE");
+    char path[512];
+    if (fr && *fr) {
+      /* %h host, %p pid, %r rank, as the library expands them */
+      char host[64] = "", *o = path;
+      gethostname(host, sizeof(host) - 1);
+      char *dot = strchr(host, '.');
+      if (dot)
+        *dot = '\0';
+      for (const char *p = fr; *p && o < path + sizeof(path) - 32; p++) {
+        if (p[0] == '%' && p[1] == 'h') o += sprintf(o, "%s", host), p++;
+        else if (p[0] == '%' && p[1] == 'p') o += sprintf(o, "%d", (int)getpid()), p++;
+        else if (p[0] == '%' && p[1] == 'r') o += sprintf(o, "0"), p++;
+        else *o++ = *p;
+      }
+      *o = '\0';
+    } else {
+      snprintf(path, sizeof(path), "/tmp/zcc_stuck.%d.json", (int)getpid());
+      zccResult_t dr = zccCommDump(comms[0], path);
+      CHECK(dr == zccSuccess, "%s: zccCommDump: %s", what, rc_name(dr));
+    }
+    char *text = read_text(path);
+    char line[2048] = "", state[32] = "", coll[32] = "";
+    int have = text && dump_op(text, 1, line, sizeof(line));
+    if (have) {
+      field_str(line, "state", state, sizeof(state));
+      field_str(line, "coll", coll, sizeof(coll));
+    }
+    CHECK(have && strcmp(coll, "allreduce") == 0 && strcmp(state, "started") == 0 &&
+              field_num(line, "gpu_start_us") > 0 && strstr(text, "\"async_error\":5"),
+          "%s: the flight recorder %s (%s) %s: op #1 %s %s", what, path,
+          fr && *fr ? "the watchdog's dump" : "zccCommDump", text ? "read" : "missing", coll,
+          state);
+    free(text);
+    unlink(path);
+    cudaError_t ue = stream_usable(w, 0);
+    CHECK(ue == cudaSuccess, "%s: rank 0's stream no longer works after the timeout: %s", what,
+          cudaGetErrorName(ue));
+    info("%s: ZCC_TIMEOUT %d ms: rank 0's stream idle after %.2f s, async error %s", what,
+         tmo_ms, t_done, rc_name(ae));
+  }
+  sync_all(w, what);
+  double t0 = now_s();
+  comms_free(w, comms, 0, what);
+  double t_free = now_s() - t0;
+  CHECK(t_free < 2.0, "%s: destroying the communicators took %.2f s", what, t_free);
+  sync_all(w, what);
+}
+
 /* ---- a world's whole run ---- */
 
 static void run_world(world_t *w) {
@@ -1337,6 +1631,10 @@ static void run_world(world_t *w) {
     run_lifetime(w);
   if (opt.parts & PART_ABORT)
     run_abort(w);
+  if (opt.parts & PART_STAMPS)
+    run_stamps(w);
+  if (opt.parts & PART_STUCK)
+    run_stuck(w);
   world_free(w);
 }
 

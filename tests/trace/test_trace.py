@@ -3,7 +3,8 @@
 
   test_trace.py CASE --driver build/tests/trace/test_trace --tool build/tools/zcc_trace
 
-CASE: straggler, summary, mismatch, p2p, fork, schema, heatmap, unwritable, corrupt, markers.
+CASE: straggler, summary, mismatch, p2p, fork, schema, heatmap, unwritable, corrupt, markers;
+gpu (on a GPU host: --driver is allreduce_perf).
 Each prints what it checked and exits 1 on the first failure.
 """
 import argparse
@@ -384,10 +385,47 @@ def case_markers(args, d):
     check(rc == 0 and "rank 0" in out, "heatmap reads the Python markers")
 
 
+def case_gpu(args, d):
+    """On a GPU host: --driver is allreduce_perf. Two ranks on GPU 0 trace 8 B to
+    4 MiB; every GPU op has its GPU span (cat zcc_gpu), after its enqueue, the
+    spans of a rank in order, and zcc_trace stats takes the GPU's times."""
+    env = {"ZCC_TRACE_FILE": os.path.join(d, "trace.%r.json")}
+    rc, out, err = run([args.driver, "-g", "2", "--share-gpus", "1", "-b", "8", "-e", "4M",
+                        "-f", "4", "-w", "2", "-n", "10", "-c", "1"], env=env, timeout=300)
+    sys.stdout.write(out[-2000:])
+    sys.stderr.write(err[-2000:])
+    check(rc == 0, "allreduce_perf with ZCC_TRACE_FILE exits 0 (got %d)" % rc)
+    paths = [os.path.join(d, "trace.%d.json" % r) for r in range(2)]
+    for p in paths:
+        doc, nx = validate_chrome_trace(p)
+        ev = doc["traceEvents"]
+        host = {e["args"]["seq"]: e for e in ev if e.get("cat") == "zcc" and not e["args"]["p2p"]}
+        gpu = [e for e in ev if e.get("cat") == "zcc_gpu"]
+        check(host and all(e["args"]["gpu"] == 1 for e in host.values()),
+              "%s: %d GPU collectives recorded" % (p, len(host)))
+        check(len(gpu) == len(host), "%s: %d GPU spans for %d ops" % (p, len(gpu), len(host)))
+        prev_end = 0.0
+        for g in sorted(gpu, key=lambda e: e["args"]["seq"]):
+            typed(g["args"], dict(ZCC_ARGS, gpu_start_us=(int, float), gpu_end_us=(int, float)),
+                  "%s: GPU span #%d" % (p, g["args"]["seq"]))
+            h = host.get(g["args"]["seq"])
+            if not h:
+                fail("%s: GPU span #%d has no op" % (p, g["args"]["seq"]))
+            if g["ts"] < h["args"]["enqueue_us"] or g["ts"] + 1e-3 < prev_end:
+                fail("%s: GPU span #%d at %.3f (dur %.3f): enqueued %.3f, previous span's end "
+                     "%.3f" % (p, g["args"]["seq"], g["ts"], g["dur"], h["args"]["enqueue_us"],
+                               prev_end))
+            prev_end = g["ts"] + g["dur"]
+        check(True, "%s: every GPU span after its enqueue, in order" % p)
+    rc, out, err = tool(args, "stats", *paths)
+    sys.stdout.write(out[-3000:])
+    check(rc == 0 and "allreduce" in out, "zcc_trace stats on the GPU traces")
+
+
 CASES = {"schema": case_schema, "straggler": case_straggler, "summary": case_summary,
          "mismatch": case_mismatch, "p2p": case_p2p, "fork": case_fork,
          "heatmap": case_heatmap, "unwritable": case_unwritable, "corrupt": case_corrupt,
-         "markers": case_markers}
+         "markers": case_markers, "gpu": case_gpu}
 
 
 def main():
