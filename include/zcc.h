@@ -234,7 +234,8 @@ ZCC_API zccResult_t zccCommDestroy(zccComm_t comm);
  */
 ZCC_API zccResult_t zccCommAbort(zccComm_t comm);
 
-/** The first error the communicator met (zccSuccess if none). */
+/** The first error the communicator met (zccSuccess if none); when it is an
+ * error, this thread's zccGetLastError becomes that error's message. */
 ZCC_API zccResult_t zccCommGetAsyncError(zccComm_t comm,
                                          zccResult_t *asyncError);
 

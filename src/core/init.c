@@ -491,7 +491,9 @@ zccResult_t zccCommGetAsyncError(zccComm_t comm, zccResult_t *asyncError) {
   if (!asyncError)
     return zcc_error(zccInvalidArgument, "zccCommGetAsyncError: asyncError is NULL");
   ZCC_CHECK(zcc_comm_enter(comm, "zccCommGetAsyncError", 0));
-  *asyncError = (zccResult_t)atomic_load(&comm->async_error);
+  *asyncError = (zccResult_t)atomic_load_explicit(&comm->async_error, memory_order_acquire);
+  /* The cause, for zccGetLastError in this thread (it may have come from another). */
+  if (*asyncError != zccSuccess) zcc_restore_last_error(comm->error_msg);
   zcc_comm_leave(comm);
   return zccSuccess;
 }

@@ -694,7 +694,9 @@ static void gpu_spans(struct zccComm *comm, uint64_t upto) {
       break;
     ST(r->gpu_start_ns, s);
     ST(r->gpu_end_ns, e);
-    ST(r->state, ZCC_OP_DONE);
+    if (st == 3)
+      ST(r->result, (int32_t)atomic_load(&comm->async_error));
+    ST(r->state, st == 2 ? ZCC_OP_DONE : ZCC_OP_FAILED);
     trace_event_as(comm, r, 1);
   }
 }
@@ -748,7 +750,9 @@ static int snapshot(struct zccComm *comm, uint64_t id, zcc_op_rec_t *out) {
     if (st >= 1) {
       out->gpu_start_ns = s;
       out->gpu_end_ns = e;
-      out->state = st == 2 ? ZCC_OP_DONE : ZCC_OP_STARTED;
+      out->state = st == 2 ? ZCC_OP_DONE : st == 3 ? ZCC_OP_FAILED : ZCC_OP_STARTED;
+      if (st == 3)
+        out->result = atomic_load(&comm->async_error);
     }
   }
   return 1;

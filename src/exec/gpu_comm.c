@@ -129,6 +129,14 @@ typedef struct {
 
 /* ---- op stamps (device.h) ---- */
 
+/* Raise the abort word (its first time kept: ops that end after it were cut short). */
+static void raise_abort(zcc_gpu_t *g) {
+  int64_t zero = 0;
+  __atomic_compare_exchange_n(&g->abort_ns, &zero, zcc_now_ns(), 0, __ATOMIC_RELAXED,
+                              __ATOMIC_RELAXED);
+  *g->abort_host = 1;
+}
+
 void zcc_gpu_op_begin(zcc_gpu_t *g, uint64_t id) {
   g->op_id = id;
   g->op_slot = id && g->ntimes ? (uint32_t)((id - 1) % g->ntimes) : 0;
@@ -170,7 +178,8 @@ int zcc_gpu_op_times(struct zccComm *comm, uint64_t id, int64_t *start_ns, int64
   *start_ns = (int64_t)start + g->clock_offset_ns;
   if (last && etok == last && end) {
     *end_ns = (int64_t)end + g->clock_offset_ns;
-    return 2;
+    int64_t ab = __atomic_load_n(&g->abort_ns, __ATOMIC_RELAXED);
+    return ab && *end_ns >= ab ? 3 : 2; /* ended after the abort word: its waits gave up */
   }
   return 1;
 }
@@ -261,8 +270,9 @@ static void gpu_timed_out(struct zccComm *comm, zcc_gpu_t *g, uint64_t id, int64
                   "peer has not joined it; its kernels were stopped",
                   comm->name, comm->rank, what, (long long)ms, (long long)comm->timeout_ms);
   ZCC_WARN("%s", zcc_last_error());
-  *g->abort_host = 1;
+  /* The error (and the flight recorder's dump, with the op still running) first. */
   zcc_comm_set_error(comm, zccTimeout);
+  raise_abort(g);
 }
 
 static void *watchdog_main(void *arg) {
@@ -276,7 +286,7 @@ static void *watchdog_main(void *arg) {
   int64_t since = 0; /* 0: nothing in flight */
   while (!atomic_load(&g->watchdog_stop)) {
     if (atomic_load(&comm->abort_flag) || atomic_load(&comm->async_error) != zccSuccess) {
-      *g->abort_host = 1;
+      if (!*g->abort_host) raise_abort(g);
     } else {
       for (int r = 0; r < comm->nranks; r++) {
         zcc_conn_t *c = comm->conns[r];
@@ -285,8 +295,8 @@ static void *watchdog_main(void *arg) {
           ZCC_WARN("comm %s rank %d: rank %d (pid %d) died; its collectives fail with "
                    "zccRemoteError",
                    comm->name, comm->rank, r, comm->peers[r].pid);
+          raise_abort(g);
           zcc_comm_set_error(comm, zccRemoteError);
-          *g->abort_host = 1;
           break;
         }
       }
@@ -311,7 +321,7 @@ static void *watchdog_main(void *arg) {
 }
 
 void zcc_gpu_comm_stop_kernels(struct zccComm *comm) {
-  if (comm->gpu && comm->gpu->abort_host) *comm->gpu->abort_host = 1;
+  if (comm->gpu && comm->gpu->abort_host) raise_abort(comm->gpu);
 }
 
 static zccResult_t layout_agrees(struct zccComm *comm, const zcc_gpu_t *g, int r,
@@ -680,7 +690,7 @@ void zcc_gpu_comm_free(struct zccComm *comm) {
   cudaGetDevice(&prev);
   cudaSetDevice(g->dev);
   if (g->abort_host && (atomic_load(&comm->abort_flag) || atomic_load(&comm->async_error)))
-    *g->abort_host = 1;
+    raise_abort(g);
   /* Every kernel that maps a peer's memory has finished before unmapping. */
   cudaDeviceSynchronize();
   /* The trace's GPU spans of what ran, while the stamps are there. */

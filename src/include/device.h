@@ -81,7 +81,8 @@ typedef struct zcc_dev_op_time {
 typedef struct zcc_dev_stamp {
   zcc_dev_live_t *live;     /* host-mapped; NULL: no stamps */
   zcc_dev_op_time_t *op;    /* host-mapped: the op's times */
-  uint32_t *blocks_out;     /* device memory: blocks finished (0 between launches) */
+  uint32_t *blocks_out;     /* device memory: [0] blocks finished (0 between launches),
+                               [1] launches entered */
   uint64_t token;           /* this launch's, nonzero */
   uint64_t seq;             /* the op's number */
   int first;                /* the op's first launch */

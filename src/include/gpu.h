@@ -110,6 +110,7 @@ typedef struct zcc_gpu {
   uint32_t op_slot;
   uint32_t op_launches;    /* of it so far */
   int64_t clock_offset_ns; /* CLOCK_MONOTONIC minus %globaltimer */
+  int64_t abort_ns;        /* when the abort word was first raised (0: never) */
   /* The link probe (zcc_gpu_probe) runs its allreduces as this, not as chosen. */
   int force_on;
   zcc_algo_t force_algo;
@@ -134,8 +135,9 @@ void zcc_gpu_op_end(struct zcc_gpu *g);
 /* The stamp for the next launch of the current op (live NULL: stamps off). */
 zcc_dev_stamp_t zcc_gpu_stamp(struct zcc_gpu *g);
 /* The GPU's times of the op with record id `id`, as CLOCK_MONOTONIC ns:
-   2 done (start and end set), 1 started, 0 not started yet, -1 none will
-   come (it launched nothing stamped, or its slot was reused). */
+   2 done (start and end set), 3 ended after the abort word was raised (its
+   waits gave up: failed), 1 started, 0 not started yet, -1 none will come
+   (it launched nothing stamped, or its slot was reused). */
 int zcc_gpu_op_times(struct zccComm *comm, uint64_t id, int64_t *start_ns, int64_t *end_ns);
 
 /* The device current in the calling thread (for zccCommInitRank). */

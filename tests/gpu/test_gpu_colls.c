@@ -53,8 +53,9 @@
  *            ZCC_TIMEOUT (procs: 2000 ms by config; threads: the
  *            environment's, at most 20000): its stream is idle within
  *            ZCC_TIMEOUT + 2 s, the async error is zccTimeout naming op #1,
- *            the flight recorder (ZCC_FLIGHT_RECORDER_FILE's dump, else
- *            zccCommDump) shows it started on the GPU, destroy < 2 s.
+ *            the flight recorder shows it started on the GPU (the
+ *            watchdog's dump to ZCC_FLIGHT_RECORDER_FILE), or failed
+ *            (zccCommDump afterwards); destroy < 2 s.
  *   deadpeer (procs) rank 1 _exits after one allreduce; rank 0's next one
  *            must end, and zccCommGetAsyncError report an error, within 30 s
  *            (ZCC_TIMEOUT=5000).
@@ -1556,11 +1557,18 @@ static void run_stuck(world_t *w) {
       field_str(line, "state", state, sizeof(state));
       field_str(line, "coll", coll, sizeof(coll));
     }
-    CHECK(have && strcmp(coll, "allreduce") == 0 && strcmp(state, "started") == 0 &&
-              field_num(line, "gpu_start_us") > 0 && strstr(text, "\"async_error\":5"),
-          "%s: the flight recorder %s (%s) %s: op #1 %s %s", what, path,
-          fr && *fr ? "the watchdog's dump" : "zccCommDump", text ? "read" : "missing", coll,
-          state);
+    /* The watchdog's dump is written before the kernel is stopped; a later one shows it
+       cut short. */
+    const char *want = fr && *fr ? "started" : "failed";
+    char err_field[32];
+    snprintf(err_field, sizeof(err_field), "\"async_error\":%d", (int)zccTimeout);
+    CHECK(have && strcmp(coll, "allreduce") == 0 && strcmp(state, want) == 0 &&
+              field_num(line, "gpu_start_us") > 0 && strstr(text, err_field),
+          "%s: the flight recorder %s (%s) %s: op #1 %s %s (want allreduce %s, GPU start "
+          "%.3f, %s)",
+          what, path, fr && *fr ? "the watchdog's dump" : "zccCommDump",
+          text ? "read" : "missing", coll, state, want, field_num(line, "gpu_start_us"),
+          text && strstr(text, err_field) ? err_field : "async_error missing or wrong");
     free(text);
     unlink(path);
     cudaError_t ue = stream_usable(w, 0);
