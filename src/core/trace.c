@@ -753,6 +753,8 @@ static int snapshot(struct zccComm *comm, uint64_t id, zcc_op_rec_t *out) {
       out->state = st == 2 ? ZCC_OP_DONE : st == 3 ? ZCC_OP_FAILED : ZCC_OP_STARTED;
       if (st == 3)
         out->result = atomic_load(&comm->async_error);
+    } else if (st < 0 && out->count == 0) {
+      out->state = ZCC_OP_DONE; /* nothing to run on the GPU */
     }
   }
   return 1;
