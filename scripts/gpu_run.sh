@@ -50,6 +50,7 @@
 #              pinned-host ceilings (gpu_membw -m host) and allreduce over GPU shm,
 #              each algorithm forced, 8 B..GSHM_MAX (default 256M), in graphs
 #   stamps     op stamps: GPU times (flight recorder, trace), a stuck kernel's ZCC_TIMEOUT, cost
+#   stamps-verify  colls on p2p and GPU shm, the 3-rank shm allgather sweep with graphs, 3 times
 #   probe-san  memcheck: the 4 MiB push eagerly, and the link probe (ZCC_TOPO_MEASURE) with COLL logs
 #   share-san  compute-sanitizer memcheck and racecheck, 2 ranks, ring and tree, quick;
 #              send/receive, alltoall and reduce(-scatter) with ZCC_P2P_DIRECT_DISABLE=1
@@ -451,6 +452,21 @@ for phase in "$@"; do
         run "st-cost-graph-$on-$i" 120 env ZCC_GPU_STAMPS=$on "$bin/allreduce_perf" -g 2 --share-gpus 1 \
           -b 8 -e 8 -w 20 -G 2000 -c 0
       done
+    done
+    ;;
+  stamps-verify)
+    # After a change to the stamps: the matrix and graphs on p2p and GPU shm, threads and procs,
+    # and the 3-rank GPU shm allgather sweep with graphs that once hung.
+    export ZCC_TIMEOUT=${ZCC_TIMEOUT:-20000}
+    tc="$bin/test_gpu_colls"
+    for n in 2 3; do
+      run "sv-share-n$n" 120 "$tc" --ranks $n --layout threads --quick
+    done
+    run sv-share-procs 120 "$tc" --ranks 2 --layout procs --quick --only matrix,graphs --replays 100
+    run sv-gshm-n3 120 env ZCC_P2P_DISABLE=1 "$tc" --ranks 3 --layout threads --quick
+    for i in 1 2 3; do
+      run "sv-model-shm-n3-allgather-$i" 60 env ZCC_P2P_DISABLE=1 "$bin/allgather_perf" -g 3 --share-gpus 1 \
+        -c 1 -b 8 -e 16M -f 8 -w 3 -n 10 -G 5
     done
     ;;
   probe-san)

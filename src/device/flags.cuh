@@ -44,43 +44,42 @@ ZD_INLINE uint64_t zd_globaltimer() {
   return t;
 }
 
-// At a launch's entry: block 0 marks the launch in flight (and, for the
-// op's first launch, its start time). No fences: the host reads each word
-// on its own, and a launch's end is stamped after its entry by the kernel's
-// own order (the last block out finishes after block 0 entered).
-ZD_INLINE void zd_stamp_enter(const zcc_dev_stamp_t &s) {
-  if (!s.live || blockIdx.x != 0 || threadIdx.x != 0) return;
-  volatile zcc_dev_op_time_t *op = s.op;
-  volatile zcc_dev_live_t *live = s.live;
-  if (s.first) {
-    op->end_ns = 0;
-    op->end_token = 0;
-    op->seq = s.seq;
-    op->start_ns = zd_globaltimer();
+// At a launch's entry, in every block (its thread 0 stores; see device.h):
+// the block's entry time, which zd_stamp_exit takes back. Block 0 also
+// names the op, and stamps its start at the op's first launch.
+ZD_INLINE uint64_t zd_stamp_enter(const zcc_dev_stamp_t &s) {
+  if (!s.live || threadIdx.x != 0) return 0;
+  const uint64_t t = zd_globaltimer() + 1;
+  const unsigned b = blockIdx.x;
+  if (b < ZCC_DEV_MAX_BLOCKS) ((volatile zcc_dev_live_t *)s.live)->block[b].entry_ns = t;
+  if (b == 0) {
+    ((volatile zcc_dev_live_t *)s.live)->seq = s.seq;
+    if (s.first) {
+      volatile zcc_dev_op_time_t *op = s.op;
+      op->end_ns = 0;
+      op->end_token = 0;
+      op->seq = s.seq;
+      op->start_ns = t;
+    }
   }
-  // Stores only (a load of host memory would cost a PCIe round trip): the
-  // launch count lives in device memory, its copy in the live words.
-  volatile uint32_t *ticks = s.blocks_out + 1;
-  const uint32_t t = *ticks + 1;
-  *ticks = t;
-  live->seq = s.seq;
-  live->ticks = t;
-  live->begun = s.token;
+  return t;
 }
 
-// At a launch's end, in every block (all its threads): the last block out
-// stamps the end time and marks the launch ended.
-ZD_INLINE void zd_stamp_exit(const zcc_dev_stamp_t &s) {
+// At a launch's end, in every block (all its threads): once the block is
+// done, its exit time; block 0 also the op's end and this launch's token.
+ZD_INLINE void zd_stamp_exit(const zcc_dev_stamp_t &s, uint64_t entry) {
   if (!s.live) return;
   __syncthreads();
   if (threadIdx.x != 0) return;
-  const unsigned nblocks = gridDim.x * gridDim.y * gridDim.z;
-  if (atomicAdd(s.blocks_out, 1u) != nblocks - 1) return;
-  *(volatile uint32_t *)s.blocks_out = 0; // the next launch counts from 0 (after this kernel)
-  volatile zcc_dev_op_time_t *op = s.op;
-  op->end_ns = zd_globaltimer();
-  op->end_token = s.token;
-  ((volatile zcc_dev_live_t *)s.live)->ended = s.token;
+  uint64_t t = zd_globaltimer();
+  if (t < entry) t = entry;
+  const unsigned b = blockIdx.x;
+  if (b == 0) {
+    volatile zcc_dev_op_time_t *op = s.op;
+    op->end_ns = t;
+    op->end_token = s.token;
+  }
+  if (b < ZCC_DEV_MAX_BLOCKS) ((volatile zcc_dev_live_t *)s.live)->block[b].exit_ns = t;
 }
 
 // arr[i] for a run-time i without indexing the parameter array dynamically

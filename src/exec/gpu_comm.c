@@ -155,51 +155,22 @@ zcc_dev_stamp_t zcc_gpu_stamp(zcc_gpu_t *g) {
   if (!g->live_dev) return s;
   s.live = g->live_dev;
   s.op = &g->times_dev[g->op_slot];
-  s.blocks_out = g->blocks_out;
   s.token = ++g->token;
   s.seq = g->op_id;
   s.first = g->op_launches++ == 0;
   return s;
 }
 
-/* Slot i of the ring into *out: read where it is mapped, else copied (on
-   the dump stream, with this thread's capture mode relaxed so that another
-   thread's graph capture is not disturbed). 0 or -1. */
-static int slot_read(zcc_gpu_t *g, uint32_t i, zcc_dev_op_time_t *out) {
-  if (g->times_mapped) {
-    volatile zcc_dev_op_time_t *t = &g->times_mapped[i];
-    out->seq = t->seq;
-    out->start_ns = t->start_ns;
-    out->end_ns = t->end_ns;
-    out->end_token = t->end_token;
-    return 0;
-  }
-  int prev = -1, ok = 0;
-  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  pthread_mutex_lock(&g->dump_lock);
-  cudaThreadExchangeStreamCaptureMode(&mode);
-  cudaGetDevice(&prev);
-  if (prev != g->dev) cudaSetDevice(g->dev);
-  ok = cudaMemcpyAsync(g->slot_host, &g->times_dev[i], sizeof(*out), cudaMemcpyDeviceToHost,
-                       (cudaStream_t)g->dump_stream) == cudaSuccess &&
-       cudaStreamSynchronize((cudaStream_t)g->dump_stream) == cudaSuccess;
-  if (ok) *out = *(volatile zcc_dev_op_time_t *)g->slot_host;
-  if (prev != g->dev && prev >= 0) cudaSetDevice(prev);
-  cudaThreadExchangeStreamCaptureMode(&mode);
-  pthread_mutex_unlock(&g->dump_lock);
-  return ok ? 0 : -1;
-}
-
 int zcc_gpu_op_times(struct zccComm *comm, uint64_t id, int64_t *start_ns, int64_t *end_ns) {
   zcc_gpu_t *g = comm->gpu;
   *start_ns = *end_ns = 0;
-  if (!g || !g->stamps_dev || !id) return -1;
+  if (!g || !g->times_host || !id) return -1;
   uint32_t i = (uint32_t)((id - 1) % g->ntimes);
   uint64_t last = __atomic_load_n(&g->times_last[i], __ATOMIC_ACQUIRE);
   if (!last) return -1; /* it launched nothing stamped (or its slot went to a newer op) */
-  zcc_dev_op_time_t t;
-  if (slot_read(g, i, &t) != 0) return -1;
-  if (t.seq != id || !t.start_ns) return 0;
+  volatile zcc_dev_op_time_t *v = &g->times_host[i];
+  zcc_dev_op_time_t t = {v->seq, v->start_ns, v->end_ns, v->end_token};
+  if (t.seq != id || !t.start_ns || v->seq != id) return 0;
   *start_ns = (int64_t)t.start_ns + g->clock_offset_ns;
   if (t.end_token == last && t.end_ns) {
     *end_ns = (int64_t)t.end_ns + g->clock_offset_ns;
@@ -259,40 +230,20 @@ static zccResult_t clock_calibrate(struct zccComm *comm, zcc_gpu_t *g) {
   return res;
 }
 
-/* The stamps' memory (see gpu.h), the streams that read it, the clock. */
+/* The live words and the ring of op times (mapped pinned), and the clock. */
 static zccResult_t stamps_setup(struct zccComm *comm, zcc_gpu_t *g) {
   const zcc_trace_t *t = comm->trace;
   g->ntimes = t && t->ring ? t->cap : 1;
-  size_t ring = (size_t)g->ntimes * sizeof(zcc_dev_op_time_t);
-  int mapped = t && t->file; /* the trace reads op times as ops are enqueued */
-  size_t bytes = 128 + (mapped ? 0 : ring);
-  CUDA_TRY(cudaMalloc(&g->stamps_dev, bytes), comm);
-  CUDA_TRY(cudaMemset(g->stamps_dev, 0, bytes), comm);
-  g->live_dev = g->stamps_dev;
-  g->blocks_out = (uint32_t *)((char *)g->stamps_dev + 64);
-  if (mapped) {
-    void *h = NULL, *d = NULL;
-    CUDA_TRY(cudaHostAlloc(&h, ring, cudaHostAllocMapped | cudaHostAllocPortable), comm);
-    memset(h, 0, ring);
-    g->times_mapped = h;
-    CUDA_TRY(cudaHostGetDevicePointer(&d, h, 0), comm);
-    g->times_dev = d;
-  } else {
-    g->times_dev = (zcc_dev_op_time_t *)((char *)g->stamps_dev + 128);
-  }
-  void *h = NULL;
-  CUDA_TRY(cudaHostAlloc(&h, 128, cudaHostAllocPortable), comm);
-  memset(h, 0, 128);
+  size_t head = ALIGN_UP(sizeof(zcc_dev_live_t), 64);
+  size_t bytes = head + (size_t)g->ntimes * sizeof(zcc_dev_op_time_t);
+  void *h = NULL, *d = NULL;
+  CUDA_TRY(cudaHostAlloc(&h, bytes, cudaHostAllocMapped | cudaHostAllocPortable), comm);
+  memset(h, 0, bytes);
   g->live_host = h;
-  g->slot_host = (zcc_dev_op_time_t *)((char *)h + 64);
-  cudaStream_t st;
-  CUDA_TRY(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), comm);
-  g->wd_stream = st;
-  CUDA_TRY(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), comm);
-  g->dump_stream = st;
-  if (pthread_mutex_init(&g->dump_lock, NULL) != 0)
-    return zcc_error(zccSystemError, "init: pthread_mutex_init failed");
-  g->dump_lock_made = 1;
+  g->times_host = (zcc_dev_op_time_t *)((char *)h + head);
+  CUDA_TRY(cudaHostGetDevicePointer(&d, h, 0), comm);
+  g->live_dev = d;
+  g->times_dev = (zcc_dev_op_time_t *)((char *)d + head);
   g->times_last = calloc(g->ntimes, sizeof(uint64_t));
   if (!g->times_last) return zcc_error(zccSystemError, "init: out of memory");
   return clock_calibrate(comm, g);
@@ -325,15 +276,7 @@ static void *watchdog_main(void *arg) {
   const zcc_peer_info_t *self = &comm->peers[comm->rank];
   struct timespec ts = {0, 20 * 1000 * 1000};
   volatile zcc_dev_live_t *live = g->live_host;
-  if (live) {
-    /* This thread's CUDA calls (the live words' copies) must not disturb
-       another thread's graph capture. */
-    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    cudaThreadExchangeStreamCaptureMode(&mode);
-    cudaSetDevice(g->dev);
-  }
-  uint64_t seen_ended = 0;
-  uint32_t seen_ticks = 0;
+  uint64_t seen = 0;
   int64_t since = 0; /* 0: nothing in flight */
   while (!atomic_load(&g->watchdog_stop)) {
     if (atomic_load(&comm->abort_flag) || atomic_load(&comm->async_error) != zccSuccess) {
@@ -352,19 +295,21 @@ static void *watchdog_main(void *arg) {
         }
       }
     }
-    if (live && comm->timeout_ms > 0 && !*g->abort_host &&
-        cudaMemcpyAsync((void *)live, g->live_dev, sizeof(*live), cudaMemcpyDeviceToHost,
-                        (cudaStream_t)g->wd_stream) == cudaSuccess &&
-        cudaStreamSynchronize((cudaStream_t)g->wd_stream) == cudaSuccess) {
-      uint64_t begun = live->begun, ended = live->ended;
-      uint32_t ticks = live->ticks;
+    if (live && comm->timeout_ms > 0 && !*g->abort_host) {
+      /* A block in flight (entered, not left); progress: any block entering or leaving. */
+      int busy = 0;
+      uint64_t sig = 0;
+      for (int b = 0; b < ZCC_DEV_MAX_BLOCKS; b++) {
+        uint64_t in = live->block[b].entry_ns, out = live->block[b].exit_ns;
+        busy |= in > out;
+        sig = sig * 1000003u + in + 3 * out;
+      }
       int64_t now = zcc_now_ns();
-      if (begun == ended) {
+      if (!busy) {
         since = 0;
-      } else if (!since || ended != seen_ended || ticks != seen_ticks) {
+      } else if (!since || sig != seen) {
         since = now; /* in flight, and moving */
-        seen_ended = ended;
-        seen_ticks = ticks;
+        seen = sig;
       } else if ((now - since) / 1000000 >= comm->timeout_ms) {
         gpu_timed_out(comm, g, live->seq, (now - since) / 1000000);
       }
@@ -770,12 +715,7 @@ void zcc_gpu_comm_free(struct zccComm *comm) {
   if (g->conns_dev) cudaFree(g->conns_dev);
   free(g->conns);
   if (g->abort_host) cudaFreeHost((void *)g->abort_host);
-  if (g->wd_stream) cudaStreamDestroy((cudaStream_t)g->wd_stream);
-  if (g->dump_stream) cudaStreamDestroy((cudaStream_t)g->dump_stream);
   if (g->live_host) cudaFreeHost(g->live_host);
-  if (g->times_mapped) cudaFreeHost(g->times_mapped);
-  if (g->stamps_dev) cudaFree(g->stamps_dev);
-  if (g->dump_lock_made) pthread_mutex_destroy(&g->dump_lock);
   free(g->times_last);
   (void)cudaGetLastError();
   if (prev >= 0) cudaSetDevice(prev);

@@ -56,34 +56,34 @@ const char *zcc_dev_error_string(int code);
 
 /*
  * Op stamps: every kernel that waits for peers writes, into pinned host
- * memory the host maps (the watchdog and the flight recorder read it),
- * when the GPU ran the operation it belongs to and whether a launch of
- * the communicator is in flight. A launch's block 0 stamps its entry
- * (the op's start time when it is the op's first launch), the last of its
- * blocks to finish stamps its end, so a launch is in flight while
- * live->begun != live->ended. Times are the GPU's %globaltimer (ns);
- * tokens number a communicator's launches (graph replays repeat theirs).
- * live == NULL: no stamps (the kernels' own tests).
+ * memory the host maps (the watchdog and the flight recorder read it), when
+ * each of its blocks entered and left, and when the GPU ran the operation
+ * it belongs to. Stores only, no loads, fences or atomics (each would sit
+ * on the launch's critical path). Times are the GPU's %globaltimer (ns):
+ * block b stores entry = now + 1 as it enters, exit = max(now, entry) as it
+ * leaves, so block b of some launch is in flight exactly while
+ * block[b].entry_ns > block[b].exit_ns, graph replays included. Block 0
+ * also stamps the op: its start at the op's first launch, its end and the
+ * launch's token at each launch's end. live == NULL: no stamps (the
+ * kernels' own tests).
  */
 typedef struct zcc_dev_live {
-  uint64_t begun;  /* token of the launch that entered last */
-  uint64_t ended;  /* token of the launch that ended last */
-  uint64_t seq;    /* the op of the launch that entered last */
-  uint32_t ticks;  /* launches entered, modulo 2^32 */
-  uint32_t pad;
+  uint64_t seq;     /* the op of the launch whose block 0 entered last */
+  uint64_t pad[7];
+  struct {
+    uint64_t entry_ns, exit_ns;
+  } block[ZCC_DEV_MAX_BLOCKS]; /* block b's latest entry and exit, of any launch */
 } zcc_dev_live_t;
 typedef struct zcc_dev_op_time {
   uint64_t seq;       /* the op these times are of */
-  uint64_t start_ns;  /* its first launch's entry */
-  uint64_t end_ns;    /* the end of its latest launch (0: none yet) */
+  uint64_t start_ns;  /* its first launch's entry (block 0) */
+  uint64_t end_ns;    /* the end of its latest launch (block 0; 0: none yet) */
   uint64_t end_token; /* that launch's token */
 } zcc_dev_op_time_t;
 typedef struct zcc_dev_stamp {
   zcc_dev_live_t *live;     /* host-mapped; NULL: no stamps */
   zcc_dev_op_time_t *op;    /* host-mapped: the op's times */
-  uint32_t *blocks_out;     /* device memory: [0] blocks finished (0 between launches),
-                               [1] launches entered */
-  uint64_t token;           /* this launch's, nonzero */
+  uint64_t token;           /* this launch's, nonzero (graph replays repeat it) */
   uint64_t seq;             /* the op's number */
   int first;                /* the op's first launch */
   int pad;

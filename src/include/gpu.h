@@ -96,26 +96,14 @@ typedef struct zcc_gpu {
   /* A hash of the channels' rings (conns->ch[].ring_rank): every rank must
      run the same. */
   uint64_t rings_hash;
-  /* Op stamps (device.h). The kernels write device memory (a store to host
-     memory would make every launch wait for PCIe at its end): the live words
-     and the blocks-out words in one allocation, and the ring of op times
-     there too, or, with ZCC_TRACE_FILE on, in mapped pinned memory (the
-     trace reads it as ops are enqueued). The watchdog copies the live words
-     into pinned memory on a stream of its own; a dump copies a slot on
-     another. Host side: launches made, the op being enqueued, each slot's
-     last launch token (its op is done once end_token reaches it). */
-  void *stamps_dev;               /* device allocation: live, blocks-out, ring */
-  zcc_dev_live_t *live_dev;
-  zcc_dev_live_t *live_host;      /* pinned: the watchdog's copy */
-  zcc_dev_op_time_t *times_dev;   /* the ring as the kernels address it */
-  zcc_dev_op_time_t *times_mapped; /* its host address when in pinned memory, else NULL */
-  zcc_dev_op_time_t *slot_host;   /* pinned: a dump's copy of one slot */
-  void *wd_stream, *dump_stream;  /* cudaStream_t */
-  pthread_mutex_t dump_lock;
-  int dump_lock_made;
+  /* Op stamps (device.h): the live words and the ring of op times, mapped
+     pinned memory (one allocation); the host's side: launches made, the op
+     being enqueued, each slot's last launch token (its op is done on the
+     GPU once end_token reaches it). */
+  zcc_dev_live_t *live_host, *live_dev;
+  zcc_dev_op_time_t *times_host, *times_dev;
   uint64_t *times_last;    /* [ntimes], host memory */
   uint32_t ntimes;         /* slots: the flight recorder's entries, or 1 */
-  uint32_t *blocks_out;    /* device memory (in stamps_dev) */
   uint64_t token;          /* launches stamped */
   uint64_t op_id;          /* the op being enqueued: its flight recorder id (0: none) */
   uint32_t op_slot;
