@@ -51,6 +51,7 @@
 #              each algorithm forced, 8 B..GSHM_MAX (default 256M), in graphs
 #   stamps     op stamps: GPU times (flight recorder, trace), a stuck kernel's ZCC_TIMEOUT, cost
 #   stamps-verify  colls on p2p and GPU shm, the 3-rank shm allgather sweep with graphs, 3 times
+#   measure-fit  the GPU link probe's fit: zcc_topo --measure-gpu and ZCC_TOPO_MEASURE=1, p2p and shm
 #   probe-san  memcheck: the 4 MiB push eagerly, and the link probe (ZCC_TOPO_MEASURE) with COLL logs
 #   share-san  compute-sanitizer memcheck and racecheck, 2 ranks, ring and tree, quick;
 #              send/receive, alltoall and reduce(-scatter) with ZCC_P2P_DIRECT_DISABLE=1
@@ -467,6 +468,21 @@ for phase in "$@"; do
     for i in 1 2 3; do
       run "sv-model-shm-n3-allgather-$i" 60 env ZCC_P2P_DISABLE=1 "$bin/allgather_perf" -g 3 --share-gpus 1 \
         -c 1 -b 8 -e 16M -f 8 -w 3 -n 10 -G 5
+    done
+    ;;
+  measure-fit)
+    # The GPU link probe's fit (zcc_select_fit_gpu) on p2p and GPU shm, through zcc_topo and a
+    # communicator's creation.
+    ar1=("$bin/allreduce_perf" -b 8 -e 8 --share-gpus 1 -w 1 -n 1 -c 1)
+    expect_line mf-topo-p2p "measured" "$bin/zcc_topo" --measure-gpu
+    expect_line mf-topo-shm "measured" env ZCC_P2P_DISABLE=1 "$bin/zcc_topo" --measure-gpu
+    for g in 2 4; do
+      expect_line "mf-p2p-$g" "measured on the GPU" env ZCC_TOPO_MEASURE=1 ZCC_DEBUG=INFO \
+        ZCC_DEBUG_SUBSYS=TUNING "${ar1[@]}" -g $g
+    done
+    for g in 2 3; do
+      expect_line "mf-shm-$g" "measured on the GPU" env ZCC_P2P_DISABLE=1 ZCC_TOPO_MEASURE=1 \
+        ZCC_DEBUG=INFO ZCC_DEBUG_SUBSYS=TUNING "${ar1[@]}" -g $g
     done
     ;;
   probe-san)

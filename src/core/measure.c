@@ -91,10 +91,10 @@ static zccResult_t take_rank0(struct zccComm *comm, measured_t *mine) {
 
 /*
  * The GPU probe. The model's time of a candidate is a latency part (its
- * time at 0 bytes) and a byte part; the measured 8-byte time fixes the
- * first's ratio, the 4 MiB time (less its latency part) the second's, and
- * the context keeps them as a latency and a bandwidth in the table's units
- * (zcc_select_link_table), so that cost.c and the log read them alike.
+ * time at 0 bytes) and a byte part; the measured 8-byte and 4 MiB times fix
+ * their ratios (zcc_select_fit_gpu), and the context keeps them as a
+ * latency and a bandwidth in the table's units (zcc_select_link_table), so
+ * that cost.c and the log read them alike.
  */
 static zccResult_t gpu_measure(struct zccComm *comm) {
   zcc_select_ctx_t *c = &comm->select->ctx;
@@ -110,23 +110,18 @@ static zccResult_t gpu_measure(struct zccComm *comm) {
   ZCC_CHECK(take_rank0(comm, &m));
   t_small = m.alpha_us;
   t_big = m.bw_gbs;
-  c->measured = 0; /* the table's predictions of the same two */
+  c->measured = 0; /* the table's predictions, for the log */
   double p_small = zcc_select_predict(c, ZCC_COLL_ALLREDUCE, sa, sp, 8, 1);
   double p_big = zcc_select_predict(c, ZCC_COLL_ALLREDUCE, ba, bp, PROBE_BYTES, 1);
-  double p_big0 = zcc_select_predict(c, ZCC_COLL_ALLREDUCE, ba, bp, 0, 1);
-  double as = p_small > 0 ? t_small / p_small : 1;
-  double bytes_meas = t_big - p_big0 * as, bytes_pred = p_big - p_big0;
-  double bs = bytes_meas > 0 && bytes_pred > 0 ? bytes_pred / bytes_meas : 1;
   double ta, tb;
   zcc_select_link_table(c, &ta, &tb);
-  c->alpha_us = ta * as;
-  c->bw_gbs = tb * bs;
-  c->measured = 1;
+  int whole = 0;
+  zcc_select_fit_gpu(c, t_small, t_big, PROBE_BYTES, &whole);
   ZCC_INFO(TUNING, "comm %s rank %d: link class %s measured on the GPU: 8 B oneshot/ll %.2f us "
-           "(table %.2f), 4 MiB push %.1f us (table %.1f): latency %.2f us, bandwidth %.1f GB/s "
+           "(table %.2f), 4 MiB push %.1f us (table %.1f): latency %.2f us, bandwidth %.1f GB/s%s "
            "(table: %.2f us, %.1f GB/s)", comm->name, comm->rank,
            zcc_topo_class_name(c->link_class), t_small, p_small, t_big, p_big, c->alpha_us,
-           c->bw_gbs, ta, tb);
+           c->bw_gbs, whole ? " (from the 4 MiB time's whole ratio)" : "", ta, tb);
   if (zcc_log_enabled(ZCC_LOG_INFO, ZCC_TUNING)) {
     char who[96];
     snprintf(who, sizeof(who), "comm %s rank %d (measured)", comm->name, comm->rank);

@@ -189,6 +189,17 @@ typedef struct zcc_select_ctx {
 /* The table's latency (us, one ring step) and bandwidth (GB/s) of the class. */
 void zcc_select_link_table(const zcc_select_ctx_t *c, double *alpha_us, double *bw_gbs);
 
+/*
+ * GPU: fit the measured link from the probe's two allreduce times (8 B
+ * oneshot/ll and `big` bytes of push, us) against the table's predictions
+ * of the same two: the 8-byte ratio scales the latency; the big time less
+ * its latency part, scaled so, fixes the bandwidth, unless that leaves
+ * under a quarter of it, where the split is noise and the big time's whole
+ * ratio is taken (then *whole = 1). Sets c->measured, alpha_us, bw_gbs.
+ */
+void zcc_select_fit_gpu(zcc_select_ctx_t *c, double t_small, double t_big, size_t big,
+                        int *whole);
+
 /* 1 if the communicator runs algo/proto for coll on `bytes`; else 0 and why. */
 int zcc_select_can_run(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,
                        zcc_proto_t proto, size_t bytes, char *why, size_t whylen);

@@ -345,6 +345,40 @@ static void test_measured_scaling(void **state) {
                                       1 << 24, 1)) < 1e-9);
 }
 
+/* The GPU probe's fit: times the table predicts exactly give the table's
+   link; consistent ones (latency x2, bytes /3) give exactly those ratios;
+   the H200's (8 B 2.50 us, 4 MiB 13.3 us), whose latency ratio leaves the
+   4 MiB time almost nothing, take its whole ratio and a sane bandwidth. */
+static void test_fit_gpu(void **state) {
+  (void)state;
+  const size_t big = 4u << 20;
+  zcc_select_ctx_t t = {1, 2, 1, ZCC_PATH_SELF, 0, 0, 0, 0};
+  double ta, tb;
+  zcc_select_link_table(&t, &ta, &tb);
+  double ps = zcc_select_predict(&t, ZCC_COLL_ALLREDUCE, ZCC_ALGO_ONESHOT, ZCC_PROTO_LL, 8, 1);
+  double pb = zcc_select_predict(&t, ZCC_COLL_ALLREDUCE, ZCC_ALGO_PUSH, ZCC_PROTO_SIMPLE, big, 1);
+  double p0 = zcc_select_predict(&t, ZCC_COLL_ALLREDUCE, ZCC_ALGO_PUSH, ZCC_PROTO_SIMPLE, 0, 1);
+  zcc_select_ctx_t m = t;
+  int whole = -1;
+  zcc_select_fit_gpu(&m, ps, pb, big, &whole);
+  assert_int_equal(m.measured, 1);
+  assert_int_equal(whole, 0);
+  assert_true(fabs(m.alpha_us - ta) < 1e-9 && fabs(m.bw_gbs - tb) < 1e-9 * tb);
+  m = t;
+  zcc_select_fit_gpu(&m, 2 * ps, 2 * p0 + (pb - p0) / 3, big, &whole);
+  assert_int_equal(whole, 0);
+  assert_true(fabs(m.alpha_us - 2 * ta) < 1e-9 && fabs(m.bw_gbs - 3 * tb) < 1e-6 * tb);
+  m = t;
+  zcc_select_fit_gpu(&m, 2.50, 13.3, big, &whole); /* allreduce_perf's probe */
+  assert_int_equal(whole, 0);
+  assert_true(m.bw_gbs > tb && m.bw_gbs < 4 * tb);
+  m = t;
+  zcc_select_fit_gpu(&m, 5.29, 16.0, big, &whole); /* zcc_topo's: the split gave 382 TB/s */
+  assert_int_equal(whole, 1);
+  assert_true(fabs(m.bw_gbs - tb * pb / 16.0) < 1e-9 * tb);
+  assert_true(m.bw_gbs > tb && m.bw_gbs < 4 * tb);
+}
+
 static void test_forced(void **state) {
   (void)state;
   zcc_select_ctx_t c3 = {1, 3, 1, ZCC_PATH_SELF, 0, 0, 0, 0}, c4 = {1, 4, 1, ZCC_PATH_SELF, 0, 0, 0, 0};
@@ -382,6 +416,7 @@ int main(void) {
       cmocka_unit_test(test_host_windows),
       cmocka_unit_test(test_host_windows_ranks),
       cmocka_unit_test(test_measured_scaling),
+      cmocka_unit_test(test_fit_gpu),
       cmocka_unit_test(test_forced),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
