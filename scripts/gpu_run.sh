@@ -52,6 +52,7 @@
 #   stamps     op stamps: GPU times (flight recorder, trace), a stuck kernel's ZCC_TIMEOUT, cost
 #   stamps-verify  colls on p2p and GPU shm, the 3-rank shm allgather sweep with graphs, 3 times
 #   measure-fit  the GPU link probe's fit: zcc_topo --measure-gpu and ZCC_TOPO_MEASURE=1, p2p and shm
+#   stamp-cost  8 B allreduce in graphs: ZCC_GPU_STAMPS 0, 2 (device memory), 1, alternated
 #   probe-san  memcheck: the 4 MiB push eagerly, and the link probe (ZCC_TOPO_MEASURE) with COLL logs
 #   share-san  compute-sanitizer memcheck and racecheck, 2 ranks, ring and tree, quick;
 #              send/receive, alltoall and reduce(-scatter) with ZCC_P2P_DIRECT_DISABLE=1
@@ -483,6 +484,16 @@ for phase in "$@"; do
     for g in 2 3; do
       expect_line "mf-shm-$g" "measured on the GPU" env ZCC_P2P_DISABLE=1 ZCC_TOPO_MEASURE=1 \
         ZCC_DEBUG=INFO ZCC_DEBUG_SUBSYS=TUNING "${ar1[@]}" -g $g
+    done
+    ;;
+  stamp-cost)
+    # What the stamps cost on an 8 B allreduce in graph replays: off, into device memory, into
+    # mapped pinned memory (the default), alternated.
+    for i in 1 2 3; do
+      for on in 0 2 1; do
+        run "sc-graph-$on-$i" 60 env ZCC_GPU_STAMPS=$on "$bin/allreduce_perf" -g 2 --share-gpus 1 \
+          -b 8 -e 8 -w 20 -G 2000 -c 0
+      done
     done
     ;;
   probe-san)

@@ -63,7 +63,8 @@ ZCC_PARAM_INT(gpu_conn_slots, "GPU_CONN_SLOTS", 4, "slots per GPU connector FIFO
 ZCC_PARAM_INT(gpu_stamps, "GPU_STAMPS", 1,
               "1: kernels stamp when the GPU ran each operation (the flight recorder's and "
               "the trace's GPU times, and the watchdog's ZCC_TIMEOUT for a launch whose peers "
-              "never come); 0: no stamps, and a GPU collective waits for its peers until abort")
+              "never come); 0: no stamps, and a GPU collective waits for its peers until abort; "
+              "2: stamps into device memory nobody reads (to measure their cost)")
 ZCC_PARAM_INT(p2p_direct_disable, "P2P_DIRECT_DISABLE", 0,
               "1: GPU send/receive and all-to-all move data through per-peer connector "
               "FIFOs in the receiver's memory (the sender stores, the receiver reads "
@@ -247,6 +248,21 @@ static zccResult_t stamps_setup(struct zccComm *comm, zcc_gpu_t *g) {
   g->times_last = calloc(g->ntimes, sizeof(uint64_t));
   if (!g->times_last) return zcc_error(zccSystemError, "init: out of memory");
   return clock_calibrate(comm, g);
+}
+
+/* ZCC_GPU_STAMPS=2, for measuring what the stamps cost: the kernels stamp
+   into device memory nobody reads (no GPU times, no GPU timeout). */
+static zccResult_t stamps_setup_probe(struct zccComm *comm, zcc_gpu_t *g) {
+  size_t head = ALIGN_UP(sizeof(zcc_dev_live_t), 64);
+  size_t bytes = head + sizeof(zcc_dev_op_time_t);
+  void *d = NULL;
+  CUDA_TRY(cudaMalloc(&d, bytes), comm);
+  CUDA_TRY(cudaMemset(d, 0, bytes), comm);
+  g->stamps_probe = d;
+  g->live_dev = d;
+  g->times_dev = (zcc_dev_op_time_t *)((char *)d + head);
+  g->ntimes = 1;
+  return zccSuccess;
 }
 
 /* A launch of this communicator in flight on the GPU for longer than
@@ -646,7 +662,12 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
     CUDA_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), comm);
     g->ev_copy[i] = ev;
   }
-  if (zcc_param_gpu_stamps()) ZCC_CHECK(stamps_setup(comm, g));
+  int64_t stamps = zcc_param_gpu_stamps();
+  if (stamps < 0 || stamps > 2)
+    return zcc_error(zccInvalidArgument, "ZCC_GPU_STAMPS=%lld: expected 0, 1 or 2",
+                     (long long)stamps);
+  if (stamps == 1) ZCC_CHECK(stamps_setup(comm, g));
+  if (stamps == 2) ZCC_CHECK(stamps_setup_probe(comm, g));
   /* Nobody writes into a peer's window before every peer has mapped all. */
   if (n > 1) ZCC_CHECK(zcc_bootstrap_barrier(comm->bootstrap, comm->timeout_ms));
 
@@ -716,6 +737,7 @@ void zcc_gpu_comm_free(struct zccComm *comm) {
   free(g->conns);
   if (g->abort_host) cudaFreeHost((void *)g->abort_host);
   if (g->live_host) cudaFreeHost(g->live_host);
+  if (g->stamps_probe) cudaFree(g->stamps_probe);
   free(g->times_last);
   (void)cudaGetLastError();
   if (prev >= 0) cudaSetDevice(prev);

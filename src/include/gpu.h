@@ -104,6 +104,7 @@ typedef struct zcc_gpu {
   zcc_dev_op_time_t *times_host, *times_dev;
   uint64_t *times_last;    /* [ntimes], host memory */
   uint32_t ntimes;         /* slots: the flight recorder's entries, or 1 */
+  void *stamps_probe;      /* ZCC_GPU_STAMPS=2: device memory the kernels stamp, unread */
   uint64_t token;          /* launches stamped */
   uint64_t op_id;          /* the op being enqueued: its flight recorder id (0: none) */
   uint32_t op_slot;
