@@ -1136,30 +1136,43 @@ static cudaError_t stream_usable(world_t *w, int i) {
   return e;
 }
 
+/* A part's communicators (timeout_ms 0: the default); 0 when every rank has them. */
+static int part_init(world_t *w, zccComm_t *comms, int timeout_ms, const char *what) {
+  watch(opt.step_s, "%s: init", what);
+  int ok = comms_init(w, comms, 1, timeout_ms, what) == 0;
+  if (!agree(w, ok, what)) {
+    if (ok)
+      comms_free(w, comms, 1, what);
+    return -1;
+  }
+  return 0;
+}
+
+/* Rank 0's allreduce of count floats, alone, in a thread of its own (waiter_main). */
+static void waiter_start(world_t *w, zccComm_t comm, size_t count, waiter_t *a, pthread_t *th,
+                         const char *what) {
+  memset(a, 0, sizeof(*a));
+  a->comm = comm;
+  a->stream = w->rk[0].stream;
+  a->dev = w->rk[0].dev;
+  a->sp = w->rk[0].dsend[0];
+  a->rp = w->rk[0].drecv[0];
+  a->count = count;
+  if (pthread_create(th, NULL, waiter_main, a) != 0)
+    die("%s: pthread_create failed", what);
+}
+
 static void run_abort(world_t *w) {
   zccComm_t comms[MAX_RANKS];
   char what[64];
   snprintf(what, sizeof(what), "%s abort", w->name);
-  watch(opt.step_s, "%s: init", what);
-  int ok = comms_init(w, comms, 1, 0, what) == 0;
-  if (!agree(w, ok, what)) {
-    if (ok)
-      comms_free(w, comms, 1, what);
+  if (part_init(w, comms, 0, what) != 0)
     return;
-  }
   if (w->rk[0].rank == 0) {
     waiter_t a;
     pthread_t th;
-    memset(&a, 0, sizeof(a));
-    a.comm = comms[0];
-    a.stream = w->rk[0].stream;
-    a.dev = w->rk[0].dev;
-    a.sp = w->rk[0].dsend[0];
-    a.rp = w->rk[0].drecv[0];
-    a.count = 65536 + 5;
     watch(opt.step_s, "%s: rank 0's allreduce alone", what);
-    if (pthread_create(&th, NULL, waiter_main, &a) != 0)
-      die("%s: pthread_create failed", what);
+    waiter_start(w, comms[0], 65536 + 5, &a, &th, what);
     sleep_s(1.5);
     int early = atomic_load(&a.done);
     CHECK(!early,
@@ -1388,13 +1401,8 @@ static void run_stamps(world_t *w) {
   zccComm_t comms[MAX_RANKS];
   char what[64];
   snprintf(what, sizeof(what), "%s stamps", w->name);
-  watch(opt.step_s, "%s: init", what);
-  int ok = comms_init(w, comms, 1, 0, what) == 0;
-  if (!agree(w, ok, what)) {
-    if (ok)
-      comms_free(w, comms, 1, what);
+  if (part_init(w, comms, 0, what) != 0)
     return;
-  }
   const call_t calls[5] = {{C_ALLREDUCE, zccFloat32, zccSum, 0, 7, 0, 0},
                            {C_ALLREDUCE, zccFloat32, zccSum, 0, 200000, 0, 0},
                            {C_BROADCAST, zccFloat32, zccSum, w->n - 1, 65541, 0, 0},
@@ -1493,27 +1501,14 @@ static void run_stuck(world_t *w) {
          tmo_ms);
     return;
   }
-  watch(opt.step_s, "%s: init", what);
-  int ok = comms_init(w, comms, 1, tmo_ms, what) == 0;
-  if (!agree(w, ok, what)) {
-    if (ok)
-      comms_free(w, comms, 1, what);
+  if (part_init(w, comms, tmo_ms, what) != 0)
     return;
-  }
   if (w->rk[0].rank == 0) {
     waiter_t a;
     pthread_t th;
-    memset(&a, 0, sizeof(a));
-    a.comm = comms[0];
-    a.stream = w->rk[0].stream;
-    a.dev = w->rk[0].dev;
-    a.sp = w->rk[0].dsend[0];
-    a.rp = w->rk[0].drecv[0];
-    a.count = 4097;
     watch((unsigned)(tmo_ms / 1000 + 60), "%s: rank 0's allreduce alone", what);
     double t0 = now_s();
-    if (pthread_create(&th, NULL, waiter_main, &a) != 0)
-      die("%s: pthread_create failed", what);
+    waiter_start(w, comms[0], 4097, &a, &th, what);
     double limit = tmo_ms / 1000.0 + 2.0;
     int late = wait_flag(&a.done, limit) != 0;
     double t_done = now_s() - t0;
