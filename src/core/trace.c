@@ -426,8 +426,15 @@ uint64_t zcc_trace_enqueue(struct zccComm *comm, int coll, size_t count,
   ST(r->gpu_end_ns, 0);
   ST(r->wait_ns, 0);
   ST(r->wait_peer_ns, 0);
+  ST(r->gpu_id, id);
   __atomic_store_n(&r->id, id, __ATOMIC_RELEASE);
   return id;
+}
+
+void zcc_trace_gpu_share(struct zccComm *comm, uint64_t id, uint64_t with) {
+  zcc_op_rec_t *r = zcc_trace_rec(comm, id);
+  if (r)
+    ST(r->gpu_id, with);
 }
 
 /* The plan's record, its slot kept in the plan (no division per lookup). */
@@ -687,7 +694,8 @@ static void gpu_spans(struct zccComm *comm, uint64_t upto) {
     if (!r)
       continue;
     int64_t s, e;
-    int st = comm->dev->op_times(comm, t->gpu_next, &s, &e);
+    uint64_t gid = LD(r->gpu_id);
+    int st = comm->dev->op_times(comm, gid ? gid : t->gpu_next, &s, &e);
     if (st < 0)
       continue;
     if (st < 2)
@@ -746,7 +754,7 @@ static int snapshot(struct zccComm *comm, uint64_t id, zcc_op_rec_t *out) {
     return 0;
   if (out->gpu && comm->dev && comm->dev->op_times && out->state == ZCC_OP_ENQUEUED) {
     int64_t s, e;
-    int st = comm->dev->op_times(comm, id, &s, &e);
+    int st = comm->dev->op_times(comm, out->gpu_id ? out->gpu_id : id, &s, &e);
     if (st >= 1) {
       out->gpu_start_ns = s;
       out->gpu_end_ns = e;
@@ -785,6 +793,7 @@ static int snapshot_rec(zcc_trace_t *t, uint64_t id, zcc_op_rec_t *out) {
   out->gpu_end_ns = LD(r->gpu_end_ns);
   out->wait_ns = LD(r->wait_ns);
   out->wait_peer_ns = LD(r->wait_peer_ns);
+  out->gpu_id = LD(r->gpu_id);
   return __atomic_load_n(&r->id, __ATOMIC_ACQUIRE) == id;
 }
 

@@ -55,6 +55,7 @@
 #include "param.h"
 #include "planner.h"
 #include "reduce.h"
+#include "trace.h"
 
 static zccResult_t cuda_err(cudaError_t e, const char *what, const char *fn) {
   return zcc_error(zccUnhandledCudaError, "%s: %s failed: %s (%s)", fn, what,
@@ -812,11 +813,13 @@ zccResult_t zcc_gpu_p2p(struct zccComm *comm, const zcc_gpu_p2p_op_t *ops, int n
       res = gpu_addr(comm, ops[i].buf, ops[i].is_recv ? "recvbuff" : "sendbuff", fn, &dp);
     m[i].buf = (void *)dp;
   }
-  /* One launch runs them all: its stamps go to the newest op's record (the
-     others read as done once a later op has begun). */
+  /* One launch runs them all: its stamps go to the newest op's record, and
+     the others' records read theirs. */
   uint64_t id = 0;
   for (int i = 0; i < nops; i++)
     if (ops[i].op_id > id) id = ops[i].op_id;
+  for (int i = 0; i < nops; i++)
+    if (ops[i].op_id && ops[i].op_id != id) zcc_trace_gpu_share(comm, ops[i].op_id, id);
   zcc_gpu_op_begin(comm->gpu, id);
   if (res == zccSuccess) res = gpu_p2p_mapped(comm, m, nops, fn);
   zcc_gpu_op_end(comm->gpu);

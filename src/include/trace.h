@@ -60,6 +60,9 @@ typedef struct zcc_op_rec {
   int64_t gpu_start_ns, gpu_end_ns;           /* GPU side: 0 until written */
   int64_t wait_ns;      /* total time the executor found nothing to move */
   int64_t wait_peer_ns; /* of which waiting on wait_peer */
+  /* GPU: the record whose stamps hold its GPU times: its own id, or the
+     newest op of the launch that ran it (a group's sends and receives). */
+  uint64_t gpu_id;
 } zcc_op_rec_t;
 
 typedef struct zcc_trace_file zcc_trace_file_t;
@@ -107,6 +110,8 @@ void zcc_trace_waiting_on(struct zcc_plan *plan, int peer);
 void zcc_trace_end(struct zcc_plan *plan, zccResult_t res, int64_t now_ns);
 /* A record that ran elsewhere (GPU enqueue): its final state now. */
 void zcc_trace_finish_id(struct zccComm *comm, uint64_t id, zccResult_t res);
+/* GPU: record `id` ran in the launch stamped for record `with`. */
+void zcc_trace_gpu_share(struct zccComm *comm, uint64_t id, uint64_t with);
 /* GPU: write the trace's spans of every op the GPU has finished (destroy,
    once the device is idle). */
 void zcc_trace_gpu_flush(struct zccComm *comm);

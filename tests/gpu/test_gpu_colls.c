@@ -46,9 +46,11 @@
  *            and threads as before.
  *   abort    only rank 0 calls allreduce; zccCommAbort from another thread
  *            makes its cudaStreamSynchronize return.
- *   stamps   15 collectives of five kinds, each timed on the host; every
- *            rank's flight recorder (zccCommDump) holds each op done, with
- *            GPU start and end times inside its host window, in order.
+ *   stamps   15 collectives of five kinds, each timed on the host, then two
+ *            send/receive rings; every rank's flight recorder (zccCommDump)
+ *            holds each op done, with GPU start and end times inside its
+ *            host window, in order (a ring's send and receive: those of
+ *            their one launch).
  *   stuck    (only with --only) rank 0 alone calls allreduce under a short
  *            ZCC_TIMEOUT (procs: 2000 ms by config; threads: the
  *            environment's, at most 20000): its stream is idle within
@@ -1344,11 +1346,11 @@ static char *read_text(const char *path) {
   return buf;
 }
 
-/* The dump's line of collective #seq (its own line: `{"seq":N,"p2p":0,...}`),
-   copied into line; 0 if absent. */
-static int dump_op(const char *text, unsigned long seq, char *line, size_t cap) {
+/* The dump's line of collective (p2p 0) or send/receive (p2p 1) #seq (its
+   own line: `{"seq":N,"p2p":0,...}`), copied into line; 0 if absent. */
+static int dump_op_kind(const char *text, unsigned long seq, int p2p, char *line, size_t cap) {
   char key[64];
-  snprintf(key, sizeof(key), "{\"seq\":%lu,\"p2p\":0,", seq);
+  snprintf(key, sizeof(key), "{\"seq\":%lu,\"p2p\":%d,", seq, p2p);
   const char *p = strstr(text, key);
   if (!p)
     return 0;
@@ -1359,6 +1361,10 @@ static int dump_op(const char *text, unsigned long seq, char *line, size_t cap) 
   memcpy(line, p, n);
   line[n] = '\0';
   return 1;
+}
+
+static int dump_op(const char *text, unsigned long seq, char *line, size_t cap) {
+  return dump_op_kind(text, seq, 0, line, cap);
 }
 
 /* A number field of a dump line ("name":value); NAN when absent. */
@@ -1387,6 +1393,7 @@ static void field_str(const char *line, const char *name, char *out, size_t cap)
 }
 
 #define STAMP_OPS 15
+#define STAMP_RINGS 2 /* then send/receive rings: each rank's two ops in one launch */
 /* The calibration reads the GPU's clock about a PCIe read late: GPU times
    may sit this much after the host's own clock. */
 #define STAMP_SLACK_US 5.0
@@ -1431,6 +1438,19 @@ static void run_stamps(world_t *w) {
         broken = 1;
       }
   }
+  const call_t ring = {C_RING, zccFloat32, zccSum, 0, 4099, 0, 0};
+  for (int k = 0; k < STAMP_RINGS && !broken; k++) {
+    watch(opt.step_s, "%s: send/receive ring %d", what, k + 1);
+    sync_all(w, what);
+    call_all(w, comms, &ring, sps, rps, 0);
+    wait_local(w, 0, what);
+    for (int i = 0; i < w->nlocal; i++)
+      if (w->rk[i].rc != zccSuccess || w->rk[i].werr != cudaSuccess) {
+        fail("%s: ring %d on rank %d: %s, stream %s", what, k + 1, w->rk[i].rank,
+             rc_name(w->rk[i].rc), cudaGetErrorName(w->rk[i].werr));
+        broken = 1;
+      }
+  }
   sync_all(w, what);
   double worst_late = -1e30, min_gap = 1e30;
   for (int i = 0; i < w->nlocal && !broken; i++) {
@@ -1470,6 +1490,19 @@ static void run_stamps(world_t *w) {
       if (gs - enq < min_gap)
         min_gap = gs - enq;
       prev_end = ge;
+    }
+    /* the rings' sends and receives: every one done with the GPU times of its launch */
+    for (int k = 1; k <= 2 * STAMP_RINGS; k++) {
+      char line[2048], state[32];
+      int have = dump_op_kind(text, (unsigned long)k, 1, line, sizeof(line));
+      if (have)
+        field_str(line, "state", state, sizeof(state));
+      double gs = have ? field_num(line, "gpu_start_us") : 0,
+             ge = have ? field_num(line, "gpu_end_us") : 0;
+      CHECK(have && strcmp(state, "done") == 0 && gs > 0 && ge >= gs && gs >= prev_end,
+            "%s: rank %d: send/receive #%d: %s, GPU start %+.3f end %+.3f (after the last "
+            "collective's end)",
+            what, r, k, have ? state : "missing", gs - prev_end, ge - prev_end);
     }
     free(text);
   }
