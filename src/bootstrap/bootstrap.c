@@ -232,8 +232,7 @@ void zcc_bootstrap_gate_accept(gate_t *g, int listen_fd) {
         ZCC_WARN("%s: accept failed: %s", g->owner, strerror(errno));
       break;
     }
-    int one = 1;
-    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    zcc_socket_tune(fd);
     gate_conn_t *c = calloc(1, sizeof(*c));
     if (c == NULL) {
       ZCC_WARN("%s: out of memory accepting a connection", g->owner);

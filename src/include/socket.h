@@ -54,7 +54,10 @@ zccResult_t zcc_socket_listen(zcc_sockaddr_t *addr, int backlog, int *fd);
 zccResult_t zcc_socket_connect(const zcc_sockaddr_t *addr, int *fd,
                                const zcc_wait_t *w);
 
-/* Accept one connection (non-blocking fd returned, TCP_NODELAY set). */
+/* TCP_NODELAY, and the heartbeat of ZCC_HEARTBEAT_MS (keepalive probes and
+   TCP_USER_TIMEOUT), on a connected socket. */
+void zcc_socket_tune(int fd);
+/* Accept one connection (non-blocking fd returned, tuned: zcc_socket_tune). */
 zccResult_t zcc_socket_accept(int listen_fd, int *fd, const zcc_wait_t *w);
 
 /*

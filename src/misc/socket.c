@@ -19,6 +19,12 @@
 #include "param.h"
 #include "socket.h"
 
+ZCC_PARAM_INT(heartbeat_ms, "HEARTBEAT_MS", 1000,
+              "TCP connections between ranks (bootstrap, socket and net/socket transports) "
+              "probe an idle peer every this many ms (keepalive, whole seconds, at least 1) "
+              "and fail once data or a probe has gone unacknowledged for twice as long: a "
+              "dead peer host or a link that went down is an error within a few heartbeats; "
+              "0: the kernel's defaults (minutes)")
 ZCC_PARAM_STR(socket_ifname, "SOCKET_IFNAME", NULL,
               "interfaces for bootstrap and socket traffic: comma list of name "
               "prefixes, ^ to exclude, = for exact names")
@@ -281,10 +287,28 @@ static int valid_family(const zcc_sockaddr_t *a) {
   return a->u.sa.sa_family == AF_INET || a->u.sa.sa_family == AF_INET6;
 }
 
-static void set_nodelay(int fd) {
+void zcc_socket_tune(int fd) {
   int one = 1;
   if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0)
     ZCC_INFO(BOOT, "setsockopt TCP_NODELAY failed: %s", strerror(errno));
+  int64_t hb = zcc_param_heartbeat_ms();
+  if (hb <= 0)
+    return;
+  /* The kernel's heartbeat: an idle connection is probed every hb ms
+     (keepalive counts whole seconds, at least 1), and the connection fails
+     once data or a probe has gone unacknowledged for 2 hb: a peer host that
+     dies, or a link that goes down, is an error within a few heartbeats
+     instead of TCP's minutes (or ZCC_TIMEOUT). */
+  int secs = (int)((hb + 999) / 1000);
+  unsigned ut = (unsigned)(2 * hb > 0x7fffffff ? 0x7fffffff : 2 * hb);
+  int cnt = 2;
+  if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &secs, sizeof(secs)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &secs, sizeof(secs)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof(ut)) != 0)
+    ZCC_INFO(BOOT, "setsockopt for ZCC_HEARTBEAT_MS=%lld failed: %s", (long long)hb,
+             strerror(errno));
 }
 
 void zcc_socket_close(int *fd) {
@@ -394,7 +418,7 @@ zccResult_t zcc_socket_connect(const zcc_sockaddr_t *addr, int *fd,
         err = errno;
     }
     if (err == 0) {
-      set_nodelay(s);
+      zcc_socket_tune(s);
       *fd = s;
       return zccSuccess;
     }
@@ -417,7 +441,7 @@ zccResult_t zcc_socket_accept(int listen_fd, int *fd, const zcc_wait_t *w) {
   for (;;) {
     int s = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (s >= 0) {
-      set_nodelay(s);
+      zcc_socket_tune(s);
       *fd = s;
       return zccSuccess;
     }

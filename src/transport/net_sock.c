@@ -118,9 +118,8 @@ static zccResult_t sk_get_properties(int dev, zcc_net_props_t *props) {
 }
 
 static sk_comm_t *sk_comm_new(int fd) {
-  int one = 1; /* a header and its payload are two writes: no Nagle wait between
-                  them */
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  zcc_socket_tune(fd); /* a header and its payload are two writes: no Nagle wait
+                          between them; and the heartbeat */
   sk_comm_t *c = calloc(1, sizeof(*c));
   if (!c)
     return NULL;

@@ -8,6 +8,9 @@
 #   phase env        the same through zccCommInitFromEnv (torchrun variables)
 #   phase linkdown   4 ranks loop on allreduces; the veth goes down: every
 #                    rank returns an error within ZCC_TIMEOUT + 2 s
+#   phase heartbeat  as linkdown with ZCC_TIMEOUT=60000 and ZCC_HEARTBEAT_MS=500:
+#                    every rank returns an error within 4 s (the connections'
+#                    heartbeats, not the timeout, find the dead link)
 #   phase kill       as linkdown, but the ranks of namespace B are SIGKILLed:
 #                    the ranks of A return an error within ZCC_TIMEOUT + 2 s
 #   phase interleave ranks 0 and 2 in A, 1 and 3 in B, every collective with the
@@ -78,7 +81,7 @@ if ! unshare --uts true 2>/dev/null; then
 fi
 
 SEED=${ZCC_TEST_SEED:-$(( (RANDOM << 15) ^ RANDOM ^ TAG ))}
-PHASES=${ZCC_TEST_NET_PHASES:-check interleave env linkdown kill}
+PHASES=${ZCC_TEST_NET_PHASES:-check interleave env linkdown heartbeat kill}
 log "namespaces $NSA ($VA $IPA) and $NSB ($VB $IPB); seed $SEED (rerun with ZCC_TEST_SEED=$SEED)"
 
 veth_bytes() { # rx+tx bytes of VA
@@ -210,6 +213,19 @@ phase_fault() {
   fi
 }
 
+# phase_heartbeat: the link goes down under a long ZCC_TIMEOUT; the heartbeat finds it
+phase_heartbeat() {
+  local saved=$FAULT_TIMEOUT_MS tag=$PHASE_TAG
+  local env_saved=("${RANK_ENV[@]}")
+  FAULT_TIMEOUT_MS=60000
+  RANK_ENV+=(ZCC_HEARTBEAT_MS=500 ZCC_TEST_FAULT_LIMIT_S=4)
+  PHASE_TAG="${tag}hb-"
+  phase_fault linkdown
+  FAULT_TIMEOUT_MS=$saved
+  RANK_ENV=("${env_saved[@]}")
+  PHASE_TAG=$tag
+}
+
 # phase_net PLUGIN: check, linkdown and kill over the net transport
 phase_net() {
   local plugin=$1 r peer
@@ -238,6 +254,7 @@ phase_net() {
   done
   grep -h -m1 "net transport: plug-in" "$WORK/${PHASE_TAG}check/rank0.log" | sed "s/^/  /"
   phase_fault linkdown
+  phase_heartbeat
   phase_fault kill
   RANK_ENV=()
   PHASE_TAG=
@@ -250,6 +267,7 @@ for phase in $PHASES; do
     interleave) phase_interleave ;;
     env) phase_env ;;
     linkdown) phase_fault linkdown ;;
+    heartbeat) phase_heartbeat ;;
     kill) phase_fault kill ;;
     net-socket) phase_net socket ;;
     net-ib) phase_net ib ;;
