@@ -54,8 +54,8 @@ zccResult_t zcc_socket_listen(zcc_sockaddr_t *addr, int backlog, int *fd);
 zccResult_t zcc_socket_connect(const zcc_sockaddr_t *addr, int *fd,
                                const zcc_wait_t *w);
 
-/* TCP_NODELAY, and the heartbeat of ZCC_HEARTBEAT_MS (keepalive probes and
-   TCP_USER_TIMEOUT), on a connected socket. */
+/* TCP_NODELAY, and the heartbeat of ZCC_HEARTBEAT_MS (keepalive probes), on
+   a connected socket. */
 void zcc_socket_tune(int fd);
 /* Accept one connection (non-blocking fd returned, tuned: zcc_socket_tune). */
 zccResult_t zcc_socket_accept(int listen_fd, int *fd, const zcc_wait_t *w);

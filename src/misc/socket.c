@@ -21,10 +21,9 @@
 
 ZCC_PARAM_INT(heartbeat_ms, "HEARTBEAT_MS", 1000,
               "TCP connections between ranks (bootstrap, socket and net/socket transports) "
-              "probe an idle peer every this many ms (keepalive, whole seconds, at least 1) "
-              "and fail once data or a probe has gone unacknowledged for twice as long: a "
-              "dead peer host or a link that went down is an error within a few heartbeats; "
-              "0: the kernel's defaults (minutes)")
+              "probe a silent peer every this many ms (keepalive, whole seconds, at least 1) "
+              "and fail after 2 unanswered probes: a dead peer host or a link that went "
+              "down is an error in about 3 heartbeats; 0: the kernel's defaults (hours)")
 ZCC_PARAM_STR(socket_ifname, "SOCKET_IFNAME", NULL,
               "interfaces for bootstrap and socket traffic: comma list of name "
               "prefixes, ^ to exclude, = for exact names")
@@ -294,19 +293,20 @@ void zcc_socket_tune(int fd) {
   int64_t hb = zcc_param_heartbeat_ms();
   if (hb <= 0)
     return;
-  /* The kernel's heartbeat: an idle connection is probed every hb ms
-     (keepalive counts whole seconds, at least 1), and the connection fails
-     once data or a probe has gone unacknowledged for 2 hb: a peer host that
-     dies, or a link that goes down, is an error within a few heartbeats
-     instead of TCP's minutes (or ZCC_TIMEOUT). */
+  /* The kernel's heartbeat: a connection with nothing of ours in flight
+     (a rank waiting for its peer) is probed after hb ms of silence and
+     every hb ms after (keepalive counts whole seconds, at least 1), and
+     fails after 2 unanswered probes: a peer host that dies, or a link that
+     goes down, is an error in about 3 heartbeats instead of TCP's minutes
+     (or ZCC_TIMEOUT); the rank that finds it fails the communicator for the
+     others. No TCP_USER_TIMEOUT: it would also abort a connection whose
+     receiver is only slow to read (a straggler, zero-window probes). */
   int secs = (int)((hb + 999) / 1000);
-  unsigned ut = (unsigned)(2 * hb > 0x7fffffff ? 0x7fffffff : 2 * hb);
   int cnt = 2;
   if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)) != 0 ||
       setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &secs, sizeof(secs)) != 0 ||
       setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &secs, sizeof(secs)) != 0 ||
-      setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt)) != 0 ||
-      setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof(ut)) != 0)
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt)) != 0)
     ZCC_INFO(BOOT, "setsockopt for ZCC_HEARTBEAT_MS=%lld failed: %s", (long long)hb,
              strerror(errno));
 }
