@@ -845,7 +845,9 @@ static zccResult_t out_connect(zcc_bootstrap_t *b, int peer,
   int fd = -1;
   zccResult_t res;
   uint8_t hello[HELLO_BYTES];
-  ZCC_CHECK_GOTO(zcc_socket_connect(&b->peers[peer], &fd, w), res, fail);
+  /* Every peer listened before the rendezvous gave out its address: a
+     refusal now means it left (closed or aborted its bootstrap). */
+  ZCC_CHECK_GOTO(zcc_socket_connect_listening(&b->peers[peer], &fd, w), res, fail);
   ZCC_CHECK_GOTO(zcc_socket_auth_client(fd, b->secret, b->hash, w), res, fail);
   put32(hello, HELLO_MAGIC);
   put32(hello + 4, (uint32_t)b->rank);

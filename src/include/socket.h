@@ -53,6 +53,11 @@ zccResult_t zcc_socket_listen(zcc_sockaddr_t *addr, int backlog, int *fd);
 /* Connect, retrying refused and unreachable attempts until the wait ends. */
 zccResult_t zcc_socket_connect(const zcc_sockaddr_t *addr, int *fd,
                                const zcc_wait_t *w);
+/* As zcc_socket_connect, to a listener known to have been up (a peer's
+   bootstrap after the rendezvous): a refusal means it closed, and is
+   zccRemoteError at once instead of a retry until the wait ends. */
+zccResult_t zcc_socket_connect_listening(const zcc_sockaddr_t *addr, int *fd,
+                                         const zcc_wait_t *w);
 
 /* TCP_NODELAY, and the heartbeat of ZCC_HEARTBEAT_MS (keepalive probes), on
    a connected socket. */

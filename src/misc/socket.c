@@ -378,8 +378,21 @@ static int retryable_connect_error(int err) {
          err == EAGAIN;
 }
 
+static zccResult_t connect_to(const zcc_sockaddr_t *addr, int *fd, const zcc_wait_t *w,
+                              int refused_final);
+
 zccResult_t zcc_socket_connect(const zcc_sockaddr_t *addr, int *fd,
                                const zcc_wait_t *w) {
+  return connect_to(addr, fd, w, 0);
+}
+
+zccResult_t zcc_socket_connect_listening(const zcc_sockaddr_t *addr, int *fd,
+                                         const zcc_wait_t *w) {
+  return connect_to(addr, fd, w, 1);
+}
+
+static zccResult_t connect_to(const zcc_sockaddr_t *addr, int *fd, const zcc_wait_t *w,
+                              int refused_final) {
   if (addr == NULL || fd == NULL || w == NULL || !valid_family(addr))
     return zcc_error(zccInvalidArgument,
                      "zcc_socket_connect: null or non-ip address");
@@ -423,6 +436,10 @@ zccResult_t zcc_socket_connect(const zcc_sockaddr_t *addr, int *fd,
       return zccSuccess;
     }
     close(s);
+    if (refused_final && err == ECONNREFUSED)
+      return zcc_error(zccRemoteError,
+                       "%s refused: the peer's listener, which was up, is closed (the peer "
+                       "left)", doing);
     if (!retryable_connect_error(err))
       return zcc_error(zccSystemError, "%s failed: %s", doing, strerror(err));
     last_err = err;
