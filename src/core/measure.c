@@ -110,18 +110,14 @@ static zccResult_t gpu_measure(struct zccComm *comm) {
   ZCC_CHECK(take_rank0(comm, &m));
   t_small = m.alpha_us;
   t_big = m.bw_gbs;
-  c->measured = 0; /* the table's predictions, for the log */
-  double p_small = zcc_select_predict(c, ZCC_COLL_ALLREDUCE, sa, sp, 8, 1);
-  double p_big = zcc_select_predict(c, ZCC_COLL_ALLREDUCE, ba, bp, PROBE_BYTES, 1);
-  double ta, tb;
-  zcc_select_link_table(c, &ta, &tb);
-  int whole = 0;
-  zcc_select_fit_gpu(c, t_small, t_big, PROBE_BYTES, &whole);
+  zcc_gpu_fit_t fit;
+  zcc_select_fit_gpu(c, t_small, t_big, PROBE_BYTES, &fit);
   ZCC_INFO(TUNING, "comm %s rank %d: link class %s measured on the GPU: 8 B oneshot/ll %.2f us "
            "(table %.2f), 4 MiB push %.1f us (table %.1f): latency %.2f us, bandwidth %.1f GB/s%s "
            "(table: %.2f us, %.1f GB/s)", comm->name, comm->rank,
-           zcc_topo_class_name(c->link_class), t_small, p_small, t_big, p_big, c->alpha_us,
-           c->bw_gbs, whole ? " (from the 4 MiB time's whole ratio)" : "", ta, tb);
+           zcc_topo_class_name(c->link_class), t_small, fit.p_small, t_big, fit.p_big, c->alpha_us,
+           c->bw_gbs, fit.whole ? " (from the 4 MiB time's whole ratio)" : "", fit.table_alpha,
+           fit.table_bw);
   if (zcc_log_enabled(ZCC_LOG_INFO, ZCC_TUNING)) {
     char who[96];
     snprintf(who, sizeof(who), "comm %s rank %d (measured)", comm->name, comm->rank);

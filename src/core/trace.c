@@ -679,14 +679,26 @@ static void trace_event(struct zccComm *comm, const zcc_op_rec_t *r) {
   trace_event_as(comm, r, 0);
 }
 
+/* GPU: a record's times and state from the stamps of the launch that ran
+   it (zcc_gpu_op_times' codes: 2 done, 3 cut short, 1 started, 0 not yet,
+   -1 none will come). */
+static int gpu_times(struct zccComm *comm, uint64_t id, uint64_t gpu_id, int64_t *s,
+                     int64_t *e) {
+  if (!comm->dev || !comm->dev->op_times)
+    return -1;
+  return comm->dev->op_times(comm, gpu_id ? gpu_id : id, s, e);
+}
+
+static int gpu_state(int st) {
+  return st == 2 ? ZCC_OP_DONE : st == 3 ? ZCC_OP_FAILED : ZCC_OP_STARTED;
+}
+
 /* GPU: the spans of the ops from t->gpu_next up to (not including) `upto`
    whose stamps say they are done, in order; an op still running stops the
    walk (its successors come later), one that will never have times is
    passed. The issuing thread only (it writes the records). */
 static void gpu_spans(struct zccComm *comm, uint64_t upto) {
   zcc_trace_t *t = comm->trace;
-  if (!comm->dev || !comm->dev->op_times)
-    return;
   if (t->gpu_next == 0 || (t->ring && upto > t->cap && t->gpu_next < upto - t->cap))
     t->gpu_next = upto > t->cap && t->ring ? upto - t->cap : 1;
   for (; t->gpu_next < upto; t->gpu_next++) {
@@ -694,8 +706,7 @@ static void gpu_spans(struct zccComm *comm, uint64_t upto) {
     if (!r)
       continue;
     int64_t s, e;
-    uint64_t gid = LD(r->gpu_id);
-    int st = comm->dev->op_times(comm, gid ? gid : t->gpu_next, &s, &e);
+    int st = gpu_times(comm, t->gpu_next, LD(r->gpu_id), &s, &e);
     if (st < 0)
       continue;
     if (st < 2)
@@ -704,7 +715,7 @@ static void gpu_spans(struct zccComm *comm, uint64_t upto) {
     ST(r->gpu_end_ns, e);
     if (st == 3)
       ST(r->result, (int32_t)atomic_load(&comm->async_error));
-    ST(r->state, st == 2 ? ZCC_OP_DONE : ZCC_OP_FAILED);
+    ST(r->state, gpu_state(st));
     trace_event_as(comm, r, 1);
   }
 }
@@ -752,13 +763,13 @@ static int snapshot_rec(zcc_trace_t *t, uint64_t id, zcc_op_rec_t *out);
 static int snapshot(struct zccComm *comm, uint64_t id, zcc_op_rec_t *out) {
   if (!snapshot_rec(comm->trace, id, out))
     return 0;
-  if (out->gpu && comm->dev && comm->dev->op_times && out->state == ZCC_OP_ENQUEUED) {
+  if (out->gpu && out->state == ZCC_OP_ENQUEUED) {
     int64_t s, e;
-    int st = comm->dev->op_times(comm, out->gpu_id ? out->gpu_id : id, &s, &e);
+    int st = gpu_times(comm, id, out->gpu_id, &s, &e);
     if (st >= 1) {
       out->gpu_start_ns = s;
       out->gpu_end_ns = e;
-      out->state = st == 2 ? ZCC_OP_DONE : st == 3 ? ZCC_OP_FAILED : ZCC_OP_STARTED;
+      out->state = gpu_state(st);
       if (st == 3)
         out->result = atomic_load(&comm->async_error);
     } else if (st < 0 && out->count == 0) {

@@ -138,9 +138,14 @@ static void raise_abort(zcc_gpu_t *g) {
   *g->abort_host = 1;
 }
 
+/* The ring slot of record id (0: slot 0). */
+static uint32_t op_slot(const zcc_gpu_t *g, uint64_t id) {
+  return id && g->ntimes ? (uint32_t)((id - 1) % g->ntimes) : 0;
+}
+
 void zcc_gpu_op_begin(zcc_gpu_t *g, uint64_t id) {
   g->op_id = id;
-  g->op_slot = id && g->ntimes ? (uint32_t)((id - 1) % g->ntimes) : 0;
+  g->op_slot = op_slot(g, id);
   g->op_launches = 0;
   if (g->times_last) __atomic_store_n(&g->times_last[g->op_slot], 0, __ATOMIC_RELEASE);
 }
@@ -166,7 +171,7 @@ int zcc_gpu_op_times(struct zccComm *comm, uint64_t id, int64_t *start_ns, int64
   zcc_gpu_t *g = comm->gpu;
   *start_ns = *end_ns = 0;
   if (!g || !g->times_host || !id) return -1;
-  uint32_t i = (uint32_t)((id - 1) % g->ntimes);
+  uint32_t i = op_slot(g, id);
   uint64_t last = __atomic_load_n(&g->times_last[i], __ATOMIC_ACQUIRE);
   if (!last) return -1; /* it launched nothing stamped (or its slot went to a newer op) */
   volatile zcc_dev_op_time_t *v = &g->times_host[i];
@@ -591,6 +596,10 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
     return zcc_error(zccInvalidUsage,
                      "comm %s: a GPU communicator spans at most %d GPUs in this version "
                      "(asked for %d ranks)", comm->name, ZCC_DEV_MAX_RANKS, n);
+  int64_t stamps = zcc_param_gpu_stamps();
+  if (stamps < 0 || stamps > 2)
+    return zcc_error(zccInvalidArgument, "ZCC_GPU_STAMPS=%lld: expected 0, 1 or 2",
+                     (long long)stamps);
   zcc_gpu_t *g = calloc(1, sizeof(*g));
   if (!g) return zcc_error(zccSystemError, "init: out of memory");
   comm->gpu = g;
@@ -662,10 +671,6 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
     CUDA_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), comm);
     g->ev_copy[i] = ev;
   }
-  int64_t stamps = zcc_param_gpu_stamps();
-  if (stamps < 0 || stamps > 2)
-    return zcc_error(zccInvalidArgument, "ZCC_GPU_STAMPS=%lld: expected 0, 1 or 2",
-                     (long long)stamps);
   if (stamps == 1) ZCC_CHECK(stamps_setup(comm, g));
   if (stamps == 2) ZCC_CHECK(stamps_setup_probe(comm, g));
   /* Nobody writes into a peer's window before every peer has mapped all. */

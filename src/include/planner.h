@@ -195,10 +195,16 @@ void zcc_select_link_table(const zcc_select_ctx_t *c, double *alpha_us, double *
  * of the same two: the 8-byte ratio scales the latency; the big time less
  * its latency part, scaled so, fixes the bandwidth, unless that leaves
  * under a quarter of it, where the split is noise and the big time's whole
- * ratio is taken (then *whole = 1). Sets c->measured, alpha_us, bw_gbs.
+ * ratio is taken (then fit->whole = 1). Sets c->measured, alpha_us, bw_gbs;
+ * fit (for the log) gets the table's predictions and link.
  */
+typedef struct {
+  double p_small, p_big;          /* the table's predictions of the two */
+  double table_alpha, table_bw;   /* zcc_select_link_table's */
+  int whole;
+} zcc_gpu_fit_t;
 void zcc_select_fit_gpu(zcc_select_ctx_t *c, double t_small, double t_big, size_t big,
-                        int *whole);
+                        zcc_gpu_fit_t *fit);
 
 /* 1 if the communicator runs algo/proto for coll on `bytes`; else 0 and why. */
 int zcc_select_can_run(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,

@@ -379,19 +379,6 @@ static int retryable_connect_error(int err) {
 }
 
 static zccResult_t connect_to(const zcc_sockaddr_t *addr, int *fd, const zcc_wait_t *w,
-                              int refused_final);
-
-zccResult_t zcc_socket_connect(const zcc_sockaddr_t *addr, int *fd,
-                               const zcc_wait_t *w) {
-  return connect_to(addr, fd, w, 0);
-}
-
-zccResult_t zcc_socket_connect_listening(const zcc_sockaddr_t *addr, int *fd,
-                                         const zcc_wait_t *w) {
-  return connect_to(addr, fd, w, 1);
-}
-
-static zccResult_t connect_to(const zcc_sockaddr_t *addr, int *fd, const zcc_wait_t *w,
                               int refused_final) {
   if (addr == NULL || fd == NULL || w == NULL || !valid_family(addr))
     return zcc_error(zccInvalidArgument,
@@ -450,6 +437,16 @@ static zccResult_t connect_to(const zcc_sockaddr_t *addr, int *fd, const zcc_wai
     if (backoff_ms < POLL_SLICE_MS)
       backoff_ms *= 2;
   }
+}
+
+zccResult_t zcc_socket_connect(const zcc_sockaddr_t *addr, int *fd,
+                               const zcc_wait_t *w) {
+  return connect_to(addr, fd, w, 0);
+}
+
+zccResult_t zcc_socket_connect_listening(const zcc_sockaddr_t *addr, int *fd,
+                                         const zcc_wait_t *w) {
+  return connect_to(addr, fd, w, 1);
 }
 
 zccResult_t zcc_socket_accept(int listen_fd, int *fd, const zcc_wait_t *w) {

@@ -652,7 +652,7 @@ static double gpu_predict(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t
 }
 
 void zcc_select_fit_gpu(zcc_select_ctx_t *c, double t_small, double t_big, size_t big,
-                        int *whole) {
+                        zcc_gpu_fit_t *fit) {
   const zcc_algo_t sa = ZCC_ALGO_ONESHOT, ba = ZCC_ALGO_PUSH;
   const zcc_proto_t sp = ZCC_PROTO_LL, bp = ZCC_PROTO_SIMPLE;
   c->measured = 0; /* the table's predictions of the same two */
@@ -664,12 +664,13 @@ void zcc_select_fit_gpu(zcc_select_ctx_t *c, double t_small, double t_big, size_
   double bs = bytes_meas > 0 && bytes_pred > 0 ? bytes_pred / bytes_meas : 1;
   /* (the split gave 15-1100x NVLink's bandwidth on one H200: 2.5-5.3 us at
      8 B, 13-16 us at 4 MiB against a table of 2.31 and 22.3) */
-  *whole = t_big > 0 && p_big > 0 && bytes_meas < 0.25 * t_big;
-  if (*whole) bs = p_big / t_big;
-  double ta, tb;
-  zcc_select_link_table(c, &ta, &tb);
-  c->alpha_us = ta * as;
-  c->bw_gbs = tb * bs;
+  fit->whole = t_big > 0 && p_big > 0 && bytes_meas < 0.25 * t_big;
+  if (fit->whole) bs = p_big / t_big;
+  fit->p_small = p_small;
+  fit->p_big = p_big;
+  zcc_select_link_table(c, &fit->table_alpha, &fit->table_bw);
+  c->alpha_us = fit->table_alpha * as;
+  c->bw_gbs = fit->table_bw * bs;
   c->measured = 1;
 }
 

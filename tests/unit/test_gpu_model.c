@@ -359,22 +359,22 @@ static void test_fit_gpu(void **state) {
   double pb = zcc_select_predict(&t, ZCC_COLL_ALLREDUCE, ZCC_ALGO_PUSH, ZCC_PROTO_SIMPLE, big, 1);
   double p0 = zcc_select_predict(&t, ZCC_COLL_ALLREDUCE, ZCC_ALGO_PUSH, ZCC_PROTO_SIMPLE, 0, 1);
   zcc_select_ctx_t m = t;
-  int whole = -1;
-  zcc_select_fit_gpu(&m, ps, pb, big, &whole);
+  zcc_gpu_fit_t fit;
+  zcc_select_fit_gpu(&m, ps, pb, big, &fit);
   assert_int_equal(m.measured, 1);
-  assert_int_equal(whole, 0);
+  assert_int_equal(fit.whole, 0);
   assert_true(fabs(m.alpha_us - ta) < 1e-9 && fabs(m.bw_gbs - tb) < 1e-9 * tb);
   m = t;
-  zcc_select_fit_gpu(&m, 2 * ps, 2 * p0 + (pb - p0) / 3, big, &whole);
-  assert_int_equal(whole, 0);
+  zcc_select_fit_gpu(&m, 2 * ps, 2 * p0 + (pb - p0) / 3, big, &fit);
+  assert_int_equal(fit.whole, 0);
   assert_true(fabs(m.alpha_us - 2 * ta) < 1e-9 && fabs(m.bw_gbs - 3 * tb) < 1e-6 * tb);
   m = t;
-  zcc_select_fit_gpu(&m, 2.50, 13.3, big, &whole); /* allreduce_perf's probe */
-  assert_int_equal(whole, 0);
+  zcc_select_fit_gpu(&m, 2.50, 13.3, big, &fit); /* allreduce_perf's probe */
+  assert_int_equal(fit.whole, 0);
   assert_true(m.bw_gbs > tb && m.bw_gbs < 4 * tb);
   m = t;
-  zcc_select_fit_gpu(&m, 5.29, 16.0, big, &whole); /* zcc_topo's: the split gave 382 TB/s */
-  assert_int_equal(whole, 1);
+  zcc_select_fit_gpu(&m, 5.29, 16.0, big, &fit); /* zcc_topo's: the split gave 382 TB/s */
+  assert_int_equal(fit.whole, 1);
   assert_true(fabs(m.bw_gbs - tb * pb / 16.0) < 1e-9 * tb);
   assert_true(m.bw_gbs > tb && m.bw_gbs < 4 * tb);
 }
