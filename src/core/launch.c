@@ -162,13 +162,19 @@ zccResult_t zccCommInitFromEnv(zccComm_t *comm, zccConfig_t *config) {
   ZCC_INFO(INIT, "%s: rank %d of %d from %s, rendezvous %s", fn, e.rank, e.size, e.launcher,
            where);
   if (e.rank == 0) {
-    /* Listen on every interface at the rendezvous port: the name others
-       connect to may not be an address of one of ours verbatim. */
-    zcc_sockaddr_t any = uid.root;
-    if (any.u.sa.sa_family == AF_INET) any.u.sin.sin_addr.s_addr = htonl(INADDR_ANY);
-    else any.u.sin6.sin6_addr = in6addr_any;
+    /* Listen on the rendezvous address itself where it is one of ours (a
+       loopback address stays private to this host); on every interface at
+       its port where it is not (a name that others reach through NAT or an
+       alias is not an address of ours verbatim). */
+    zcc_sockaddr_t bind_to = uid.root;
+    if (!zcc_sockaddr_is_local(&uid.root)) {
+      if (bind_to.u.sa.sa_family == AF_INET) bind_to.u.sin.sin_addr.s_addr = htonl(INADDR_ANY);
+      else bind_to.u.sin6.sin6_addr = in6addr_any;
+    }
+    char b[ZCC_SOCKADDR_STRLEN];
+    ZCC_INFO(INIT, "%s: rank 0 serves the rendezvous on %s", fn, zcc_sockaddr_str(&bind_to, b));
     zccUniqueId served;
-    ZCC_CHECK(zcc_bootstrap_create_root(&served, &any, &uid.root, uid.secret));
+    ZCC_CHECK(zcc_bootstrap_create_root(&served, &bind_to, &uid.root, uid.secret));
   }
   return zcc_comm_init(comm, e.size, &id, e.rank, config, fn);
 }

@@ -37,6 +37,13 @@ zccResult_t zcc_socket_pick_addr(zcc_sockaddr_t *out);
 /* The same, and the interface's name into ifname (ifname_len bytes; NULL: not wanted). */
 zccResult_t zcc_socket_pick_if(zcc_sockaddr_t *out, char *ifname, size_t ifname_len);
 
+/*
+ * 1 when addr's host (the port aside) is a loopback address or an address of
+ * one of this host's interfaces that is up, else 0 (also when the interfaces
+ * cannot be read).
+ */
+int zcc_sockaddr_is_local(const zcc_sockaddr_t *addr);
+
 /* Parse "host:port", "[v6]:port" or "ipv4:port" (host names resolved). */
 zccResult_t zcc_sockaddr_parse(const char *str, zcc_sockaddr_t *out);
 /* "a.b.c.d:port" or "[v6]:port" into buf (ZCC_SOCKADDR_STRLEN bytes). */

@@ -271,6 +271,28 @@ zccResult_t zcc_socket_pick_if(zcc_sockaddr_t *out, char *ifname, size_t ifname_
   return zccSuccess;
 }
 
+int zcc_sockaddr_is_local(const zcc_sockaddr_t *addr) {
+  int af = addr->u.sa.sa_family;
+  if (af == AF_INET && (ntohl(addr->u.sin.sin_addr.s_addr) >> 24) == 127) return 1;
+  if (af == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&addr->u.sin6.sin6_addr)) return 1;
+  if (af != AF_INET && af != AF_INET6) return 0;
+  struct ifaddrs *ifs;
+  if (getifaddrs(&ifs) != 0) return 0;
+  int found = 0;
+  for (const struct ifaddrs *ifa = ifs; ifa != NULL && !found; ifa = ifa->ifa_next) {
+    if (ifa->ifa_addr == NULL || !(ifa->ifa_flags & IFF_UP) || ifa->ifa_addr->sa_family != af)
+      continue;
+    if (af == AF_INET)
+      found = ((const struct sockaddr_in *)ifa->ifa_addr)->sin_addr.s_addr ==
+              addr->u.sin.sin_addr.s_addr;
+    else
+      found = memcmp(&((const struct sockaddr_in6 *)ifa->ifa_addr)->sin6_addr,
+                     &addr->u.sin6.sin6_addr, sizeof(struct in6_addr)) == 0;
+  }
+  freeifaddrs(ifs);
+  return found;
+}
+
 zccResult_t zcc_socket_pick_addr(zcc_sockaddr_t *out) {
   return zcc_socket_pick_if(out, NULL, 0);
 }

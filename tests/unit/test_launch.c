@@ -144,6 +144,57 @@ static void test_comm_id_override(void **s) {
   run_launcher(ompi_env, id);
 }
 
+/* The IPv4 address (network order) listening on port per /proc/net/tcp, or
+   -1 while nothing listens there. */
+static long listener_addr(int port) {
+  FILE *f = fopen("/proc/net/tcp", "r");
+  if (!f) return -1;
+  char line[512];
+  long found = -1;
+  while (fgets(line, sizeof(line), f)) {
+    unsigned addr, p, st;
+    if (sscanf(line, " %*d: %x:%x %*x:%*x %x", &addr, &p, &st) == 3 && (int)p == port &&
+        st == 0x0A) {
+      found = (long)addr;
+      break;
+    }
+  }
+  fclose(f);
+  return found;
+}
+
+/* ZCC_COMM_ID naming 127.0.0.1: rank 0 listens on 127.0.0.1 alone, not on
+   every interface (/proc/net/tcp while rank 1 has yet to start), and the
+   ranks then meet there. */
+static void test_comm_id_loopback_bind(void **s) {
+  int port = free_port();
+  char id[64];
+  snprintf(id, sizeof(id), "127.0.0.1:%d", port);
+  setenv("ZCC_INIT_TIMEOUT", "20000", 1);
+  pid_t pids[2];
+  pids[0] = fork();
+  assert_true(pids[0] >= 0);
+  if (pids[0] == 0) _exit(child(ompi_env, 0, port, id));
+  long addr = -1;
+  for (int i = 0; i < 1000 && addr < 0; i++) {
+    addr = listener_addr(port);
+    if (addr < 0) usleep(10000);
+  }
+  pids[1] = fork();
+  assert_true(pids[1] >= 0);
+  if (pids[1] == 0) _exit(child(ompi_env, 1, port, id));
+  for (int r = 0; r < 2; r++) {
+    int st = 0;
+    assert_int_equal(waitpid(pids[r], &st, 0), pids[r]);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fail_msg("rank %d failed (status 0x%x)", r, st);
+  }
+  if (addr < 0) fail_msg("nothing listened on port %d within 10 s", port);
+  /* /proc/net/tcp prints the address in host order of its network bytes */
+  struct in_addr a = {.s_addr = (in_addr_t)addr};
+  if (a.s_addr != htonl(INADDR_LOOPBACK))
+    fail_msg("rank 0 listened on %s:%d, not 127.0.0.1", inet_ntoa(a), port);
+}
+
 /* Derived rendezvous ports cover [ZCC_JOB_PORT_MIN, +SPAN) and stay below
    Linux's ephemeral range, where outgoing connections would take them. */
 static void test_job_port_range(void **s) {
@@ -216,7 +267,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_torchrun),   cmocka_unit_test(test_openmpi),
       cmocka_unit_test(test_mpich),      cmocka_unit_test(test_slurm),
-      cmocka_unit_test(test_comm_id_override), cmocka_unit_test(test_no_launcher),
+      cmocka_unit_test(test_comm_id_override), cmocka_unit_test(test_comm_id_loopback_bind),
+      cmocka_unit_test(test_no_launcher),
       cmocka_unit_test(test_debug_file), cmocka_unit_test(test_job_port_range),
   };
   return cmocka_run_group_tests_name("launch", tests, NULL, NULL);
