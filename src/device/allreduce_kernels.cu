@@ -36,6 +36,8 @@
 
 #define ZD_AR_THREADS 512
 
+// zcc_kernels:: names zcc's kernels in profilers (device.h).
+namespace zcc_kernels {
 namespace {
 
 struct ArParams {
@@ -340,6 +342,8 @@ int ar_launch(const zcc_dev_allreduce_t *a, int twoshot, struct CUstream_st *str
 }
 
 } // namespace
+} // namespace zcc_kernels
+using namespace zcc_kernels;
 
 extern "C" __attribute__((visibility("hidden"))) int zcc_dev_allreduce_oneshot(
     const zcc_dev_allreduce_t *args, struct CUstream_st *stream) {

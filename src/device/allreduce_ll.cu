@@ -24,6 +24,8 @@
 #define ZD_LL_CTR 9
 #define ZD_FLAG_STRIDE 16
 
+// zcc_kernels:: names zcc's kernels in profilers (device.h).
+namespace zcc_kernels {
 namespace {
 
 struct LlParams {
@@ -159,6 +161,8 @@ __global__ void __launch_bounds__(ZD_LL_THREADS) oneshot_ll_kernel(LlParams p) {
 }
 
 } // namespace
+} // namespace zcc_kernels
+using namespace zcc_kernels;
 
 extern "C" __attribute__((visibility("hidden"))) int zcc_dev_allreduce_oneshot_ll(
     const zcc_dev_allreduce_t *a, struct CUstream_st *stream) {

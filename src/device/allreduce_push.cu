@@ -44,6 +44,8 @@
 #define ZD_PUSH_PUSHED 18
 #define ZD_PUSH_MAX_CHUNK (256 << 10)
 
+// zcc_kernels:: names zcc's kernels in profilers (device.h).
+namespace zcc_kernels {
 namespace {
 
 struct PushParams {
@@ -287,6 +289,8 @@ int push_launch(const zcc_dev_push_t *a, cudaStream_t s) {
 }
 
 } // namespace
+} // namespace zcc_kernels
+using namespace zcc_kernels;
 
 extern "C" __attribute__((visibility("hidden"))) int zcc_dev_allreduce_push(
     const zcc_dev_push_t *args, struct CUstream_st *stream) {

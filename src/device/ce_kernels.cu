@@ -4,6 +4,8 @@
 #include "flags.cuh"
 #include "reduce_ops.cuh"
 
+// zcc_kernels:: names zcc's kernels in profilers (device.h).
+namespace zcc_kernels {
 namespace {
 
 __global__ void flag_signal_kernel(uint32_t *counter, uint32_t *remote, int inc) {
@@ -44,6 +46,8 @@ __global__ void clock_probe_kernel(volatile uint64_t *out, const volatile uint32
 }
 
 } // namespace
+} // namespace zcc_kernels
+using namespace zcc_kernels;
 
 extern "C" __attribute__((visibility("hidden"))) int zcc_dev_flag_signal(
     uint32_t *counter, uint32_t *remote_flag, int inc, struct CUstream_st *stream) {

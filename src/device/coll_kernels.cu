@@ -25,6 +25,8 @@
 #define ZD_GA_THREADS 512
 #define ZD_GA_UNROLL 4
 
+// zcc_kernels:: names zcc's kernels in profilers (device.h).
+namespace zcc_kernels {
 namespace {
 
 struct BarParams {
@@ -197,6 +199,8 @@ int gather_blocks(const zcc_dev_gather_t *a, int *blocks) {
 }
 
 } // namespace
+} // namespace zcc_kernels
+using namespace zcc_kernels;
 
 extern "C" __attribute__((visibility("hidden"))) int zcc_dev_barrier(const zcc_dev_allreduce_t *a,
                                                                      struct CUstream_st *stream) {

@@ -31,6 +31,8 @@
 #define ZD_CONN_U 4                     // 16-byte packs per thread in flight
 #define ZD_CONN_MIN_SLICE (64 * 1024)   // bytes a channel gets at least before another is used
 
+// zcc_kernels:: names zcc's kernels in profilers (device.h).
+namespace zcc_kernels {
 namespace {
 
 struct ConnParams {
@@ -506,6 +508,8 @@ int conn_prepare(const zcc_dev_conn_args_t *a, ConnParams *p) {
 }
 
 } // namespace
+} // namespace zcc_kernels
+using namespace zcc_kernels;
 
 extern "C" __attribute__((visibility("hidden"))) int zcc_dev_conn_channels(
     const zcc_dev_conn_args_t *a) {

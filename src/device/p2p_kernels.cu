@@ -55,6 +55,8 @@
 #define ZD_P2P_FREE 8
 #define ZD_P2P_TAKEN 12
 
+// zcc_kernels:: names zcc's kernels in profilers (device.h).
+namespace zcc_kernels {
 namespace {
 
 struct P2pCut {
@@ -235,6 +237,8 @@ int p2p_prepare(const zcc_dev_p2p_t *a, P2pParams *p, int *blocks) {
 }
 
 } // namespace
+} // namespace zcc_kernels
+using namespace zcc_kernels;
 
 extern "C" __attribute__((visibility("hidden"))) int zcc_dev_p2p(const zcc_dev_p2p_t *a,
                                                                  struct CUstream_st *stream) {

@@ -15,6 +15,8 @@
 #define ZD_THREADS 512
 #define ZD_UNROLL 4
 
+// zcc_kernels:: names zcc's kernels in profilers (device.h).
+namespace zcc_kernels {
 namespace {
 
 struct ReduceParams {
@@ -148,6 +150,8 @@ int grid_for(size_t work, cudaStream_t stream, int *blocks) {
 }
 
 } // namespace
+} // namespace zcc_kernels
+using namespace zcc_kernels;
 
 extern "C" __attribute__((visibility("hidden"))) const char *zcc_dev_error_string(int code) {
   return code == 0 ? "no error" : cudaGetErrorString((cudaError_t)code);

@@ -51,6 +51,13 @@ struct CUstream_st;
  */
 int zcc_dev_preload(void);
 
+/*
+ * Every zcc kernel is declared in namespace zcc_kernels (its name in a
+ * profiler: "zcc_kernels::(anonymous namespace)::oneshot_ll_kernel<...>"),
+ * so nsys, the torch profiler and zcc_trace heatmap --torch tell zcc's
+ * kernels from the application's.
+ */
+
 /* "no error", or the CUDA runtime's name for code. */
 const char *zcc_dev_error_string(int code);
 
