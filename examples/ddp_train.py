@@ -64,6 +64,9 @@ def parse():
     p.add_argument("--rtol", type=float, default=1e-4)
     p.add_argument("--atol", type=float, default=1e-6)
     p.add_argument("--every", type=int, default=25, help="print a curve point every N steps")
+    p.add_argument("--profile", metavar="DIR", default=None,
+                   help="write a torch profiler trace of the zcc run, DIR/torch.RANK.json "
+                   "(for zcc_trace heatmap --torch)")
     return p.parse_args()
 
 
@@ -91,7 +94,10 @@ def make_model(dim):
                                torch.nn.Linear(64, 1))
 
 
-def train(args, rank, world, device, group, hook_state=None):
+def train(args, rank, world, device, group, hook_state=None, mark=False):
+    """One training run. mark: this run writes the step and compute markers
+    (and, with --profile, the torch profiler trace)."""
+    import contextlib
     import zcc.torch
     dim = 16
     x, y = make_data(args.batch * world * 8, dim)
@@ -103,18 +109,29 @@ def train(args, rank, world, device, group, hook_state=None):
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     losses = []
     nbatches = x.shape[0] // (args.batch * world)
-    for step in range(args.steps):
-        b = step % nbatches
-        lo = (b * world + rank) * args.batch
-        xb, yb = x[lo:lo + args.batch].to(device), y[lo:lo + args.batch].to(device)
-        # Markers for `zcc_trace heatmap` (written only with ZCC_TRACE_FILE set).
-        with zcc.torch.step():
-            with zcc.torch.compute("forward+backward"):
-                loss = torch.nn.functional.mse_loss(ddp(xb), yb)
-                opt.zero_grad()
-                loss.backward()
-            opt.step()
-        losses.append(loss.detach())
+    step_mark = zcc.torch.step if mark else contextlib.nullcontext
+    compute_mark = zcc.torch.compute if mark else (lambda name: contextlib.nullcontext())
+    prof = contextlib.nullcontext()
+    if mark and args.profile:
+        from torch.profiler import ProfilerActivity, profile
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+        prof = profile(activities=acts)
+    with prof:
+        for step in range(args.steps):
+            b = step % nbatches
+            lo = (b * world + rank) * args.batch
+            xb, yb = x[lo:lo + args.batch].to(device), y[lo:lo + args.batch].to(device)
+            # Markers for `zcc_trace heatmap` (written only with ZCC_TRACE_FILE set).
+            with step_mark():
+                with compute_mark("forward+backward"):
+                    loss = torch.nn.functional.mse_loss(ddp(xb), yb)
+                    opt.zero_grad()
+                    loss.backward()
+                opt.step()
+            losses.append(loss.detach())
+    if mark and args.profile:
+        os.makedirs(args.profile, exist_ok=True)
+        prof.export_chrome_trace(os.path.join(args.profile, "torch.%d.json" % rank))
     # the mean loss over ranks, step by step, through the reference backend
     curve = torch.stack(losses).float()
     dist.all_reduce(curve, group=args.ref_group)
@@ -144,7 +161,7 @@ def worker(rank, world, args):
     exact = args.exact == "yes" or (args.exact == "auto" and world == 2)
     args.ref_group = dist.new_group(backend=args.reference)
     runs = {
-        "zcc": train(args, rank, world, device, None),
+        "zcc": train(args, rank, world, device, None, mark=True),
         args.reference: train(args, rank, world, device, args.ref_group),
         "hook": train(args, rank, world, device, args.ref_group,
                       hook_state=zcc.torch.hook_state()),

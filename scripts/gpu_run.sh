@@ -16,6 +16,9 @@
 #              with its 2 ranks sharing the GPU (exact CPU references; default transports
 #              and ZCC_P2P_DISABLE=1, GPU shm), and the DDP example with 2 processes on it
 #              against gloo on the same CUDA tensors (bitwise); /dev/shm left empty
+#   ddp-overlap the DDP example on one GPU under ZCC_TRACE_FILE and the torch profiler, and
+#              zcc_trace heatmap of both (host markers; GPU kernels from the profiler), into
+#              ddp-trace.tgz
 #   perf       allreduce_perf -g 2 8 B..PERF_MAX (default 8G) --compare nccl, eager and -G 20
 #   perf-small allreduce -g 2 8 B..1 MiB --compare nccl, eager and -G 20
 #   push-sweep the push allreduce at ZCC_GPU_PUSH_BLOCKS in PUSH_BLOCKS (16 32 64 128), -G 10
@@ -192,6 +195,19 @@ for phase in "$@"; do
     run python1 300 "${one[@]}" python3 -m pytest -q -rs -p no:cacheprovider "$root/tests/python/test_cuda.py"
     run ddp-cuda1 180 "${one[@]}" python3 "$root/examples/ddp_train.py" --device cuda --nprocs 2 --steps 200
     left=$(ls /dev/shm 2>/dev/null | grep -c zcc); note "python1: /dev/shm holds $left zcc segment(s) after the runs"
+    ;;
+  ddp-overlap)
+    # The DDP example on one GPU (2 processes) under ZCC_TRACE_FILE and the torch profiler
+    # (--profile), and zcc_trace heatmap on both: the overlap of its allreduces with compute.
+    one=(env CUDA_VISIBLE_DEVICES=${PYTHON1_GPU:-0} PYTHONPATH=$root/python${PYTHONPATH:+:$PYTHONPATH})
+    tr=$OUT/ddp-trace
+    rm -rf "$tr"; mkdir -p "$tr"
+    run ddp-overlap 300 "${one[@]}" ZCC_TRACE_FILE="$tr/zcc.%p.json" python3 "$root/examples/ddp_train.py" \
+      --device cuda --nprocs 2 --steps ${DDP_STEPS:-100} --profile "$tr"
+    run ddp-heatmap-host 60 python3 "$root/tools/zcc_trace" heatmap "$tr"/zcc.*.json --json "$tr/host.json"
+    run ddp-heatmap-torch 60 python3 "$root/tools/zcc_trace" heatmap "$tr"/zcc.*.json --torch "$tr"/torch.*.json \
+      --json "$tr/torch.json"
+    (cd "$OUT" && tar czf ddp-trace.tgz ddp-trace && rm -rf ddp-trace)
     ;;
   perf)
     e=${PERF_MAX:-8G}

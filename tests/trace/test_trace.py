@@ -3,7 +3,7 @@
 
   test_trace.py CASE --driver build/tests/trace/test_trace --tool build/tools/zcc_trace
 
-CASE: straggler, summary, mismatch, p2p, fork, schema, heatmap, unwritable, corrupt, markers;
+CASE: straggler, summary, mismatch, p2p, fork, schema, heatmap, heatmap-torch, unwritable, corrupt, markers;
 gpu (on a GPU host: --driver is allreduce_perf).
 Each prints what it checked and exits 1 on the first failure.
 """
@@ -300,6 +300,83 @@ def case_heatmap(args, d):
           "compute then blocking collectives: ratios near 0, compute >= 4 ms")
 
 
+def case_heatmap_torch(args, d):
+    """heatmap --torch: compute from a torch profiler trace's GPU work (not
+    zcc's or NCCL's kernels), communication from zcc's GPU spans, each
+    taken in the step whose host span launched or enqueued it."""
+    base_ns = 1700000000000000000  # the profiler's events are us after this
+    b = base_ns / 1000.0
+    host, gpu = b + 1000.0, b + 5000.0  # host step spans; the GPU runs later
+    ev, pev = [], []
+    for i in range(2):
+        h, g = host + 1000 * i, gpu + 1000 * i
+        ev.append({"name": "step %d" % i, "cat": "step", "ph": "B", "pid": 7, "tid": 100000,
+                   "ts": h, "args": {"rank": 0}})
+        ev.append({"name": "step %d" % i, "cat": "step", "ph": "E", "pid": 7, "tid": 100000,
+                   "ts": h + 500, "args": {"rank": 0}})
+        # the allreduce, enqueued at h + 100, ran on the GPU [g + 60, g + 100 + 60 i]
+        ev.append({"name": "allreduce", "cat": "zcc", "ph": "X", "pid": 7, "tid": 0,
+                   "ts": h + 100, "dur": 1.0,
+                   "args": {"comm": "x", "hash": "0x1", "rank": 0, "nranks": 2, "seq": i + 1,
+                            "p2p": 0, "coll": "allreduce", "bytes": 4, "state": "done",
+                            "gpu": 1}})
+        ev.append({"name": "allreduce", "cat": "zcc_gpu", "ph": "X", "pid": 7, "tid": 200000,
+                   "ts": g + 60, "dur": 40.0 + 60 * i,
+                   "args": {"hash": "0x1", "rank": 0, "seq": i + 1, "state": "done"}})
+        # GPU work launched in the step: two kernels [g, g + 50], [g + 70, g + 80] and
+        # a copy [g + 90, g + 100]; zcc's and NCCL's kernels are not compute
+        kernels = [("gemm", g, 50), ("tanh", g + 70, 10), ("Memcpy DtoD", g + 90, 10),
+                   ("void zcc_kernels::(anonymous namespace)::oneshot_ll_kernel", g + 60, 40),
+                   ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", g + 60, 40)]
+        for k, (name, ts, dur) in enumerate(kernels):
+            corr = 100 * i + k
+            pev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 7,
+                        "tid": 7, "ts": h + 10 + k - b, "dur": 2, "args": {"correlation": corr}})
+            pev.append({"ph": "X", "cat": "gpu_memcpy" if "Memcpy" in name else "kernel",
+                        "name": name, "pid": 0, "tid": 7, "ts": ts - b, "dur": dur,
+                        "args": {"correlation": corr, "stream": 7}})
+    # a kernel launched outside every step counts nowhere
+    pev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 7, "tid": 7,
+                "ts": host - 100 - b, "dur": 2, "args": {"correlation": 999}})
+    pev.append({"ph": "X", "cat": "kernel", "name": "warmup", "pid": 0, "tid": 7,
+                "ts": gpu - 10 - b, "dur": 100, "args": {"correlation": 999}})
+    zpath, ppath = os.path.join(d, "gz.json"), os.path.join(d, "prof.json")
+    with open(zpath, "w") as f:
+        json.dump({"traceEvents": ev}, f)
+    with open(ppath, "w") as f:
+        json.dump({"traceEvents": pev, "baseTimeNanoseconds": base_ns,
+                   "distributedInfo": {"backend": "zcc", "rank": 0, "world_size": 2}}, f)
+    out_json = os.path.join(d, "gpu.json")
+    rc, out, err = tool(args, "heatmap", zpath, "--torch", ppath, "--json", out_json)
+    print(out + err)
+    check(rc == 0 and "on the GPU" in out, "heatmap --torch exits 0 and says it is the GPU's")
+    with open(out_json) as f:
+        got = json.load(f)
+    # step 0: comp 50 + 10 + 10 = 70, comm [60, 100] = 40, union [0, 50] + [60, 100] = 90:
+    # both 20 -> 20/70; step 1: comm [60, 160], union 50 + 100: both 20 -> 20/70 again,
+    # comm 100 (the spans after the last kernel count in comm, not in comp)
+    rows = got.get("0", [])
+    check(len(rows) == 2, "two GPU steps")
+    want = [(20 / 70.0, 70, 40, 90), (20 / 70.0, 70, 100, 150)]
+    for i, (row, (ratio, comp, comm, gap)) in enumerate(zip(rows, want)):
+        check(abs(row["ratio"] - ratio) < 1e-9 and abs(row["comp_us"] - comp) < 1e-6
+              and abs(row["comm_us"] - comm) < 1e-6 and abs(row["gap_us"] - gap) < 1e-6,
+              "GPU step %d: %s == ratio %.4f comp %g comm %g gap %g" % (i, row, ratio, comp,
+                                                                         comm, gap))
+    # without --torch the same files give the host's view: no compute markers, ratio 0
+    rc, out, err = tool(args, "heatmap", zpath, "--json", out_json)
+    with open(out_json) as f:
+        got = json.load(f)
+    check(rc == 0 and all(r["ratio"] == 0 for r in got["0"]), "host view: no compute, 0")
+    # a profiler trace without the rank is an error naming the file
+    bad = os.path.join(d, "prof-norank.json")
+    with open(bad, "w") as f:
+        json.dump({"traceEvents": pev}, f)
+    rc, out, err = tool(args, "heatmap", zpath, "--torch", bad)
+    check(rc == 2 and "prof-norank.json" in err and "distributedInfo" in err,
+          "a profile without distributedInfo: exit 2 naming the file (%s)" % err.strip())
+
+
 def case_unwritable(args, d):
     rc, out, err = run([args.driver, "unwritable"], env={"ZCC_DEBUG": "WARN"})
     print(out + err)
@@ -424,7 +501,8 @@ def case_gpu(args, d):
 
 CASES = {"schema": case_schema, "straggler": case_straggler, "summary": case_summary,
          "mismatch": case_mismatch, "p2p": case_p2p, "fork": case_fork,
-         "heatmap": case_heatmap, "unwritable": case_unwritable, "corrupt": case_corrupt,
+         "heatmap": case_heatmap, "heatmap-torch": case_heatmap_torch,
+         "unwritable": case_unwritable, "corrupt": case_corrupt,
          "markers": case_markers, "gpu": case_gpu}
 
 
