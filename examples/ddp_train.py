@@ -111,8 +111,9 @@ def train(args, rank, world, device, group, hook_state=None, mark=False):
     nbatches = x.shape[0] // (args.batch * world)
     step_mark = zcc.torch.step if mark else contextlib.nullcontext
     compute_mark = zcc.torch.compute if mark else (lambda name: contextlib.nullcontext())
+    profiling = mark and args.profile
     prof = contextlib.nullcontext()
-    if mark and args.profile:
+    if profiling:
         from torch.profiler import ProfilerActivity, profile
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
         prof = profile(activities=acts)
@@ -129,7 +130,7 @@ def train(args, rank, world, device, group, hook_state=None, mark=False):
                     loss.backward()
                 opt.step()
             losses.append(loss.detach())
-    if mark and args.profile:
+    if profiling:
         os.makedirs(args.profile, exist_ok=True)
         prof.export_chrome_trace(os.path.join(args.profile, "torch.%d.json" % rank))
     # the mean loss over ranks, step by step, through the reference backend
