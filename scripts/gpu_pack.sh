@@ -22,7 +22,7 @@ if [ -z "${ZCC_PACK_BUILD:-}" ]; then
 fi
 cmake --build $b -j"$(nproc)" --target zcc allreduce_perf broadcast_perf reduce_perf \
   allgather_perf reducescatter_perf alltoall_perf sendrecv_perf test_gpu_colls test_gpu_kernels \
-  gpu_membw zcc_nccl nccl_gpu test_gpu_hostmem test_gpu_shm_limits zcc_topo
+  gpu_membw zcc_nccl nccl_gpu test_gpu_hostmem test_gpu_shm_limits zcc_topo tcp_pair zcc_fakeverbs
 d=.devcarry
 rm -rf $d
 mkdir -p $d/bin $d/lib
@@ -30,7 +30,7 @@ cp -L $b/src/libzcc.so.0 $d/lib/
 ln -s libzcc.so.0 $d/lib/libzcc.so
 only=${ZCC_PACK_ONLY:-}
 for t in allreduce_perf broadcast_perf reduce_perf allgather_perf reducescatter_perf \
-         alltoall_perf sendrecv_perf gpu_membw zcc_topo; do
+         alltoall_perf sendrecv_perf gpu_membw zcc_topo tcp_pair; do
   [ "$only" = nccl ] && break
   cp $b/tools/$t $d/bin/ 2>/dev/null || cp $b/tools/*/$t $d/bin/ 2>/dev/null || true
 done
@@ -45,6 +45,20 @@ for l in libhwloc.so.15 libjson-c.so.5 libudev.so.1; do
   p=$(ldconfig -p | awk -v l=$l '$1 == l && !f {print $NF; f = 1}')
   if [ -n "$p" ]; then cp -L "$p" $d/lib/; fi
 done
+# The fake verbs provider (a test tool) for the net transport's ib plug-in
+# without RDMA hardware, and iproute2's ip with the libraries it links
+# (the GPU hosts have no ip; tests/net/gpu_hosts.sh makes namespaces).
+[ "$only" = nccl ] || cp $b/tests/fakeverbs/libzcc_fakeverbs.so $d/lib/
+if [ "$only" != nccl ] && command -v ip >/dev/null; then
+  mkdir -p $d/iproute/lib
+  cp -L "$(command -v ip)" $d/iproute/lib/ip
+  ldd "$(command -v ip)" | awk '/=> \//{print $3}' | grep -vE '/libc\.so|/ld-linux' |
+    xargs -r -I{} cp -L {} $d/iproute/lib/
+  # its libraries for ip alone (others on the host keep the host's)
+  printf '#!/bin/sh\nd=$(dirname "$(readlink -f "$0")")/lib\nLD_LIBRARY_PATH=$d exec "$d/ip" "$@"\n' \
+    > $d/iproute/ip
+  chmod +x $d/iproute/ip
+fi
 strip --strip-debug $d/bin/* $d/lib/libzcc.so.0 $d/lib/nccl/libnccl.so.2 2>/dev/null || true
 git rev-parse --short HEAD > $d/commit
 git diff --quiet && git diff --cached --quiet || echo "+dirty" >> $d/commit

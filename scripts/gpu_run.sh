@@ -52,6 +52,12 @@
 #              graph replays, the log naming shm, /dev/shm left empty; then the
 #              pinned-host ceilings (gpu_membw -m host) and allreduce over GPU shm,
 #              each algorithm forced, 8 B..GSHM_MAX (default 256M), in graphs
+#   gnet       the net transport for GPU communicators (ZCC_P2P_DISABLE=1 ZCC_SHM_DISABLE=1,
+#              ZCC_NET_PLUGIN=socket: connectors moved by the proxy over TCP loopback): the
+#              matrix with 2 and 3 ranks in threads (default and tree), 2 in processes with
+#              1000 graph replays, the ib plug-in on the fake verbs provider, a dead peer, the
+#              log naming net; allreduce over it against host communicators over net/socket
+#   gnet-ns    tests/net/gpu_hosts.sh: two network namespaces on the one GPU (carried ip)
 #   stamps     op stamps: GPU times (flight recorder, trace), a stuck kernel's ZCC_TIMEOUT, cost
 #   stamps-verify  colls on p2p and GPU shm, the 3-rank shm allgather sweep with graphs, 3 times
 #   measure-fit  the GPU link probe's fit: zcc_topo --measure-gpu and ZCC_TOPO_MEASURE=1, p2p and shm
@@ -354,6 +360,39 @@ for phase in "$@"; do
       run "gshm-perf-$a" 300 env ZCC_P2P_DISABLE=1 $v "$bin/allreduce_perf" -b 8 -e $e -f 8 -g 2 \
         --share-gpus 1 -w 5 -n 20 -c 1 -G 10
     done
+    ;;
+  gnet)
+    export ZCC_TIMEOUT=${ZCC_TIMEOUT:-20000}
+    nv=(ZCC_P2P_DISABLE=1 ZCC_SHM_DISABLE=1 ZCC_NET_PLUGIN=socket)
+    run gnet-path 120 bash -c 'env "${@:2}" ZCC_DEBUG=INFO ZCC_DEBUG_SUBSYS=INIT,NET,TUNING \
+      "$1" -b 8 -e 1M -f 32 -g 2 --share-gpus 1 -w 1 -n 2 -c 1 2>&1 | tee /dev/stderr | \
+      grep -q "via net" && echo "path: via net"' _ "$bin/allreduce_perf" "${nv[@]}"
+    for n in 2 3; do
+      for a in default tree; do
+        v=; [ $a = default ] || v="ZCC_ALGO=$a"
+        parts=matrix,graphs; [ $n = 2 ] && [ $a = default ] && parts=matrix,graphs,errors,lifetime,abort,stamps
+        run "gnet-n$n-$a" 400 env "${nv[@]}" $v "$bin/test_gpu_colls" --ranks $n \
+          --layout threads --quick --only $parts --replays 200
+      done
+    done
+    run gnet-procs 400 env "${nv[@]}" "$bin/test_gpu_colls" --ranks 2 --layout procs \
+      --quick --only matrix,graphs --replays 1000
+    run gnet-ib 400 env ZCC_P2P_DISABLE=1 ZCC_SHM_DISABLE=1 ZCC_NET_PLUGIN=ib \
+      ZCC_IBV_LIBRARY="$carry/lib/libzcc_fakeverbs.so" "$bin/test_gpu_colls" --ranks 2 \
+      --layout procs --quick --only matrix,graphs --replays 200
+    run gnet-deadpeer 120 env "${nv[@]}" "$bin/test_gpu_colls" --ranks 2 --layout procs \
+      --only deadpeer
+    e=${GNET_MAX:-256M}
+    run gnet-perf-gpu 300 env "${nv[@]}" "$bin/allreduce_perf" -b 8 -e $e -f 4 -g 2 \
+      --share-gpus 1 -w 5 -n 20 -c 1
+    run gnet-perf-host 300 env ZCC_DEVICE=host ZCC_SHM_DISABLE=1 ZCC_NET_PLUGIN=socket \
+      "$bin/allreduce_perf" -b 8 -e $e -f 4 -np 2 -w 5 -n 20 -c 1
+    ;;
+  gnet-ns)
+    command -v ip >/dev/null || export PATH=$carry/iproute:$PATH
+    run gnet-ns 1500 bash "$root/tests/net/gpu_hosts.sh" "$bin" "$carry/lib" "$OUT/gnet-ns" \
+      ${GNET_NS_PHASES:-}
+    tar czf "$OUT/gnet-ns.tgz" -C "$OUT" gnet-ns && rm -rf "$OUT/gnet-ns"
     ;;
   model)
     export ZCC_TIMEOUT=${ZCC_TIMEOUT:-20000}

@@ -170,11 +170,11 @@ static void print_line(void *ctx, const char *line) {
    (INFO TUNING), from the same function. */
 static void print_decisions(const zcc_planner_t *p) {
   printf("\nwhat a communicator of these ranks runs (as it logs at ZCC_DEBUG_SUBSYS=TUNING):\n");
-  if (!p->cpu_ranks && p->nnodes > 1) {
-    printf("  GPU communicators span one host in this version: a communicator of these\n"
-           "  ranks fails at creation (host communicators, ZCC_DEVICE=host, run there)\n");
-    return;
-  }
+  if (!p->cpu_ranks && p->nnodes > 1)
+    printf("  GPUs on %d hosts: pairs of one host over p2p (or shm), pairs across hosts over the\n"
+           "  net transport's proxy; the connector kernels alone run (ring, tree; send/receive\n"
+           "  over connectors), each ring crossing between hosts through the proxy\n",
+           p->nnodes);
   zcc_select_ctx_t c;
   zcc_select_ctx_of_plan(p, &c);
   if (zcc_planner_decisions(&c, print_line, NULL) != zccSuccess)

@@ -55,7 +55,7 @@ struct ConnParams {
 // A connector as one block uses it: its slot count in registers.
 struct Side {
   char *fifo;
-  uint32_t *ready, *freed, *stepw;
+  uint32_t *ready, *freed, *stepw, *sizes;
   uint32_t step;
 };
 
@@ -65,6 +65,7 @@ ZD_INLINE Side side_load(const zcc_dev_conn_t &c) {
   s.ready = c.ready;
   s.freed = c.freed;
   s.stepw = c.step;
+  s.sizes = c.sizes;
   s.step = s.fifo ? *(volatile uint32_t *)c.step : 0;
   return s;
 }
@@ -75,6 +76,14 @@ ZD_INLINE void side_store(const Side &s) {
 
 ZD_INLINE char *slot_of(const Side &s, const ConnParams &p) {
   return s.fifo + (size_t)(s.step % (uint32_t)p.nslots) * p.slot;
+}
+
+// Publish the send slot s.step holding len bytes: its size first where a
+// proxy moves it (device.h: sizes), then ready (release: both ordered after
+// the slot's stores).
+ZD_INLINE void publish(const Side &s, uint32_t nslots, size_t len) {
+  if (s.sizes) *(volatile uint32_t *)&s.sizes[s.step % nslots] = (uint32_t)len;
+  zd_st_release_sys(s.ready, s.step + 1);
 }
 
 // The block's slice of [0, unit).
@@ -152,7 +161,7 @@ __device__ __noinline__ void step(const ConnParams &p, Side *rv, int nr, Side *s
   __syncthreads();
 #pragma unroll
   for (int i = 0; i < ZCC_DEV_TREE_ARITY; i++) {
-    if (i < ns && t == i) zd_st_release_sys(sd[i].ready, sd[i].step + 1);
+    if (i < ns && t == i) publish(sd[i], (uint32_t)p.nslots, len);
     if (i < nr && t == 32 + i) zd_st_release_sys(rv[i].freed, rv[i].step + 1);
   }
 #pragma unroll
@@ -403,7 +412,7 @@ ZD_INLINE void conn_p2p_kernel_body(const ConnP2pParams &p) {
         __syncthreads();
         cp2p_copy<false>(sl, 16, op.buf + off, wbuf, len);
         __syncthreads();
-        if (threadIdx.x == 0) zd_st_release_sys(s.ready, s.step + 1);
+        if (threadIdx.x == 0) publish(s, nslots, len);
       } else {
         if (threadIdx.x == 0) zd_wait_reach(s.ready, s.step + 1, p.abort_flag);
         __syncthreads();

@@ -324,6 +324,22 @@ static zccResult_t conn_coll(struct zccComm *comm, const zcc_coll_args_t *x, cud
 }
 
 /*
+ * The end of a sequence that read the own staging buffer: every rank past
+ * it has finished with its staging, which the push kernel then writes into
+ * without a barrier of its own. Where peers are reached only through
+ * connectors (conn_only) no kernel writes into a peer's staging: nothing
+ * to wait for (and no peer flag area to wait on).
+ */
+static zccResult_t staging_barrier(zcc_gpu_t *g, cudaStream_t s, const char *fn) {
+  if (g->conn_only) return zccSuccess;
+  zcc_dev_allreduce_t b;
+  ar_base(g, &b);
+  b.stamp = zcc_gpu_stamp(g);
+  DEV(zcc_dev_barrier(&b, s));
+  return zccSuccess;
+}
+
+/*
  * Pre-multiplied sums of reduce and reduce-scatter: the piece at `off` (n
  * bytes) of each of the input's `blocks` blocks of `bytes` scaled by this
  * rank's scalar into the own staging buffer, block r at r * n. Only
@@ -377,10 +393,7 @@ static zccResult_t conn_premul(struct zccComm *comm, const zcc_coll_args_t *x, c
     a.stamp = zcc_gpu_stamp(g);
     DEV(zcc_dev_conn_coll(&a, s));
   }
-  zcc_dev_allreduce_t b;
-  ar_base(g, &b);
-  b.stamp = zcc_gpu_stamp(g);
-  DEV(zcc_dev_barrier(&b, s));
+  ZCC_CHECK(staging_barrier(g, s, fn));
   ZCC_INFO(COLL, "%s %zu bytes: pre-multiplied, scaled into staging, ring over connectors, "
            "%zu piece(s)", fn, bytes, npieces);
   return zccSuccess;
@@ -688,10 +701,7 @@ static zccResult_t alltoall_conn(struct zccComm *comm, const zcc_coll_args_t *x,
     }
     ZCC_CHECK(p2p_conn_launch(comm, ops, nops, s, fn));
   }
-  zcc_dev_allreduce_t b;
-  ar_base(g, &b);
-  b.stamp = zcc_gpu_stamp(g);
-  DEV(zcc_dev_barrier(&b, s));
+  ZCC_CHECK(staging_barrier(g, s, fn));
   ZCC_INFO(COLL, "%s %zu bytes: over connectors (send/receive), %zu piece(s)%s", fn, bytes,
            npieces, inplace ? ", in place through staging" : "");
   return zccSuccess;

@@ -405,6 +405,10 @@ static zccResult_t map_peers(struct zccComm *comm, zcc_gpu_t *g) {
       g->peer_win[r] = g->win;
       continue;
     }
+    if (zcc_conn_proxied(comm->conns[r])) {
+      g->peer_win[r] = NULL; /* reached through connectors only */
+      continue;
+    }
     zcc_dev_peer_t v;
     ZCC_CHECK(comm->conns[r]->ops->gpu->view(comm->conns[r], &v));
     if (!v.loads)
@@ -514,20 +518,41 @@ static char *conn_fifo(const zcc_gpu_t *g, int r, int c, int i) {
          ((size_t)c * ZCC_DEV_RECV_CONNS + (size_t)i) * conn_fifo_bytes(g);
 }
 
-/* recv[i] of me, fed by rank `from`'s send[j]; and the matching send side. */
-static void conn_pair(const zcc_gpu_t *g, int c, int me, int i, int from, int j,
-                      zcc_dev_conn_t *recv) {
+/* A connector through a proxy (a conn_only transport): its FIFOs and words
+   are the transport's; its step stays in the own window. */
+static zccResult_t conn_proxy(struct zccComm *comm, const zcc_gpu_t *g, int peer, uint32_t key,
+                              int is_send, uint32_t *step, zcc_dev_conn_t *out) {
+  zcc_conn_t *c = comm->conns[peer];
+  ZCC_CHECK(c->ops->gpu->conn_bind(c, key, is_send, g->conns->nslots, g->conns->slot_bytes, out));
+  out->step = step;
+  return zccSuccess;
+}
+
+/* recv[i] of me on channel c, fed by rank `from`'s send[j] (role: the key's). */
+static zccResult_t conn_pair(struct zccComm *comm, const zcc_gpu_t *g, int c, int i, int from,
+                             int j, int role, zcc_dev_conn_t *recv) {
+  int me = g->rank;
+  uint32_t *step = conn_line(g, me, c, ZCC_DEV_CHAN_RECV_STEP(i));
+  if (zcc_conn_proxied(comm->conns[from]))
+    return conn_proxy(comm, g, from, ZCC_CONN_KEY(c, role), 0, step, recv);
   recv->fifo = conn_fifo(g, me, c, i);
   recv->ready = conn_line(g, me, c, ZCC_DEV_CHAN_RECV_READY(i));
-  recv->step = conn_line(g, me, c, ZCC_DEV_CHAN_RECV_STEP(i));
+  recv->step = step;
   recv->freed = conn_line(g, from, c, ZCC_DEV_CHAN_SEND_FREED(j));
+  return zccSuccess;
 }
-static void conn_send(const zcc_gpu_t *g, int c, int me, int j, int to, int i,
-                      zcc_dev_conn_t *send) {
+/* send[j] of me on channel c, into rank `to`'s recv[i]. */
+static zccResult_t conn_send(struct zccComm *comm, const zcc_gpu_t *g, int c, int j, int to,
+                             int i, int role, zcc_dev_conn_t *send) {
+  int me = g->rank;
+  uint32_t *step = conn_line(g, me, c, ZCC_DEV_CHAN_SEND_STEP(j));
+  if (zcc_conn_proxied(comm->conns[to]))
+    return conn_proxy(comm, g, to, ZCC_CONN_KEY(c, role), 1, step, send);
   send->fifo = conn_fifo(g, to, c, i);
   send->ready = conn_line(g, to, c, ZCC_DEV_CHAN_RECV_READY(i));
   send->freed = conn_line(g, me, c, ZCC_DEV_CHAN_SEND_FREED(j));
-  send->step = conn_line(g, me, c, ZCC_DEV_CHAN_SEND_STEP(j));
+  send->step = step;
+  return zccSuccess;
 }
 
 /*
@@ -550,8 +575,10 @@ static zccResult_t conns_bind(struct zccComm *comm, zcc_gpu_t *g) {
     ch->ring_pos = pos;
     if (n < 2) continue;
     int prev = ch->ring_rank[(pos + n - 1) % n], next = ch->ring_rank[(pos + 1) % n];
-    conn_pair(g, c, me, ZCC_DEV_RECV_RING, prev, ZCC_DEV_SEND_RING, &ch->recv[ZCC_DEV_RECV_RING]);
-    conn_send(g, c, me, ZCC_DEV_SEND_RING, next, ZCC_DEV_RECV_RING, &ch->send[ZCC_DEV_SEND_RING]);
+    ZCC_CHECK(conn_pair(comm, g, c, ZCC_DEV_RECV_RING, prev, ZCC_DEV_SEND_RING, ZCC_CONN_KEY_RING,
+                        &ch->recv[ZCC_DEV_RECV_RING]));
+    ZCC_CHECK(conn_send(comm, g, c, ZCC_DEV_SEND_RING, next, ZCC_DEV_RECV_RING, ZCC_CONN_KEY_RING,
+                        &ch->send[ZCC_DEV_SEND_RING]));
     int up = c % 2 == 0 ? -1 : 1; /* the parent's offset in ring order */
     int ppos = pos + up, cpos = pos - up;
     int parent = ppos >= 0 && ppos < n ? ch->ring_rank[ppos] : -1;
@@ -560,20 +587,29 @@ static zccResult_t conns_bind(struct zccComm *comm, zcc_gpu_t *g) {
     ch->tree_nchildren = child >= 0 ? 1 : 0;
     if (ch->tree_parent >= 0) {
       /* I am the parent's child 0. */
-      conn_send(g, c, me, ZCC_DEV_SEND_UP, parent, ZCC_DEV_RECV_UP + 0, &ch->send[ZCC_DEV_SEND_UP]);
-      conn_pair(g, c, me, ZCC_DEV_RECV_DOWN, parent, ZCC_DEV_SEND_DOWN + 0,
-                &ch->recv[ZCC_DEV_RECV_DOWN]);
+      ZCC_CHECK(conn_send(comm, g, c, ZCC_DEV_SEND_UP, parent, ZCC_DEV_RECV_UP + 0,
+                          ZCC_CONN_KEY_UP, &ch->send[ZCC_DEV_SEND_UP]));
+      ZCC_CHECK(conn_pair(comm, g, c, ZCC_DEV_RECV_DOWN, parent, ZCC_DEV_SEND_DOWN + 0,
+                          ZCC_CONN_KEY_DOWN, &ch->recv[ZCC_DEV_RECV_DOWN]));
     }
     if (ch->tree_nchildren) {
-      conn_pair(g, c, me, ZCC_DEV_RECV_UP + 0, child, ZCC_DEV_SEND_UP, &ch->recv[ZCC_DEV_RECV_UP]);
-      conn_send(g, c, me, ZCC_DEV_SEND_DOWN + 0, child, ZCC_DEV_RECV_DOWN,
-                &ch->send[ZCC_DEV_SEND_DOWN]);
+      ZCC_CHECK(conn_pair(comm, g, c, ZCC_DEV_RECV_UP + 0, child, ZCC_DEV_SEND_UP,
+                          ZCC_CONN_KEY_UP, &ch->recv[ZCC_DEV_RECV_UP]));
+      ZCC_CHECK(conn_send(comm, g, c, ZCC_DEV_SEND_DOWN + 0, child, ZCC_DEV_RECV_DOWN,
+                          ZCC_CONN_KEY_DOWN, &ch->send[ZCC_DEV_SEND_DOWN]));
     }
   }
   /* Per peer q: my sends store into q's FIFO from me; q's into mine from q. */
   for (int q = 0; q < n; q++) {
     if (q == me) continue;
     zcc_dev_conn_t *sd = &t->peer_send[q], *rv = &t->peer_recv[q];
+    if (zcc_conn_proxied(comm->conns[q])) {
+      ZCC_CHECK(conn_proxy(comm, g, q, ZCC_CONN_KEY_PEER, 1,
+                           peer_line(g, me, q, ZCC_DEV_PEER_SEND_STEP), sd));
+      ZCC_CHECK(conn_proxy(comm, g, q, ZCC_CONN_KEY_PEER, 0,
+                           peer_line(g, me, q, ZCC_DEV_PEER_RECV_STEP), rv));
+      continue;
+    }
     sd->fifo = peer_fifo(g, q, me);
     sd->ready = peer_line(g, q, me, ZCC_DEV_PEER_RECV_READY);
     sd->freed = peer_line(g, me, q, ZCC_DEV_PEER_SEND_FREED);
@@ -626,10 +662,21 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
     return zcc_error(zccInvalidArgument, "ZCC_P2P_DIRECT_DISABLE=%lld: expected 0 or 1",
                      (long long)pdd);
   g->p2p_conn = (int)pdd;
-  g->win_bytes = off_peers(g) + peers_bytes(g);
   /* The transport decides where the window lives (its memory kind). */
   ZCC_CHECK(check_layout(comm, g));
   ZCC_CHECK(zcc_transport_pick_gpu(comm, &g->tp));
+  /* Peers reached only through connectors (every rank sees the same
+     pairs): the connector kernels alone run, send/receive over connectors,
+     on no more channels than the proxy's transport takes. */
+  for (int r = 0; r < n; r++)
+    if (zcc_conn_proxied(comm->conns[r])) {
+      const zcc_transport_gpu_t *f = comm->conns[r]->ops->gpu;
+      int most = f->max_channels ? f->max_channels() : ZCC_DEV_MAX_CHANNELS;
+      if (g->conns->nchannels > most) g->conns->nchannels = most;
+      g->conn_only = 1;
+      g->p2p_conn = 1;
+    }
+  g->win_bytes = off_peers(g) + peers_bytes(g);
   char *win = NULL;
   ZCC_CHECK(g->tp->gpu->win_alloc(comm, g->win_bytes, &win));
   g->win = win;
@@ -647,10 +694,16 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
   g->abort_dev = abd;
 
   ZCC_CHECK(map_peers(comm, g));
-  /* Choices follow the link: peers' windows in pinned host memory are reached over PCIe. */
+  /* Choices follow the link: peers' windows in pinned host memory are reached over PCIe;
+     peers through a proxy over the network, by the connector kernels alone. */
   if (g->win_host) comm->select->ctx.link_class = ZCC_PATH_SYS;
+  if (g->conn_only) {
+    comm->select->ctx.link_class = ZCC_PATH_NET;
+    comm->select->ctx.conn_only = 1;
+  }
   comm->select->ctx.gpu_share = g->gpu_share;
   for (int r = 0; r < n; r++) {
+    if (!g->peer_win[r]) continue; /* reached through connectors only */
     g->flags[r] = (uint32_t *)g->peer_win[r];
     g->ll[r] = g->peer_win[r] + off_ll();
     g->p2p[r] = g->peer_win[r] + off_p2p();
@@ -659,6 +712,7 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
     g->push[r] = (uint32_t *)(g->peer_win[r] + off_push());
   }
   ZCC_CHECK(conns_bind(comm, g));
+  ZCC_CHECK(zcc_transport_start_gpu(comm));
   cudaStream_t side;
   CUDA_TRY(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), comm);
   g->side = side;
@@ -768,7 +822,7 @@ zccResult_t zcc_gpu_register(struct zccComm *comm, void *buf, size_t size, void 
      the registration is kept (and checked), and collectives on it go through
      the windows as on unregistered buffers. */
   const zcc_transport_gpu_t *face = g->tp->gpu;
-  int map = face->reg_map != NULL;
+  int map = face->reg_map != NULL && !g->conn_only; /* connector kernels read no peer buffer */
   int prev = -1;
   cudaGetDevice(&prev);
   cudaSetDevice(g->dev);

@@ -372,6 +372,10 @@ typedef struct zcc_dev_conn {
   uint32_t *ready; /* the receiver's word: slots filled */
   uint32_t *freed; /* the sender's word: slots consumed */
   uint32_t *step;  /* this side's own count, kept across launches */
+  uint32_t *sizes; /* send side through a proxy (transport.h: conn_only faces), else NULL:
+                      [nslots] words, the sender stores each slot's byte count into
+                      sizes[step % nslots] before it publishes the slot, so the proxy
+                      moves only what the slot holds */
 } zcc_dev_conn_t;
 
 typedef struct zcc_dev_channel {

@@ -93,6 +93,9 @@ typedef struct zcc_gpu {
   /* ZCC_P2P_DIRECT_DISABLE=1: send/receive and all-to-all run over the
      per-peer connectors (zcc_dev_conn_p2p) instead of the p2p outboxes. */
   int p2p_conn;
+  /* Some peer is reached only through connectors a proxy moves (a conn_only
+     transport, transport.h): only the connector kernels run, p2p_conn set. */
+  int conn_only;
   /* A hash of the channels' rings (conns->ch[].ring_rank): every rank must
      run the same. */
   uint64_t rings_hash;

@@ -120,7 +120,34 @@ extern const zcc_net_ops_t zcc_net_socket_ops;
  * default); NULL with the last error set when none has that name.
  */
 const zcc_net_ops_t *zcc_net_find(const char *name);
-/* ZCC_NET_PLUGIN's value (the plug-in zcc_net_find(NULL) looks for). */
+/* ZCC_NET_PLUGIN's value (the plug-in zcc_net_find(NULL) looks for: ib when unset). */
 const char *zcc_net_plugin_name(void);
+/* Is ZCC_NET_PLUGIN set? (unset, GPU communicators fall back to socket) */
+int zcc_net_plugin_chosen(void);
+
+struct zccComm;
+struct zcc_net_gpu;
+
+/*
+ * The net transport's per-communicator plug-in (net_transport.c: its
+ * comm_setup), which its host face and its GPU face (net_gpu.c) drive:
+ * the plug-in, its device, what side channels prove, and this rank's
+ * listener (its handle is in the rank's peer info) until every connection
+ * is up.
+ */
+typedef struct zcc_net_comm {
+  const zcc_net_ops_t *net;
+  int dev;
+  zcc_net_auth_t auth;
+  void *listen_comm;
+  struct zcc_net_gpu *gpu; /* the GPU face's connectors and proxy, or NULL */
+} zcc_net_comm_t;
+
+/* The communicator's, or NULL when the net transport found no device. */
+zcc_net_comm_t *zcc_net_comm_of(struct zccComm *comm);
+/* Close the listener (every connection of the communicator is up). */
+void zcc_net_comm_close_listen(zcc_net_comm_t *nc);
+/* Release the GPU face's connectors (net_gpu.c; at comm_free). */
+void zcc_net_gpu_release(struct zccComm *comm, zcc_net_comm_t *nc);
 
 #endif /* ZCC_NET_H_ */

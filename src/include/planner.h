@@ -184,6 +184,9 @@ typedef struct zcc_select_ctx {
   int gpu_share;   /* GPU communicators: the most ranks on one GPU (0 or 1: none share);
                       with link_class ZCC_PATH_SYS (windows in pinned host memory) they
                       share that GPU's one PCIe link, and the model charges it */
+  int conn_only;   /* GPU communicators with a peer reached only through connectors (the
+                      net transport's proxy): the connector kernels alone run (ring and
+                      tree; send/receive and all-to-all over connectors) */
 } zcc_select_ctx_t;
 
 /* The table's latency (us, one ring step) and bandwidth (GB/s) of the class. */

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "comm.h"
+#include "device.h"
 #include "opsig.h"
 #include "zcc.h"
 
@@ -74,10 +75,29 @@ typedef struct zcc_dev_peer {
 /* What a transport's registration blob may hold (a CUDA IPC handle is 64 bytes). */
 #define ZCC_REG_BLOB_MAX 64
 
+/*
+ * A connector's key (device.h: connectors), the same on both of its ends:
+ * its channel and its role there, or the per-peer connector of
+ * send/receive. With the sender and the receiver it names the connector.
+ */
+#define ZCC_CONN_KEY_RING 0 /* a channel's ring: send[SEND_RING] -> recv[RECV_RING] */
+#define ZCC_CONN_KEY_UP 1   /* its tree, child to parent: send[SEND_UP] -> recv[RECV_UP + i] */
+#define ZCC_CONN_KEY_DOWN 2 /* parent to child: send[SEND_DOWN + i] -> recv[RECV_DOWN] */
+#define ZCC_CONN_KEY(channel, role) ((uint32_t)(channel) * 4u + (uint32_t)(role))
+#define ZCC_CONN_KEY_PEER ZCC_CONN_KEY(ZCC_DEV_MAX_CHANNELS, 0) /* send/receive */
+
 /* The GPU face of a transport (NULL in a host-only entry). */
 typedef struct zcc_transport_gpu {
   size_t blob_bytes; /* size of the blob each side of a connection sends the other */
   int host_memory;   /* 1: the window is pinned host memory (kernels reach it over PCIe) */
+  /*
+   * 1: kernels never address the peer's window; they reach the peer only
+   * through connectors this face binds (conn_bind), whose slots a proxy
+   * moves. A communicator with such a pair runs the connector kernels alone
+   * (ring, tree, send/receive over connectors); view is not called. The
+   * window (win_alloc, when this face connects every pair) is local.
+   */
+  int conn_only;
   /*
    * The window's memory when this transport connects the communicator:
    * `bytes` that every peer can map, *dev its device address (the executor
@@ -111,6 +131,22 @@ typedef struct zcc_transport_gpu {
   zccResult_t (*reg_map)(zcc_conn_t *conn, const void *peer_blob, uint64_t peer_base, char **out,
                          char **mapped);
   void (*reg_unmap)(zcc_conn_t *conn, char *mapped);
+  /*
+   * conn_only faces. conn_bind: connector `key` with conn->peer, is_send 1
+   * for this rank's sends into it, 0 for its receives: fills out's fifo,
+   * ready, freed and (send) sizes as this GPU addresses them, nslots x
+   * slot_bytes of FIFO (the executor sets step). conn_start: every
+   * connector of the communicator is bound: connect them to the peers'
+   * (each rank's conn_start runs at once; bounded by ZCC_CONNECT_TIMEOUT)
+   * and start moving slots. max_channels: the channels such a
+   * communicator runs at most. unused: the communicator connects no pair
+   * through this entry (drop what comm_setup made).
+   */
+  zccResult_t (*conn_bind)(zcc_conn_t *conn, uint32_t key, int is_send, int nslots,
+                           size_t slot_bytes, zcc_dev_conn_t *out);
+  zccResult_t (*conn_start)(struct zccComm *comm);
+  int (*max_channels)(void);
+  void (*unused)(struct zccComm *comm);
 } zcc_transport_gpu_t;
 
 typedef struct zcc_transport_ops {
@@ -146,6 +182,7 @@ extern const zcc_transport_ops_t zcc_transport_net;    /* network plug-ins (net.
 extern const zcc_transport_ops_t zcc_transport_socket;
 extern const zcc_transport_ops_t zcc_transport_p2p; /* GPU builds only */
 extern const zcc_transport_gpu_t zcc_shm_gpu_face; /* shm's GPU face (shm_gpu.c) */
+extern const zcc_transport_gpu_t zcc_net_gpu_face; /* net's GPU face (net_gpu.c) */
 
 /* The per-communicator state slot of a transport (NULL until it sets one). */
 void **zcc_transport_slot(struct zccComm *comm, const zcc_transport_ops_t *ops);
@@ -157,14 +194,29 @@ int64_t zcc_transport_connect_timeout_ms(void);
    (host communicators; GPU communicators connect in zcc_transport_pick_gpu). */
 zccResult_t zcc_transport_connect_all(struct zccComm *comm);
 /*
- * GPU communicators (the GPU executor's setup): pick the transport, the
- * first GPU-face entry that connects every pair (the window is one memory
- * for all peers); *out is it. A pair none can connect is zccInvalidUsage
- * naming the pair and each transport's reason.
+ * GPU communicators (the GPU executor's setup): a connection to every
+ * peer, and *out the entry whose window the communicator uses. Every rank
+ * picks alike (the answers of can_connect are exchanged; a pair counts
+ * only if both sides accept it):
+ *   - the first window entry (not conn_only) that connects every pair
+ *     connects them all (one memory kind: peers map each other's window);
+ *   - else the first window entry that connects every pair of ranks on one
+ *     host connects those, and the first conn_only entry the pairs across
+ *     hosts (kernels reach those peers only through connectors);
+ *   - else, when no window entry connects the pairs of one host, the first
+ *     conn_only entry connects every pair, and places the (local) window.
+ * A pair none can connect is zccInvalidUsage naming the pair and each
+ * transport's reason.
  */
 zccResult_t zcc_transport_pick_gpu(struct zccComm *comm, const zcc_transport_ops_t **out);
 /* Then, once the window exists: exchange the blobs, attach, and wait for every rank. */
 zccResult_t zcc_transport_attach_gpu(struct zccComm *comm);
+/* Does the connection reach its peer only through connectors (a conn_only face)? */
+static inline int zcc_conn_proxied(const zcc_conn_t *c) {
+  return c && c->ops->gpu && c->ops->gpu->conn_only;
+}
+/* Once every connector is bound: start the conn_only faces (conn_start). */
+zccResult_t zcc_transport_start_gpu(struct zccComm *comm);
 /* Free every connection and transport state. */
 void zcc_transport_free_all(struct zccComm *comm);
 /* Poison every connection (after an error or abort). */

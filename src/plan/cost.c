@@ -639,8 +639,30 @@ double zcc_select_predict(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t
   return t;
 }
 
+/*
+ * GPU ranks that reach each other through the net transport's proxy (the
+ * connector kernels over pinned host FIFOs; conn_only): the network's hop
+ * and bandwidth bound every step, TCP's constants of the host model (not
+ * fitted on GPUs; no RDMA device was at hand). The ring moves 2 (k-1)/k S
+ * per rank in 2 (k-1) hops. The tree (a chain along the ring) has not run
+ * over a network yet: it is charged the ring's bytes and half a hop more
+ * per step, so it runs only when ZCC_ALGO=tree asks.
+ */
+static double gpu_net(zcc_coll_t coll, zcc_algo_t algo, int nranks, size_t bytes) {
+  double k = nranks, S = (double)bytes, a = TCP_RING_ALPHA, bw = TCP_RING_BW * 1e3;
+  switch (coll) {
+  case ZCC_COLL_ALLREDUCE:
+    return 2 * (k - 1) * (algo == ZCC_ALGO_TREE ? 1.5 : 1) * a + 2 * (k - 1) / k * S / bw;
+  case ZCC_COLL_ALLGATHER:
+  case ZCC_COLL_REDUCESCATTER:
+  case ZCC_COLL_ALLTOALL: return (k - 1) * a + (k - 1) / k * S / bw;
+  default: return (k - 1) * a + S / bw; /* broadcast, reduce: a pipelined chain */
+  }
+}
+
 static double gpu_predict(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,
                           zcc_proto_t proto, size_t bytes, int staged) {
+  if (c->conn_only) return gpu_net(coll, algo, c->nranks, bytes);
   /* Windows in host memory: the kernel's own costs, with the PCIe link's
      traffic in place of the device's (it bounds every byte there). */
   int host = c->link_class == ZCC_PATH_SYS;

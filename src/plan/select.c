@@ -102,8 +102,19 @@ int zcc_select_can_run(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t al
                   proto_names[proto]);
     return 1;
   }
+  if (c->conn_only) {
+    /* peers through the net transport's proxy: the connector kernels only */
+    if (proto != ZCC_PROTO_SIMPLE)
+      return fail(why, whylen, "GPU communicators over the network run the simple protocol, "
+                  "not %s", proto_names[proto]);
+    if (pairwise) return 1; /* over the per-peer connectors */
+    if (algo == ZCC_ALGO_RING || (algo == ZCC_ALGO_TREE && coll == ZCC_COLL_ALLREDUCE)) return 1;
+    return fail(why, whylen, "GPU communicators over the network run the connector kernels: "
+                "ring%s, not %s", coll == ZCC_COLL_ALLREDUCE ? " and tree" : "", an);
+  }
   if (c->nnodes > 1)
-    return fail(why, whylen, "GPU communicators run on one host in this version");
+    return fail(why, whylen, "GPU ranks on several hosts reach each other through the net "
+                "transport only");
   if (algo == ZCC_ALGO_HIER) return fail(why, whylen, "hier needs several hosts");
   if (proto == ZCC_PROTO_LL128)
     return fail(why, whylen, "GPU communicators have no ll128 kernel yet");
@@ -126,6 +137,7 @@ int zcc_select_auto(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,
                     zcc_proto_t proto, int staged) {
   (void)proto;
   if (!c->gpu) return 1; /* both host algorithms are costed from measurements */
+  if (c->conn_only) return 1; /* ring and tree (allreduce), by the network's costs */
   /*
    * Windows in pinned host memory (link class SYS): every kernel is bound by
    * the PCIe link, and the model's costs for each were measured there
@@ -261,13 +273,15 @@ zccResult_t zcc_select(const zcc_select_ctx_t *c, zcc_coll_t coll, size_t bytes,
 }
 
 void zcc_select_ctx_of_plan(const zcc_planner_t *p, zcc_select_ctx_t *c) {
+  *c = (zcc_select_ctx_t){0}; /* not measured; a plan places one rank per GPU */
   c->gpu = !p->cpu_ranks;
   c->nranks = p->nranks;
   c->nnodes = p->nnodes;
   c->link_class = p->cpu_ranks ? (p->nnodes > 1 ? ZCC_PATH_NET : ZCC_PATH_SELF) : p->island_class;
-  c->measured = 0;
-  c->alpha_us = c->bw_gbs = 0;
-  c->gpu_share = 0; /* a plan places one rank per GPU */
+  /* GPUs on several hosts reach each other through the net transport's
+     proxy: the connector kernels alone, costed by the network */
+  c->conn_only = c->gpu && p->nnodes > 1;
+  if (c->conn_only) c->link_class = ZCC_PATH_NET;
 }
 
 static int size_class(size_t bytes) {

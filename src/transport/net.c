@@ -7,17 +7,26 @@
 #include "net.h"
 #include "param.h"
 
-ZCC_PARAM_STR(net_plugin, "NET_PLUGIN", "ib",
-              "network plug-in of the net transport: ib or socket");
+ZCC_PARAM_STR(net_plugin, "NET_PLUGIN", NULL,
+              "network plug-in of the net transport: ib or socket; unset: ib, and for GPU "
+              "communicators socket where ib finds no device");
 
 static const zcc_net_ops_t *const net_plugins[] = {&zcc_net_ib_ops,
                                                    &zcc_net_socket_ops};
 
-const char *zcc_net_plugin_name(void) { return zcc_param_net_plugin(); }
+const char *zcc_net_plugin_name(void) {
+  const char *p = zcc_param_net_plugin();
+  return p && *p ? p : "ib";
+}
+
+int zcc_net_plugin_chosen(void) {
+  const char *p = zcc_param_net_plugin();
+  return p && *p;
+}
 
 const zcc_net_ops_t *zcc_net_find(const char *name) {
   if (!name)
-    name = zcc_param_net_plugin();
+    name = zcc_net_plugin_name();
   for (size_t i = 0; i < sizeof(net_plugins) / sizeof(net_plugins[0]); i++)
     if (strcmp(net_plugins[i]->name, name) == 0)
       return net_plugins[i];

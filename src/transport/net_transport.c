@@ -1,8 +1,11 @@
 /*
  * net: ranks reached through a network plug-in (net.h: `ib` over libibverbs,
- * `socket` over TCP), for host communicators. ZCC_NET_PLUGIN names the
- * plug-in (default ib); where it finds no device the entry connects no
- * pair and the `socket` transport below it takes over.
+ * `socket` over TCP). This file is its host face and the per-communicator
+ * plug-in both faces share; net_gpu.c is its GPU face (connectors moved by
+ * a proxy thread). ZCC_NET_PLUGIN names the plug-in (default ib); where it
+ * finds no device the entry connects no host pair and the `socket`
+ * transport below it takes over (GPU communicators, which have no other
+ * way across hosts, take the socket plug-in instead).
  *
  * Set-up: each rank listens once (the handle travels in its peer info) and
  * connects a send comm to every peer it reaches this way; the first message
@@ -94,10 +97,7 @@ typedef struct accepted {
 } accepted_t;
 
 typedef struct net_state {
-  const zcc_net_ops_t *net;
-  int dev;
-  zcc_net_auth_t auth;
-  void *listen_comm;
+  zcc_net_comm_t nc;   /* plug-in, device, auth, listener; the GPU face's state */
   int connected;       /* every connection of the communicator is up */
   accepted_t *unknown; /* accepted, hello not yet read */
   int nunknown, capunknown;
@@ -160,12 +160,12 @@ static zccResult_t ring_make(net_state_t *st, void *comm, ring_t *r) {
   r->buf = aligned_alloc(64, st->stride * (size_t)st->nslots);
   r->slots = calloc((size_t)st->nslots, sizeof(*r->slots));
   if (!r->buf || !r->slots) return zcc_error(zccSystemError, "net: out of memory for staging");
-  return st->net->reg_mr(comm, r->buf, st->stride * (size_t)st->nslots, ZCC_NET_PTR_HOST,
+  return st->nc.net->reg_mr(comm, r->buf, st->stride * (size_t)st->nslots, ZCC_NET_PTR_HOST,
                          &r->mh);
 }
 
 static void ring_free(net_state_t *st, void *comm, ring_t *r) {
-  if (r->mh && comm) st->net->dereg_mr(comm, r->mh);
+  if (r->mh && comm) st->nc.net->dereg_mr(comm, r->mh);
   free(r->buf);
   free(r->slots);
   memset(r, 0, sizeof(*r));
@@ -191,7 +191,7 @@ static zccResult_t rx_post(net_state_t *st, void *comm, ring_t *r, size_t want) 
          (size_t)(r->next - r->head) * st->data_bytes < want) {
     slot_t *s = slot_at(st, r, r->next);
     void *req = NULL;
-    ZCC_CHECK(st->net->irecv(comm, slot_buf(st, r, r->next), st->stride, r->mh, &req));
+    ZCC_CHECK(st->nc.net->irecv(comm, slot_buf(st, r, r->next), st->stride, r->mh, &req));
     if (!req) break;
     s->req = req;
     s->state = 1;
@@ -208,7 +208,7 @@ static zccResult_t rx_head(net_state_t *st, void *comm, ring_t *r, slot_t **out)
   if (s->state == 1) {
     int done = 0;
     size_t got = 0;
-    ZCC_CHECK(st->net->test(s->req, &done, &got));
+    ZCC_CHECK(st->nc.net->test(s->req, &done, &got));
     if (!done) return zccSuccess;
     s->req = NULL;
     s->bytes = got;
@@ -231,7 +231,7 @@ static zccResult_t tx_reap(net_state_t *st, net_conn_t *c, size_t *bytes) {
   while (r->head != r->next) {
     slot_t *s = slot_at(st, r, r->head);
     int done = 0;
-    ZCC_CHECK(st->net->test(s->req, &done, NULL));
+    ZCC_CHECK(st->nc.net->test(s->req, &done, NULL));
     if (!done) break;
     *bytes += s->bytes;
     s->req = NULL;
@@ -247,7 +247,7 @@ static zccResult_t tx_post(net_state_t *st, net_conn_t *c, size_t msg_bytes, siz
   ring_t *r = &c->tx;
   *posted = 0;
   void *req = NULL;
-  ZCC_CHECK(st->net->isend(c->send_comm, slot_buf(st, r, r->next), msg_bytes, r->mh, &req));
+  ZCC_CHECK(st->nc.net->isend(c->send_comm, slot_buf(st, r, r->next), msg_bytes, r->mh, &req));
   if (!req) return zccSuccess;
   slot_t *s = slot_at(st, r, r->next);
   s->req = req;
@@ -268,17 +268,27 @@ static zccResult_t net_comm_setup(struct zccComm *comm, zcc_peer_info_t *self) {
     ZCC_INFO(NET, "net transport: plug-in %s found no device%s%s", net->name,
              ndev ? ": " : "", ndev ? zcc_last_error() : "");
     zcc_clear_last_error();
-    return zccSuccess;
+    /* Host communicators have the socket transport below this entry; GPU
+       communicators across hosts have only this one: TCP through the
+       socket plug-in, unless ZCC_NET_PLUGIN named one. */
+    if (comm->device < 0 || zcc_net_plugin_chosen()) return zccSuccess;
+    net = zcc_net_find("socket");
+    ndev = 0;
+    if (!net || net->init() != zccSuccess || net->devices(&ndev) != zccSuccess || ndev == 0) {
+      ZCC_INFO(NET, "net transport: plug-in socket found no device either");
+      zcc_clear_last_error();
+      return zccSuccess;
+    }
   }
   net_state_t *st = calloc(1, sizeof(*st));
   if (!st) return zcc_error(zccSystemError, "net: out of memory");
   *zcc_transport_slot(comm, &zcc_transport_net) = st;
-  st->net = net;
-  st->dev = 0;
-  memcpy(st->auth.secret, comm->secret, sizeof(st->auth.secret));
-  st->auth.context = comm->hash;
+  st->nc.net = net;
+  st->nc.dev = 0;
+  memcpy(st->nc.auth.secret, comm->secret, sizeof(st->nc.auth.secret));
+  st->nc.auth.context = comm->hash;
   zcc_net_props_t props;
-  ZCC_CHECK(net->get_properties(st->dev, &props));
+  ZCC_CHECK(net->get_properties(st->nc.dev, &props));
   int64_t ns = zcc_param_net_slots(), sb = zcc_param_net_slot_bytes();
   if (ns < 1 || ns > props.max_requests)
     return zcc_error(zccInvalidArgument, "ZCC_NET_SLOTS=%lld: the plug-in %s takes 1 to %d",
@@ -295,10 +305,10 @@ static zccResult_t net_comm_setup(struct zccComm *comm, zcc_peer_info_t *self) {
     st->stride = sizeof(zcc_wire_hdr_t) + ZCC_WIRE_FAIL_TEXT;
   st->stride = (st->stride + 63) / 64 * 64;
   _Static_assert(sizeof(self->net_handle) == ZCC_NET_HANDLE_BYTES, "handle size");
-  ZCC_CHECK(net->listen(st->dev, &st->auth, self->net_handle, &st->listen_comm));
+  ZCC_CHECK(net->listen(st->nc.dev, &st->nc.auth, self->net_handle, &st->nc.listen_comm));
   snprintf(self->net_plugin, sizeof(self->net_plugin), "%s", net->name);
   ZCC_INFO(NET, "net transport: plug-in %s, device %d (%s), %d slot(s) of %zu bytes each way",
-           net->name, st->dev, props.name, st->nslots, st->data_bytes);
+           net->name, st->nc.dev, props.name, st->nslots, st->data_bytes);
   return zccSuccess;
 }
 
@@ -315,12 +325,21 @@ static zccResult_t net_connect(zcc_conn_t *conn, zcc_connect_phase_t phase) {
     return zccSuccess;
   }
   if (phase == ZCC_CONNECT_ATTACH && !st->connected) return net_connect_all(comm, st);
-  if (phase == ZCC_CONNECT_FINISH && st->listen_comm) {
-    /* every connection is up on every rank: nobody connects here again */
-    st->net->close_listen(st->listen_comm);
-    st->listen_comm = NULL;
-  }
+  /* every connection is up on every rank: nobody connects here again */
+  if (phase == ZCC_CONNECT_FINISH) zcc_net_comm_close_listen(&st->nc);
   return zccSuccess;
+}
+
+zcc_net_comm_t *zcc_net_comm_of(struct zccComm *comm) {
+  net_state_t *st = state_of(comm);
+  return st ? &st->nc : NULL;
+}
+
+void zcc_net_comm_close_listen(zcc_net_comm_t *nc) {
+  if (nc && nc->listen_comm) {
+    nc->net->close_listen(nc->listen_comm);
+    nc->listen_comm = NULL;
+  }
 }
 
 /* An accepted recv comm whose hello arrived: claim it for its peer, or drop it. */
@@ -360,7 +379,7 @@ static zccResult_t net_connect_all(struct zccComm *comm, net_state_t *st) {
       if (!conn || conn->ops != &zcc_transport_net) continue;
       net_conn_t *c = conn->priv;
       if (!c->send_comm) {
-        ZCC_CHECK(st->net->connect(st->dev, &st->auth, c->connect_handle, &c->send_comm));
+        ZCC_CHECK(st->nc.net->connect(st->nc.dev, &st->nc.auth, c->connect_handle, &c->send_comm));
         if (c->send_comm) {
           ZCC_CHECK(ring_make(st, c->send_comm, &c->tx));
           moved = 1;
@@ -382,13 +401,13 @@ static zccResult_t net_connect_all(struct zccComm *comm, net_state_t *st) {
     /* new connections, then the hellos of those not yet known */
     for (;;) {
       void *rc = NULL;
-      ZCC_CHECK(st->net->accept(st->listen_comm, &rc));
+      ZCC_CHECK(st->nc.net->accept(st->nc.listen_comm, &rc));
       if (!rc) break;
       if (st->nunknown == st->capunknown) {
         int cap = st->capunknown ? 2 * st->capunknown : 8;
         accepted_t *u = realloc(st->unknown, sizeof(*u) * (size_t)cap);
         if (!u) {
-          st->net->close_recv(rc);
+          st->nc.net->close_recv(rc);
           return zcc_error(zccSystemError, "net: out of memory");
         }
         st->unknown = u;
@@ -409,7 +428,7 @@ static zccResult_t net_connect_all(struct zccComm *comm, net_state_t *st) {
       if (!claimed) continue;
       if (claimed < 0) {
         ring_free(st, a->recv_comm, &a->rx);
-        st->net->close_recv(a->recv_comm);
+        st->nc.net->close_recv(a->recv_comm);
         zcc_clear_last_error();
       }
       st->unknown[i] = st->unknown[--st->nunknown];
@@ -428,7 +447,7 @@ static zccResult_t net_connect_all(struct zccComm *comm, net_state_t *st) {
   for (int j = 0; j < n; j++) {
     zcc_conn_t *conn = comm->conns[j];
     if (conn && conn->ops == &zcc_transport_net)
-      ZCC_INFO(NET, "net connection to rank %d established over %s", j, st->net->name);
+      ZCC_INFO(NET, "net connection to rank %d established over %s", j, st->nc.net->name);
   }
   return zccSuccess;
 }
@@ -735,8 +754,8 @@ static void net_free(zcc_conn_t *conn) {
     /* closing the comms frees their requests too */
     ring_free(st, c->send_comm, &c->tx);
     ring_free(st, c->recv_comm, &c->rx);
-    if (c->send_comm) st->net->close_send(c->send_comm);
-    if (c->recv_comm) st->net->close_recv(c->recv_comm);
+    if (c->send_comm) st->nc.net->close_send(c->send_comm);
+    if (c->recv_comm) st->nc.net->close_recv(c->recv_comm);
   }
   free(c);
   conn->priv = NULL;
@@ -745,12 +764,13 @@ static void net_free(zcc_conn_t *conn) {
 static void net_comm_free(struct zccComm *comm) {
   net_state_t *st = state_of(comm);
   if (!st) return;
+  zcc_net_gpu_release(comm, &st->nc);
   for (int i = 0; i < st->nunknown; i++) {
     ring_free(st, st->unknown[i].recv_comm, &st->unknown[i].rx);
-    st->net->close_recv(st->unknown[i].recv_comm);
+    st->nc.net->close_recv(st->unknown[i].recv_comm);
   }
   free(st->unknown);
-  if (st->listen_comm) st->net->close_listen(st->listen_comm);
+  zcc_net_comm_close_listen(&st->nc);
   free(st);
   *zcc_transport_slot(comm, &zcc_transport_net) = NULL;
 }
@@ -767,4 +787,5 @@ const zcc_transport_ops_t zcc_transport_net = {
     .free = net_free,
     .comm_free = net_comm_free,
     .refusal = net_refusal,
+    .gpu = &zcc_net_gpu_face,
 };

@@ -135,15 +135,35 @@ static zccResult_t pick_all(struct zccComm *comm) {
   return zccSuccess;
 }
 
+/* The entry connects a and b: both sides said so (ok: every rank's answers). */
+static int pair_ok(const uint8_t *ok, int n, int a, int b, int t) {
+  size_t row = (size_t)n * NTRANSPORTS;
+  return ok[a * row + (size_t)b * NTRANSPORTS + t] && ok[b * row + (size_t)a * NTRANSPORTS + t];
+}
+
+/* Entry t connects every pair (same_host: of one host; cross: of two); else
+   the first pair it does not, in *bad_a, *bad_b. */
+static int connects(const struct zccComm *comm, const uint8_t *ok, int t, int same_host,
+                    int cross, int *bad_a, int *bad_b) {
+  int n = comm->nranks;
+  for (int a = 0; a < n; a++)
+    for (int b = a + 1; b < n; b++) {
+      int same = comm->peers[a].host_hash == comm->peers[b].host_hash;
+      if ((same && !same_host) || (!same && !cross) || pair_ok(ok, n, a, b, t)) continue;
+      if (*bad_a < 0) {
+        *bad_a = a;
+        *bad_b = b;
+      }
+      return 0;
+    }
+  return 1;
+}
+
 zccResult_t zcc_transport_pick_gpu(struct zccComm *comm, const zcc_transport_ops_t **out) {
   int n = comm->nranks, me = comm->rank;
   const zcc_peer_info_t *self = &comm->peers[me];
-  /*
-   * The window is one memory for all peers, so one entry connects every
-   * pair, and every rank must pick the same one: each says which entries
-   * connect it to each peer, the answers are exchanged, and the first entry
-   * that both sides of every pair accept wins.
-   */
+  /* Each rank says which entries connect it to each peer; the answers are
+     exchanged, so every rank picks alike (transport.h). */
   size_t row = (size_t)n * NTRANSPORTS;
   uint8_t *ok = calloc((size_t)n, row);
   if (!ok) return zcc_error(zccSystemError, "init: out of memory");
@@ -158,23 +178,19 @@ zccResult_t zcc_transport_pick_gpu(struct zccComm *comm, const zcc_transport_ops
     free(ok);
     return res;
   }
-  const zcc_transport_ops_t *ops = NULL;
-  int bad_a = -1, bad_b = -1;
-  for (int t = 0; t < NTRANSPORTS && !ops; t++) {
-    if (!serves(transports[t], 1)) continue;
-    int all = 1;
-    for (int a = 0; a < n && all; a++)
-      for (int b = a + 1; b < n && all; b++) {
-        all = ok[a * row + (size_t)b * NTRANSPORTS + t] && ok[b * row + (size_t)a * NTRANSPORTS + t];
-        if (!all && bad_a < 0) {
-          bad_a = a;
-          bad_b = b;
-        }
-      }
-    if (all) ops = transports[t];
-  }
+  int win = -1, proxy = -1, all = 0, bad_a = -1, bad_b = -1;
+  for (int t = 0; t < NTRANSPORTS && win < 0; t++)
+    if (serves(transports[t], 1) && !transports[t]->gpu->conn_only &&
+        connects(comm, ok, t, 1, 0, &bad_a, &bad_b))
+      win = t;
+  all = win >= 0 && connects(comm, ok, win, 1, 1, &bad_a, &bad_b);
+  for (int t = 0; t < NTRANSPORTS && !all && proxy < 0; t++)
+    if (serves(transports[t], 1) && transports[t]->gpu->conn_only &&
+        connects(comm, ok, t, win < 0, 1, &bad_a, &bad_b))
+      proxy = t;
+  if (proxy >= 0 && win < 0) win = proxy; /* it connects every pair and places the window */
   free(ok);
-  if (!ops) {
+  if (win < 0 || (!all && proxy < 0)) {
     /* name a pair this rank is in when it has one */
     int j = bad_a == me ? bad_b : bad_b == me ? bad_a : -1;
     int elsewhere = j < 0;
@@ -190,38 +206,73 @@ zccResult_t zcc_transport_pick_gpu(struct zccComm *comm, const zcc_transport_ops
                      "comm %s: no transport can connect GPU rank %d to rank %d (%s)",
                      comm->name, me, j, why);
   }
-  for (int j = 0; j < n; j++)
-    if (j != me) ZCC_CHECK(new_conn(comm, j, ops));
-  *out = ops;
+  for (int j = 0; j < n; j++) {
+    if (j == me) continue;
+    int same = comm->peers[j].host_hash == self->host_hash;
+    int t = all || (same && win != proxy) ? win : proxy;
+    ZCC_CHECK(new_conn(comm, j, transports[t]));
+  }
+  /* What comm_setup made for an entry no pair uses goes now (a listener). */
+  for (int t = 0; t < NTRANSPORTS; t++)
+    if (t != win && t != proxy && serves(transports[t], 1) && transports[t]->gpu->unused)
+      transports[t]->gpu->unused(comm);
+  if (proxy >= 0 && all == 0 && win != proxy)
+    ZCC_INFO(INIT, "comm %s rank %d: %s between the ranks of a host, %s across hosts",
+             comm->name, me, transports[win]->name, transports[proxy]->name);
+  *out = transports[win];
   return zccSuccess;
 }
 
 zccResult_t zcc_transport_attach_gpu(struct zccComm *comm) {
   int n = comm->nranks, me = comm->rank;
   if (n == 1) return zccSuccess;
-  const zcc_transport_gpu_t *face = comm->conns[me == 0 ? 1 : 0]->ops->gpu;
-  /* One blob per ordered pair: rank r's row holds what it sends each peer. */
-  size_t bb = (face->blob_bytes + 7) / 8 * 8;
-  char *blobs = calloc((size_t)n * (size_t)n, bb ? bb : 8);
+  /* One blob per ordered pair: rank r's row holds what it sends each peer
+     (each connection's face fills its own; the widest sets the stride). */
+  size_t bb = 8;
+  for (int j = 0; j < n; j++)
+    if (comm->conns[j] && comm->conns[j]->ops->gpu->blob_bytes > bb)
+      bb = comm->conns[j]->ops->gpu->blob_bytes;
+  bb = (bb + 7) / 8 * 8;
+  char *blobs = calloc((size_t)n * (size_t)n, bb);
   if (!blobs) return zcc_error(zccSystemError, "init: out of memory");
   zccResult_t res = zccSuccess;
-  for (int j = 0; j < n && res == zccSuccess; j++)
-    if (comm->conns[j]) res = face->blob(comm->conns[j], blobs + ((size_t)me * n + j) * bb);
+  for (int j = 0; j < n && res == zccSuccess; j++) {
+    zcc_conn_t *c = comm->conns[j];
+    if (c && c->ops->gpu->blob) res = c->ops->gpu->blob(c, blobs + ((size_t)me * n + j) * bb);
+  }
   /* Every rank joins the exchange even when its own blob failed, so that
      none waits for it: the failure then travels as an empty row. */
   int64_t to = zcc_param_connect_timeout_ms();
   zccResult_t xres = zcc_bootstrap_allgather(comm->bootstrap, blobs, (size_t)n * bb, to);
   if (res == zccSuccess) res = xres;
-  for (int j = 0; j < n && res == zccSuccess; j++)
-    if (comm->conns[j]) res = face->attach(comm->conns[j], blobs + ((size_t)j * n + me) * bb);
+  for (int j = 0; j < n && res == zccSuccess; j++) {
+    zcc_conn_t *c = comm->conns[j];
+    if (c && c->ops->gpu->attach) res = c->ops->gpu->attach(c, blobs + ((size_t)j * n + me) * bb);
+  }
   free(blobs);
   if (res != zccSuccess) return res;
   ZCC_CHECK(zcc_bootstrap_barrier(comm->bootstrap, to));
-  if (face->ready) face->ready(comm);
+  for (int t = 0; t < NTRANSPORTS; t++) {
+    int used = 0;
+    for (int j = 0; j < n && !used; j++) used = comm->conns[j] && comm->conns[j]->ops == transports[t];
+    if (used && transports[t]->gpu->ready) transports[t]->gpu->ready(comm);
+  }
   for (int j = 0; j < n; j++)
     if (comm->conns[j])
-      ZCC_INFO(INIT, "comm %s rank %d -> rank %d (GPU %s, pid %d) via %s", comm->name, me, j,
-               comm->peers[j].gpu_bus_id, comm->peers[j].pid, comm->conns[j]->ops->name);
+      ZCC_INFO(INIT, "comm %s rank %d -> rank %d (GPU %s on %s, pid %d) via %s", comm->name, me,
+               j, comm->peers[j].gpu_bus_id, comm->peers[j].hostname, comm->peers[j].pid,
+               comm->conns[j]->ops->name);
+  return zccSuccess;
+}
+
+zccResult_t zcc_transport_start_gpu(struct zccComm *comm) {
+  for (int t = 0; t < NTRANSPORTS; t++) {
+    if (!serves(transports[t], 1) || !transports[t]->gpu->conn_start) continue;
+    int used = 0;
+    for (int j = 0; j < comm->nranks && !used; j++)
+      used = comm->conns[j] && comm->conns[j]->ops == transports[t];
+    if (used) ZCC_CHECK(transports[t]->gpu->conn_start(comm));
+  }
   return zccSuccess;
 }
 
@@ -234,9 +285,10 @@ zccResult_t zcc_transport_connect_all(struct zccComm *comm) {
   zcc_peer_info_t *self = &comm->peers[me];
   fill_self(comm, self);
   int gpu = comm->device >= 0;
-  /* per-communicator set-up of the host faces (GPU faces set up in their own steps) */
-  for (int t = 0; t < NTRANSPORTS && !gpu; t++)
-    if (serves(transports[t], 0) && transports[t]->comm_setup)
+  /* per-communicator set-up of the entries that serve this kind of
+     communicator (a listener's address travels in the peer info) */
+  for (int t = 0; t < NTRANSPORTS; t++)
+    if (serves(transports[t], gpu) && transports[t]->comm_setup)
       ZCC_CHECK(transports[t]->comm_setup(comm, self));
   ZCC_CHECK(zcc_bootstrap_allgather(comm->bootstrap, comm->peers, sizeof(*comm->peers), to));
   for (int j = 0; j < n; j++)

@@ -14,7 +14,9 @@
 #endif
 #include <cuda_runtime_api.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -151,6 +153,24 @@ void child_setup(const char *fmt, ...) {
   vsnprintf(tag, sizeof(tag), fmt, ap);
   va_end(ap);
   signal(SIGALRM, on_alarm);
+}
+
+int join_netns(int i) {
+  if (opt.nnetns == 0) return 0;
+  int k = i % opt.nnetns;
+  char path[128];
+  snprintf(path, sizeof(path), "/var/run/netns/%s", opt.netns[k]);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
+    fail("cannot enter network namespace %s: %s", opt.netns[k], strerror(errno));
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  close(fd);
+  char ifn[40];
+  snprintf(ifn, sizeof(ifn), "=%s", opt.netif[k]);
+  setenv("ZCC_SOCKET_IFNAME", ifn, 1);
+  return 0;
 }
 
 /* ---- time, randomness ---- */
@@ -1015,6 +1035,7 @@ void usage(void) {
       "                      [--only matrix,graphs,errors,lifetime,abort,deadpeer,stamps,stuck]\n"
       "                      [--coll NAME,...] [--type NAME] [--replays N]\n"
       "                      [--capture global|thread|relaxed] [--seed N]\n"
+      "                      [--netns NS:IFNAME,...] (procs: rank r in namespace r %% count)\n"
       "collectives: allreduce broadcast reduce allgather reducescatter alltoall sendrecv_ring\n"
       "             sendrecv_pairs sendrecv_mix; types: int8 uint8 int32 uint32 int64 uint64 float16 float32\n"
       "             float64 bfloat16 float8e4m3 float8e5m2. ZCC_TEST_SEED=N as --seed.\n");
@@ -1064,6 +1085,23 @@ int parse_args(int argc, char **argv) {
       if (opt.ngpus < 2 || opt.ngpus > MAX_RANKS) {
         printf("test_gpu_colls: --ranks %s: expected 2 .. %d\n", v, MAX_RANKS);
         return -1;
+      }
+      i++;
+    } else if (strcmp(a, "--netns") == 0) {
+      char buf[512];
+      snprintf(buf, sizeof(buf), "%s", v);
+      opt.nnetns = 0;
+      for (char *save = NULL, *p = strtok_r(buf, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+        char *colon = strchr(p, ':');
+        if (!colon || opt.nnetns == MAX_RANKS || strlen(p) >= 64 || strlen(colon + 1) >= 32) {
+          printf("test_gpu_colls: --netns %s: expected NAME:IFNAME,... (at most %d)\n", v,
+                 MAX_RANKS);
+          return -1;
+        }
+        *colon = '\0';
+        snprintf(opt.netns[opt.nnetns], sizeof(opt.netns[0]), "%s", p);
+        snprintf(opt.netif[opt.nnetns], sizeof(opt.netif[0]), "%s", colon + 1);
+        opt.nnetns++;
       }
       i++;
     } else if (strcmp(a, "--replays") == 0) {

@@ -51,6 +51,10 @@ typedef struct {
   double wait_s;    /* a stream must finish within this */
   double barrier_s; /* the test's own barrier between rank processes */
   unsigned step_s;  /* watchdog per step */
+  /* --netns NS:IF,...: procs layout, rank r in network namespace netns[r % nnetns]
+     (/var/run/netns/NAME), its traffic on interface netif[] (ZCC_SOCKET_IFNAME) */
+  int nnetns;
+  char netns[MAX_RANKS][64], netif[MAX_RANKS][32];
 } options_t;
 extern options_t opt;
 
@@ -91,6 +95,9 @@ const char *last_err(zccComm_t comm);
 
 void watch(unsigned seconds, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void child_setup(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* --netns: move this process into namespace i % nnetns and point
+   ZCC_SOCKET_IFNAME at its interface (before any zcc call); 0, or -1 on failure */
+int join_netns(int i);
 
 /* ---- time, randomness ---- */
 

@@ -58,6 +58,11 @@
  *            the flight recorder shows it started on the GPU (the
  *            watchdog's dump to ZCC_FLIGHT_RECORDER_FILE), or failed
  *            (zccCommDump afterwards); destroy < 2 s.
+ * --netns NS:IF,... (procs) puts rank r into network namespace r % count
+ * (made with `ip netns add`; its interface IF carries zcc's traffic), so
+ * ranks on one GPU are on different "hosts" and reach each other through
+ * the net transport; the runner serves ids from the first namespace.
+ *
  *   deadpeer (procs) rank 1 _exits after one allreduce; rank 0's next one
  *            must end, and zccCommGetAsyncError report an error, within 30 s
  *            (ZCC_TIMEOUT=5000).
@@ -1720,6 +1725,7 @@ static void rank_main(shared_t *sh, unsigned char *slots, size_t slot_bytes, int
   w.priv = deadpeer ? MIB : plan.priv;
   w.rk[0].rank = rank;
   w.rk[0].dev = rank_dev(rank);
+  if (join_netns(rank) != 0) return;
   watch(opt.step_s, "cudaSetDevice(%d)", w.rk[0].dev);
   CK(cudaSetDevice(w.rk[0].dev));
   if (deadpeer) {
@@ -1764,6 +1770,8 @@ static void runner_main(int deadpeer) {
     }
     alive++;
   }
+  /* --netns: the ids' listener where rank 0 is (it serves the rendezvous) */
+  if (join_netns(0) != 0) atomic_store(&sh->id_failed, 1);
   double t0 = now_s(), limit = opt.quick ? 1100 : 4 * 3600;
   while (alive > 0) {
     int req = atomic_load(&sh->id_req), rdy = atomic_load(&sh->id_ready);

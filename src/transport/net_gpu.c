@@ -1,0 +1,524 @@
+/*
+ * net's GPU face: GPU ranks that reach each other only through the network
+ * (on other hosts, or on one host with ZCC_P2P_DISABLE=1 and
+ * ZCC_SHM_DISABLE=1). Kernels never address a peer's memory. Each
+ * connector (device.h) to such a peer is a FIFO in pinned host memory on
+ * each side, mapped into the GPU, and one proxy thread per communicator
+ * moves slots between them with the network plug-in (net.h: ib, socket):
+ *
+ *   send side: the kernel stores a slot into the local FIFO, its byte count
+ *     into sizes[slot], and advances ready; the proxy posts the slot's bytes
+ *     (isend: the plug-in waits for the receiver's clear-to-send) and
+ *     advances freed once the plug-in says they went;
+ *   receive side: the proxy keeps a receive posted in every slot the kernel
+ *     has freed (each one a clear-to-send for the sender) and advances
+ *     ready as they land; the kernel reads the slot and advances freed.
+ *
+ * So the ring and tree kernels, and send/receive over connectors, run over
+ * the network unchanged: flags and sizes travel with the data. Every
+ * connector is a plug-in connection of its own (sends and receives match in
+ * order on one), named by a hello {comm, from, to, key} that the receiver
+ * checks. The FIFOs are host memory: the bytes cross PCIe once each way
+ * (host staging; GPUDirect RDMA into device memory is not done).
+ *
+ * A plug-in error (the peer's process ended, the network failed) stops the
+ * proxy's work on that connector and, after ZCC_NET_GPU_GRACE_MS, the
+ * watchdog's check reports it: the abort word stops waiting kernels and the
+ * communicator is in error. The grace lets a rank whose peer has finished
+ * and closed first take what already landed.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "check.h"
+#include "comm.h"
+#include "cudawrap.h"
+#include "debug.h"
+#include "net.h"
+#include "param.h"
+#include "transport.h"
+#include "wait.h"
+
+ZCC_PARAM_INT(net_gpu_channels, "NET_GPU_CHANNELS", 4,
+              "most channels of a GPU communicator whose ranks reach each other through the "
+              "net transport (each channel's connectors are plug-in connections of their own)");
+ZCC_PARAM_INT(net_gpu_grace_ms, "NET_GPU_GRACE_MS", 100,
+              "ms between a GPU proxy's network error and the communicator's error (a peer "
+              "that finished and closed first is not taken for a dead one while this rank "
+              "takes what already landed)");
+ZCC_PARAM_INT(net_proxy_spin_us, "NET_PROXY_SPIN_US", 20000,
+              "us the GPU proxy thread polls after its last movement before it sleeps 50 us "
+              "between polls");
+
+/* A connector's flag page, in front of its FIFO (byte offsets). */
+#define FLAG_PAGE 4096
+#define OFF_READY 0
+#define OFF_FREED 128
+#define OFF_SIZES 256 /* up to 64 words */
+#define OFF_HELLO 1024
+#define MAX_SLOTS 64
+#define GHELLO_MAGIC 0x7a63676e68656c31ULL
+
+typedef struct ghello {
+  uint64_t magic;
+  uint64_t comm_hash;
+  int32_t from, to;
+  uint32_t key;
+  uint32_t pad;
+} ghello_t;
+
+typedef struct gconn {
+  int peer;
+  uint32_t key;
+  int is_send;
+  int nslots;
+  size_t slot_bytes;
+  char *host;    /* flag page + FIFO, pinned */
+  char *dev;     /* as the GPU addresses it */
+  size_t bytes;
+  void *comm;    /* the plug-in's send or recv comm */
+  void *mh;      /* host registered on comm */
+  ZCC_NET_HANDLE_ALIGN uint8_t handle[ZCC_NET_HANDLE_BYTES]; /* send: connect's copy */
+  int hello;     /* send: 0 not posted, 1 posted, 2 went */
+  void *hello_req;
+  uint32_t posted, done; /* messages posted, and finished, since the start */
+  void *req[MAX_SLOTS];
+  int dead;      /* a plug-in error: nothing moves on it any more */
+} gconn_t;
+
+/* An accepted connection before its hello. */
+typedef struct pending {
+  void *comm, *mh, *req;
+  ghello_t *hello;
+} pending_t;
+
+struct zcc_net_gpu {
+  gconn_t **conns;
+  int nconns, cap;
+  pending_t *pend;
+  int npend, cappend;
+  char *win; /* the window, when this face places it */
+  pthread_t proxy;
+  int proxy_started;
+  atomic_int stop;
+  atomic_int failed;
+  int fail_peer;
+  int64_t fail_ns;
+  char fail_msg[512];
+  int released;
+};
+
+typedef struct zcc_net_gpu net_gpu_t;
+
+static uint32_t *word(const gconn_t *c, size_t off) { return (uint32_t *)(c->host + off); }
+
+static zccResult_t state(struct zccComm *comm, zcc_net_comm_t **ncp, net_gpu_t **out) {
+  zcc_net_comm_t *nc = zcc_net_comm_of(comm);
+  if (!nc) return zcc_error(zccInternalError, "net: GPU face without a plug-in");
+  if (!nc->gpu) {
+    nc->gpu = calloc(1, sizeof(*nc->gpu));
+    if (!nc->gpu) return zcc_error(zccSystemError, "net: out of memory");
+    nc->gpu->fail_peer = -1;
+  }
+  *ncp = nc;
+  *out = nc->gpu;
+  return zccSuccess;
+}
+
+/* A communicator whose every pair is net: its window, local device memory. */
+static zccResult_t net_win_alloc(struct zccComm *comm, size_t bytes, char **dev) {
+  zcc_net_comm_t *nc = NULL;
+  net_gpu_t *st = NULL;
+  ZCC_CHECK(state(comm, &nc, &st));
+  if (st->win) return zcc_error(zccInternalError, "net: the GPU window exists already");
+  void *p = NULL;
+  ZCC_CHECK(zcc_cuda_mem_alloc(&p, bytes));
+  st->win = p;
+  *dev = p;
+  return zccSuccess;
+}
+
+static void net_win_free(struct zccComm *comm) {
+  zcc_net_comm_t *nc = zcc_net_comm_of(comm);
+  if (!nc || !nc->gpu || !nc->gpu->win) return;
+  zcc_cuda_mem_free(nc->gpu->win);
+  nc->gpu->win = NULL;
+}
+
+static zccResult_t net_conn_bind(zcc_conn_t *conn, uint32_t key, int is_send, int nslots,
+                                 size_t slot_bytes, zcc_dev_conn_t *out) {
+  struct zccComm *comm = conn->comm;
+  zcc_net_comm_t *nc = NULL;
+  net_gpu_t *st = NULL;
+  ZCC_CHECK(state(comm, &nc, &st));
+  if (nslots < 2 || nslots > MAX_SLOTS || slot_bytes == 0 || slot_bytes > (1u << 30))
+    return zcc_error(zccInvalidArgument, "net: %d GPU connector slots of %zu bytes (2 to %d "
+                     "slots, at most 1 GiB each)", nslots, slot_bytes, MAX_SLOTS);
+  if (st->nconns == st->cap) {
+    int cap = st->cap ? 2 * st->cap : 16;
+    gconn_t **a = realloc(st->conns, sizeof(*a) * (size_t)cap);
+    if (!a) return zcc_error(zccSystemError, "net: out of memory");
+    st->conns = a;
+    st->cap = cap;
+  }
+  gconn_t *c = calloc(1, sizeof(*c));
+  if (!c) return zcc_error(zccSystemError, "net: out of memory");
+  c->peer = conn->peer;
+  c->key = key;
+  c->is_send = is_send;
+  c->nslots = nslots;
+  c->slot_bytes = slot_bytes;
+  c->bytes = FLAG_PAGE + (size_t)nslots * slot_bytes;
+  c->host = aligned_alloc(4096, c->bytes);
+  if (!c->host) {
+    size_t bytes = c->bytes;
+    free(c);
+    return zcc_error(zccSystemError, "net: out of memory for a %zu-byte GPU connector", bytes);
+  }
+  memset(c->host, 0, FLAG_PAGE);
+  void *dev = NULL;
+  zccResult_t res = zcc_cuda_host_register(c->host, c->bytes, &dev);
+  if (res != zccSuccess) {
+    char why[400];
+    snprintf(why, sizeof(why), "%s", zcc_last_error());
+    size_t bytes = c->bytes;
+    free(c->host);
+    free(c);
+    return zcc_error(res, "comm %s rank %d: cannot pin a %zu-byte GPU connector to rank %d: %s",
+                     comm->name, comm->rank, bytes, conn->peer, why);
+  }
+  c->dev = dev;
+  memcpy(c->handle, comm->peers[conn->peer].net_handle, ZCC_NET_HANDLE_BYTES);
+  st->conns[st->nconns++] = c;
+  out->fifo = c->dev + FLAG_PAGE;
+  out->ready = (uint32_t *)(c->dev + OFF_READY);
+  out->freed = (uint32_t *)(c->dev + OFF_FREED);
+  out->sizes = is_send ? (uint32_t *)(c->dev + OFF_SIZES) : NULL;
+  conn->priv = st;
+  return zccSuccess;
+}
+
+/* The connector a hello names (a receive side not yet connected), or NULL. */
+static gconn_t *claimable(net_gpu_t *st, const struct zccComm *comm, const ghello_t *h) {
+  if (h->magic != GHELLO_MAGIC || h->comm_hash != comm->hash || h->to != comm->rank) return NULL;
+  for (int i = 0; i < st->nconns; i++) {
+    gconn_t *c = st->conns[i];
+    if (!c->is_send && !c->comm && c->peer == h->from && c->key == h->key) return c;
+  }
+  return NULL;
+}
+
+static void pending_drop(zcc_net_comm_t *nc, pending_t *p) {
+  if (p->mh) nc->net->dereg_mr(p->comm, p->mh);
+  if (p->comm) nc->net->close_recv(p->comm);
+  free(p->hello);
+  memset(p, 0, sizeof(*p));
+}
+
+/* One pass over the accepted connections: post their hello receives, claim. */
+static zccResult_t accept_pass(struct zccComm *comm, zcc_net_comm_t *nc, net_gpu_t *st,
+                               int *moved) {
+  for (;;) {
+    void *rc = NULL;
+    ZCC_CHECK(nc->net->accept(nc->listen_comm, &rc));
+    if (!rc) break;
+    if (st->npend == st->cappend) {
+      int cap = st->cappend ? 2 * st->cappend : 16;
+      pending_t *a = realloc(st->pend, sizeof(*a) * (size_t)cap);
+      if (!a) {
+        nc->net->close_recv(rc);
+        return zcc_error(zccSystemError, "net: out of memory");
+      }
+      st->pend = a;
+      st->cappend = cap;
+    }
+    pending_t *p = &st->pend[st->npend++];
+    memset(p, 0, sizeof(*p));
+    p->comm = rc;
+    p->hello = aligned_alloc(64, 64);
+    if (!p->hello) return zcc_error(zccSystemError, "net: out of memory");
+    memset(p->hello, 0, 64);
+    ZCC_CHECK(nc->net->reg_mr(rc, p->hello, 64, ZCC_NET_PTR_HOST, &p->mh));
+    *moved = 1;
+  }
+  for (int i = st->npend - 1; i >= 0; i--) {
+    pending_t *p = &st->pend[i];
+    zccResult_t res = zccSuccess;
+    int done = 0;
+    size_t got = 0;
+    if (!p->req) res = nc->net->irecv(p->comm, p->hello, 64, p->mh, &p->req);
+    if (res == zccSuccess && p->req) res = nc->net->test(p->req, &done, &got);
+    if (res == zccSuccess && !done) continue;
+    gconn_t *c = res == zccSuccess && got == sizeof(ghello_t) ? claimable(st, comm, p->hello) : NULL;
+    if (!c) {
+      /* a stranger, or a connection that failed before its hello */
+      ZCC_INFO(NET, "comm %s rank %d: dropped a GPU connection whose hello names no connector "
+               "of this communicator", comm->name, comm->rank);
+      pending_drop(nc, p);
+      zcc_clear_last_error();
+    } else {
+      nc->net->dereg_mr(p->comm, p->mh);
+      free(p->hello);
+      c->comm = p->comm;
+      memset(p, 0, sizeof(*p));
+      ZCC_CHECK(nc->net->reg_mr(c->comm, c->host, c->bytes, ZCC_NET_PTR_HOST, &c->mh));
+    }
+    st->pend[i] = st->pend[--st->npend];
+    *moved = 1;
+  }
+  return zccSuccess;
+}
+
+/* One pass over the send sides: connect, register, say hello. */
+static zccResult_t connect_pass(struct zccComm *comm, zcc_net_comm_t *nc, net_gpu_t *st,
+                                int *moved, int *waiting) {
+  for (int i = 0; i < st->nconns; i++) {
+    gconn_t *c = st->conns[i];
+    if (!c->is_send) {
+      if (!c->comm) *waiting = 1;
+      continue;
+    }
+    if (!c->comm) {
+      ZCC_CHECK(nc->net->connect(nc->dev, &nc->auth, c->handle, &c->comm));
+      if (!c->comm) {
+        *waiting = 1;
+        continue;
+      }
+      ZCC_CHECK(nc->net->reg_mr(c->comm, c->host, c->bytes, ZCC_NET_PTR_HOST, &c->mh));
+      ghello_t h = {GHELLO_MAGIC, comm->hash, comm->rank, c->peer, c->key, 0};
+      memcpy(c->host + OFF_HELLO, &h, sizeof(h));
+      *moved = 1;
+    }
+    if (c->hello == 0) {
+      ZCC_CHECK(nc->net->isend(c->comm, c->host + OFF_HELLO, sizeof(ghello_t), c->mh,
+                               &c->hello_req));
+      if (c->hello_req) c->hello = 1, *moved = 1;
+    }
+    if (c->hello == 1) {
+      int done = 0;
+      ZCC_CHECK(nc->net->test(c->hello_req, &done, NULL));
+      if (done) c->hello = 2, *moved = 1;
+    }
+    if (c->hello != 2) *waiting = 1;
+  }
+  return zccSuccess;
+}
+
+/* ---- the proxy ---- */
+
+static void record_failure(struct zccComm *comm, net_gpu_t *st, const gconn_t *c) {
+  if (atomic_load(&st->failed)) return;
+  snprintf(st->fail_msg, sizeof(st->fail_msg),
+           "comm %s rank %d: the network connection %s rank %d (GPU connector %u) failed: %s",
+           comm->name, comm->rank, c->is_send ? "to" : "from", c->peer, c->key, zcc_last_error());
+  st->fail_peer = c->peer;
+  st->fail_ns = zcc_now_ns();
+  atomic_store_explicit(&st->failed, 1, memory_order_release);
+  ZCC_INFO(NET, "%s", st->fail_msg);
+}
+
+/* Post the slots the kernel has published; free those that went. */
+static zccResult_t drive_send(zcc_net_comm_t *nc, gconn_t *c, int *moved) {
+  uint32_t ready = __atomic_load_n(word(c, OFF_READY), __ATOMIC_ACQUIRE);
+  const uint32_t n = (uint32_t)c->nslots;
+  while (c->posted != ready && c->posted - c->done < n) {
+    uint32_t slot = c->posted % n;
+    uint32_t size = __atomic_load_n(word(c, OFF_SIZES) + slot, __ATOMIC_RELAXED);
+    if (size > c->slot_bytes)
+      return zcc_error(zccInternalError, "net: a GPU connector slot says %u bytes, more than "
+                       "its %zu", size, c->slot_bytes);
+    void *req = NULL;
+    ZCC_CHECK(nc->net->isend(c->comm, c->host + FLAG_PAGE + (size_t)slot * c->slot_bytes,
+                             size, c->mh, &req));
+    if (!req) break;
+    c->req[slot] = req;
+    c->posted++;
+    *moved = 1;
+  }
+  while (c->done != c->posted) {
+    int done = 0;
+    ZCC_CHECK(nc->net->test(c->req[c->done % n], &done, NULL));
+    if (!done) break;
+    c->req[c->done % n] = NULL;
+    c->done++;
+    __atomic_store_n(word(c, OFF_FREED), c->done, __ATOMIC_RELEASE);
+    *moved = 1;
+  }
+  return zccSuccess;
+}
+
+/* Keep a receive posted in every slot the kernel freed; publish what landed. */
+static zccResult_t drive_recv(zcc_net_comm_t *nc, gconn_t *c, int *moved) {
+  uint32_t freed = __atomic_load_n(word(c, OFF_FREED), __ATOMIC_ACQUIRE);
+  const uint32_t n = (uint32_t)c->nslots;
+  while (c->posted - freed < n) {
+    uint32_t slot = c->posted % n;
+    void *req = NULL;
+    ZCC_CHECK(nc->net->irecv(c->comm, c->host + FLAG_PAGE + (size_t)slot * c->slot_bytes,
+                             c->slot_bytes, c->mh, &req));
+    if (!req) break;
+    c->req[slot] = req;
+    c->posted++;
+    *moved = 1;
+  }
+  while (c->done != c->posted) {
+    int done = 0;
+    size_t got = 0;
+    ZCC_CHECK(nc->net->test(c->req[c->done % n], &done, &got));
+    if (!done) break;
+    c->req[c->done % n] = NULL;
+    c->done++;
+    __atomic_store_n(word(c, OFF_READY), c->done, __ATOMIC_RELEASE);
+    *moved = 1;
+  }
+  return zccSuccess;
+}
+
+static void *proxy_main(void *arg) {
+  struct zccComm *comm = arg;
+  zcc_net_comm_t *nc = zcc_net_comm_of(comm);
+  net_gpu_t *st = nc->gpu;
+  int64_t spin_ns = zcc_param_net_proxy_spin_us() * 1000, last = zcc_now_ns();
+  while (!atomic_load(&st->stop)) {
+    int moved = 0;
+    for (int i = 0; i < st->nconns; i++) {
+      gconn_t *c = st->conns[i];
+      if (c->dead) continue;
+      zccResult_t res = c->is_send ? drive_send(nc, c, &moved) : drive_recv(nc, c, &moved);
+      if (res != zccSuccess) {
+        c->dead = 1;
+        record_failure(comm, st, c);
+      }
+    }
+    int64_t now = zcc_now_ns();
+    if (moved) {
+      last = now;
+    } else if (now - last > spin_ns) {
+      struct timespec ts = {0, 50000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  return NULL;
+}
+
+static zccResult_t net_conn_start(struct zccComm *comm) {
+  zcc_net_comm_t *nc = NULL;
+  net_gpu_t *st = NULL;
+  ZCC_CHECK(state(comm, &nc, &st));
+  if (st->proxy_started) return zccSuccess;
+  zcc_wait_t w = zcc_wait_in(zcc_transport_connect_timeout_ms(), &comm->abort_flag,
+                             "net GPU connect");
+  int64_t t0 = zcc_now_ns();
+  for (;;) {
+    int waiting = 0, moved = 0;
+    ZCC_CHECK(connect_pass(comm, nc, st, &moved, &waiting));
+    if (nc->listen_comm) ZCC_CHECK(accept_pass(comm, nc, st, &moved));
+    if (!waiting) break;
+    ZCC_CHECK(zcc_wait_check(&w));
+    /* a peer that left fails this at once (each waited-for peer once a pass) */
+    uint32_t asked = 0;
+    for (int i = 0; i < st->nconns; i++) {
+      const gconn_t *c = st->conns[i];
+      if ((c->comm && (!c->is_send || c->hello == 2)) || (asked >> c->peer & 1u)) continue;
+      asked |= 1u << c->peer;
+      ZCC_CHECK(zcc_bootstrap_peer_check(comm->bootstrap, c->peer));
+    }
+    if (!moved) {
+      struct timespec ts = {0, 50000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  /* every connector of this rank is up, so every peer's toward it is too:
+     nobody connects here again */
+  zcc_net_comm_close_listen(nc);
+  for (int i = 0; i < st->npend; i++) pending_drop(nc, &st->pend[i]);
+  st->npend = 0;
+  if (pthread_create(&st->proxy, NULL, proxy_main, comm) != 0)
+    return zcc_error(zccSystemError, "comm %s rank %d: cannot start the GPU network proxy "
+                     "thread", comm->name, comm->rank);
+  st->proxy_started = 1;
+  ZCC_INFO(NET, "comm %s rank %d: %d GPU connector(s) over plug-in %s up in %.1f ms; proxy "
+           "started", comm->name, comm->rank, st->nconns, nc->net->name,
+           (double)(zcc_now_ns() - t0) / 1e6);
+  return zccSuccess;
+}
+
+static zccResult_t net_gpu_check(zcc_conn_t *conn) {
+  zcc_net_comm_t *nc = zcc_net_comm_of(conn->comm);
+  net_gpu_t *st = nc ? nc->gpu : NULL;
+  if (!st || !atomic_load_explicit(&st->failed, memory_order_acquire) ||
+      st->fail_peer != conn->peer)
+    return zccSuccess;
+  if ((zcc_now_ns() - st->fail_ns) / 1000000 < zcc_param_net_gpu_grace_ms()) return zccSuccess;
+  return zcc_error(zccRemoteError, "%s", st->fail_msg);
+}
+
+/* Stop the proxy and release every connector (the device idle). */
+static void teardown(zcc_net_comm_t *nc, net_gpu_t *st) {
+  if (st->released) return;
+  st->released = 1;
+  if (st->proxy_started) {
+    atomic_store(&st->stop, 1);
+    pthread_join(st->proxy, NULL);
+    st->proxy_started = 0;
+  }
+  for (int i = 0; i < st->nconns; i++) {
+    gconn_t *c = st->conns[i];
+    if (c->comm) {
+      if (c->mh) nc->net->dereg_mr(c->comm, c->mh);
+      if (c->is_send) nc->net->close_send(c->comm);
+      else nc->net->close_recv(c->comm);
+    }
+    zcc_cuda_host_unregister(c->host);
+    free(c->host);
+    free(c);
+  }
+  free(st->conns);
+  st->conns = NULL;
+  st->nconns = st->cap = 0;
+  for (int i = 0; i < st->npend; i++) pending_drop(nc, &st->pend[i]);
+  free(st->pend);
+  st->pend = NULL;
+  st->npend = st->cappend = 0;
+  zcc_clear_last_error();
+}
+
+static void net_gpu_free(zcc_conn_t *conn) {
+  if (!conn->priv) return;
+  zcc_net_comm_t *nc = zcc_net_comm_of(conn->comm);
+  if (nc && nc->gpu) teardown(nc, nc->gpu);
+  conn->priv = NULL;
+}
+
+void zcc_net_gpu_release(struct zccComm *comm, zcc_net_comm_t *nc) {
+  if (!nc->gpu) return;
+  teardown(nc, nc->gpu);
+  net_win_free(comm);
+  free(nc->gpu);
+  nc->gpu = NULL;
+}
+
+static int net_max_channels(void) {
+  int64_t c = zcc_param_net_gpu_channels();
+  return c < 1 ? 1 : c > ZCC_DEV_MAX_CHANNELS ? ZCC_DEV_MAX_CHANNELS : (int)c;
+}
+
+static void net_unused(struct zccComm *comm) { zcc_net_comm_close_listen(zcc_net_comm_of(comm)); }
+
+const zcc_transport_gpu_t zcc_net_gpu_face = {
+    .conn_only = 1,
+    .win_alloc = net_win_alloc,
+    .win_free = net_win_free,
+    .check = net_gpu_check,
+    .free = net_gpu_free,
+    .conn_bind = net_conn_bind,
+    .conn_start = net_conn_start,
+    .max_channels = net_max_channels,
+    .unused = net_unused,
+};

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# GPU communicators on two "hosts" of one GPU machine: network namespaces
+# zccg-a-PID and zccg-b-PID joined by a veth pair (10.79.0.1/24 and
+# 10.79.0.2/24), one rank in each, both on GPU 0. The ranks are on different
+# hosts to zcc (the namespace is part of a host's identity), so p2p and shm
+# refuse the pair and the kernels reach the other rank only through the net
+# transport's proxy; bootstrap and data cross a real TCP stack.
+#
+#   phase matrix    test_gpu_colls --netns (procs layout): the collective
+#                   matrix (quick) with exact checks and 1000 graph replays,
+#                   socket plug-in; the ranks' logs name net for the pair
+#   phase ib        the same (200 replays) with the ib plug-in on the fake
+#                   verbs provider (libzcc_fakeverbs.so beside libzcc)
+#   phase mixed     4 ranks, 0 and 2 in A, 1 and 3 in B: pairs of one namespace
+#                   over p2p, pairs across over net (the connector kernels on
+#                   rings that cross between the namespaces); matrix and graphs
+#   phase kill      test_gpu_colls' deadpeer part across the namespaces: rank
+#                   1 exits after one allreduce; rank 0's next one ends with
+#                   an error within 30 s (ZCC_TIMEOUT=5000)
+#   phase linkdown  allreduce_perf in both namespaces (ZCC_TIMEOUT=5000); the
+#                   veth goes down: both exit with an error within
+#                   ZCC_TIMEOUT + 10 s
+#   phase perf      plain TCP (tcp_pair), then allreduce across the namespaces
+#                   with host communicators and with GPU communicators, both
+#                   over the net transport's socket plug-in, 8 B..GPU_HOSTS_MAX
+#                   (default 256M)
+#
+# Usage: gpu_hosts.sh BIN_DIR LIB_DIR OUT_DIR [PHASE...]   (root; needs ip)
+# Prints "gpu_hosts: N passed, M failed" last; exit 1 on a failure, and 0
+# with "skipped" when namespaces cannot be made here.
+set -u
+BIN=${1:?bin dir} LIB=${2:?lib dir} OUT=${3:?out dir}
+shift 3
+PHASES=${*:-matrix ib mixed kill linkdown perf}
+NAME=gpu_hosts
+PASSED=0
+FAILED=0
+TAG=$$
+NSA=zccg-a-$TAG NSB=zccg-b-$TAG VA=zga$TAG VB=zgb$TAG IPA=10.79.0.1 IPB=10.79.0.2
+PIDS=()
+mkdir -p "$OUT"
+# shellcheck source=ns_lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/ns_lib.sh"
+cleanup() {
+  local p
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+  ip netns del "$NSA" 2>/dev/null
+  ip netns del "$NSB" 2>/dev/null
+  ip link del "$VA" 2>/dev/null
+}
+trap cleanup EXIT
+command -v ip >/dev/null 2>&1 || skip "iproute2's ip command is not here"
+ip netns add "$NSA" 2>"$OUT/ns.err" || skip "cannot create a network namespace: $(cat "$OUT/ns.err")"
+ip netns add "$NSB" 2>"$OUT/ns.err" || skip "cannot create a second namespace: $(cat "$OUT/ns.err")"
+ip link add "$VA" type veth peer name "$VB" 2>"$OUT/ns.err" || skip "no veth pair: $(cat "$OUT/ns.err")"
+ns_link_up "$NSA" "$VA" "$IPA" && ns_link_up "$NSB" "$VB" "$IPB" || skip "cannot bring the veth pair up"
+export NCCL_NVLS_ENABLE=0
+FV=$LIB/libzcc_fakeverbs.so
+TC=$BIN/test_gpu_colls
+NETNS="--netns $NSA:$VA,$NSB:$VB"
+
+# gpu_colls NAME TIMEOUT ENV... -- ARGS...: test_gpu_colls across the namespaces
+gpu_colls() {
+  local name=$1 to=$2 env=()
+  shift 2
+  while [ "$1" != -- ]; do env+=("$1"); shift; done
+  shift
+  local t0=$(date +%s)
+  timeout "$to" env ZCC_DEBUG=INFO ZCC_DEBUG_SUBSYS=INIT,NET "${env[@]}" "$TC" --ranks 2 \
+    --layout procs $NETNS "$@" > "$OUT/$name.log" 2>&1
+  local rc=$? line
+  line=$(grep -E 'gpu colls: [0-9]+ checks' "$OUT/$name.log" | tail -1)
+  if [ $rc -ne 0 ] || [ -z "$line" ]; then
+    fail "$name: exit $rc after $(( $(date +%s) - t0 )) s: ${line:-no result line}"
+    grep -E 'FAIL|rror' "$OUT/$name.log" | head -5 | sed 's/^/  /'
+  else
+    pass
+    log "$name: $line ($(( $(date +%s) - t0 )) s)"
+  fi
+  if grep -q "via net" "$OUT/$name.log"; then pass; else fail "$name: no rank logged 'via net'"; fi
+}
+
+# pair NAME ENV...: one allreduce_perf rank in each namespace (torchrun-style rendezvous)
+pair() {
+  local name=$1 port=$((24000 + RANDOM % 8000)) secret
+  shift
+  secret=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+  local common=(WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=$IPA MASTER_PORT=$port
+                ZCC_COMM_SECRET=$secret ZCC_DEBUG=INFO ZCC_DEBUG_SUBSYS=INIT "$@")
+  ip netns exec "$NSA" env "${common[@]}" RANK=0 ZCC_SOCKET_IFNAME="=$VA" \
+    "$BIN/allreduce_perf" $PERF_ARGS > "$OUT/$name.txt" 2>&1 &
+  PA=$!
+  PIDS+=("$PA")
+  ip netns exec "$NSB" env "${common[@]}" RANK=1 ZCC_SOCKET_IFNAME="=$VB" \
+    "$BIN/allreduce_perf" $PERF_ARGS > "$OUT/$name.rank1.txt" 2>&1 &
+  PB=$!
+  PIDS+=("$PB")
+}
+
+for phase in $PHASES; do
+  case $phase in
+  matrix)
+    gpu_colls matrix 600 ZCC_TIMEOUT=20000 ZCC_NET_PLUGIN=socket -- --quick \
+      --only matrix,graphs,errors --replays 1000 ;;
+  ib)
+    if [ -e "$FV" ]; then
+      gpu_colls ib 600 ZCC_TIMEOUT=20000 ZCC_NET_PLUGIN=ib ZCC_IBV_LIBRARY="$FV" -- --quick \
+        --only matrix,graphs --replays 200
+    else
+      log "ib: no $FV: skipped"
+    fi ;;
+  mixed)
+    gpu_colls mixed 600 ZCC_TIMEOUT=20000 ZCC_NET_PLUGIN=socket -- --quick --only matrix,graphs \
+      --replays 100 --ranks 4
+    if grep -q "via p2p" "$OUT/mixed.log"; then pass; else fail "mixed: no rank logged 'via p2p'"; fi ;;
+  kill)
+    gpu_colls kill 120 ZCC_NET_PLUGIN=socket -- --only deadpeer ;;
+  linkdown)
+    PERF_ARGS="-b 1M -e 1M -n 1000000 -w 5 -c 0"
+    pair linkdown ZCC_NET_PLUGIN=socket ZCC_TIMEOUT=5000
+    sleep 8
+    down=$(date +%s.%N)
+    ip -n "$NSA" link set "$VA" down
+    for p in $PA $PB; do
+      wait_pid "$p" 25
+      st=$?
+      t=$(awk -v a="$(date +%s.%N)" -v b="$down" 'BEGIN { printf "%.2f", a - b }')
+      if [ $st -eq 0 ] || [ $st -eq 124 ]; then
+        fail "linkdown: rank pid $p exit $st, $t s after the link went down"
+      else
+        pass
+        log "linkdown: rank pid $p exit $st, $t s after the link went down"
+      fi
+    done
+    grep -hE 'rror|imeout' "$OUT/linkdown.txt" "$OUT/linkdown.rank1.txt" | head -4 | sed 's/^/  /'
+    ip -n "$NSA" link set "$VA" up ;;
+  perf)
+    max=${GPU_HOSTS_MAX:-256M}
+    ip netns exec "$NSA" "$BIN/tcp_pair" --listen 23600 -b 8 -e "$max" -f 4 -n 20 \
+      > "$OUT/tcp_pair.txt" 2>&1 &
+    srv=$!
+    sleep 0.5
+    ip netns exec "$NSB" "$BIN/tcp_pair" --connect "$IPA:23600" -b 8 -e "$max" -f 4 -n 20 \
+      > /dev/null 2>&1
+    wait $srv
+    PERF_ARGS="-b 8 -e $max -f 4 -n 20 -w 5 -c 1"
+    for kind in host gpu; do
+      dev=cuda
+      [ $kind = host ] && dev=host
+      pair "perf-$kind" ZCC_DEVICE=$dev ZCC_NET_PLUGIN=socket ZCC_SHM_DISABLE=1 ZCC_TIMEOUT=60000
+      wait_pid $PA 600
+      st=$?
+      wait_pid $PB 60
+      [ $st -eq 0 ] && pass || fail "perf-$kind: exit $st"
+      log "perf-$kind: $(grep -o 'rank 0 -> rank 1 .* via [a-z]*' "$OUT/perf-$kind.txt" | head -1)"
+    done
+    ;;
+  *) fail "no phase $phase" ;;
+  esac
+done
+log "$PASSED passed, $FAILED failed"
+[ $FAILED -eq 0 ]
