@@ -362,31 +362,39 @@ for phase in "$@"; do
     done
     ;;
   gnet)
+    # GNET_RUNS picks some of: path n2 n2-tree n3 n3-tree procs ib deadpeer perf (default all);
+    # GNET_TO is each run's limit in seconds (default 400)
     export ZCC_TIMEOUT=${ZCC_TIMEOUT:-20000}
     nv=(ZCC_P2P_DISABLE=1 ZCC_SHM_DISABLE=1 ZCC_NET_PLUGIN=socket)
-    run gnet-path 120 bash -c 'env "${@:2}" ZCC_DEBUG=INFO ZCC_DEBUG_SUBSYS=INIT,NET,TUNING \
-      "$1" -b 8 -e 1M -f 32 -g 2 --share-gpus 1 -w 1 -n 2 -c 1 2>&1 | tee /dev/stderr | \
-      grep -q "via net" && echo "path: via net"' _ "$bin/allreduce_perf" "${nv[@]}"
-    for n in 2 3; do
-      for a in default tree; do
-        v=; [ $a = default ] || v="ZCC_ALGO=$a"
-        parts=matrix,graphs; [ $n = 2 ] && [ $a = default ] && parts=matrix,graphs,errors,lifetime,abort,stamps
-        run "gnet-n$n-$a" 400 env "${nv[@]}" $v "$bin/test_gpu_colls" --ranks $n \
-          --layout threads --quick --only $parts --replays 200
-      done
-    done
-    run gnet-procs 400 env "${nv[@]}" "$bin/test_gpu_colls" --ranks 2 --layout procs \
-      --quick --only matrix,graphs --replays 1000
-    run gnet-ib 400 env ZCC_P2P_DISABLE=1 ZCC_SHM_DISABLE=1 ZCC_NET_PLUGIN=ib \
-      ZCC_IBV_LIBRARY="$carry/lib/libzcc_fakeverbs.so" "$bin/test_gpu_colls" --ranks 2 \
-      --layout procs --quick --only matrix,graphs --replays 200
-    run gnet-deadpeer 120 env "${nv[@]}" "$bin/test_gpu_colls" --ranks 2 --layout procs \
-      --only deadpeer
+    to=${GNET_TO:-400}
     e=${GNET_MAX:-256M}
-    run gnet-perf-gpu 300 env "${nv[@]}" "$bin/allreduce_perf" -b 8 -e $e -f 4 -g 2 \
-      --share-gpus 1 -w 5 -n 20 -c 1
-    run gnet-perf-host 300 env ZCC_DEVICE=host ZCC_SHM_DISABLE=1 ZCC_NET_PLUGIN=socket \
-      "$bin/allreduce_perf" -b 8 -e $e -f 4 -np 2 -w 5 -n 20 -c 1
+    for r in ${GNET_RUNS:-path n2 n2-tree n3 n3-tree procs ib deadpeer perf}; do
+      case $r in
+      path)
+        run gnet-path 120 bash -c 'env "${@:2}" ZCC_DEBUG=INFO ZCC_DEBUG_SUBSYS=INIT,NET,TUNING \
+          "$1" -b 8 -e 1M -f 32 -g 2 --share-gpus 1 -w 1 -n 2 -c 1 2>&1 | tee /dev/stderr | \
+          grep -q "via net" && echo "path: via net"' _ "$bin/allreduce_perf" "${nv[@]}" ;;
+      n2) run gnet-n2 $to env "${nv[@]}" "$bin/test_gpu_colls" --ranks 2 --layout threads \
+            --quick --only matrix,graphs,errors,lifetime,abort,stamps --replays 200 ;;
+      n2-tree|n3|n3-tree)
+        n=${r%%-*}; n=${n#n}; v=; [ "$r" = "${r%-tree}" ] || v=ZCC_ALGO=tree
+        run "gnet-$r" $to env "${nv[@]}" $v "$bin/test_gpu_colls" --ranks $n --layout threads \
+          --quick --only matrix,graphs --replays 200 ;;
+      procs) run gnet-procs $to env "${nv[@]}" "$bin/test_gpu_colls" --ranks 2 --layout procs \
+            --quick --only matrix,graphs --replays 1000 ;;
+      ib) run gnet-ib $to env ZCC_P2P_DISABLE=1 ZCC_SHM_DISABLE=1 ZCC_NET_PLUGIN=ib \
+            ZCC_IBV_LIBRARY="$carry/lib/libzcc_fakeverbs.so" "$bin/test_gpu_colls" --ranks 2 \
+            --layout procs --quick --only matrix,graphs --replays 200 ;;
+      deadpeer) run gnet-deadpeer 120 env "${nv[@]}" "$bin/test_gpu_colls" --ranks 2 \
+            --layout procs --only deadpeer ;;
+      perf)
+        run gnet-perf-gpu 300 env "${nv[@]}" "$bin/allreduce_perf" -b 8 -e $e -f 4 -g 2 \
+          --share-gpus 1 -w 5 -n 20 -c 1
+        run gnet-perf-host 300 env ZCC_DEVICE=host ZCC_SHM_DISABLE=1 ZCC_NET_PLUGIN=socket \
+          "$bin/allreduce_perf" -b 8 -e $e -f 4 -np 2 -w 5 -n 20 -c 1 ;;
+      *) note "gnet: no run $r" ;;
+      esac
+    done
     ;;
   gnet-ns)
     command -v ip >/dev/null || export PATH=$carry/iproute:$PATH

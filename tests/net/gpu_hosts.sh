@@ -100,17 +100,17 @@ pair() {
 for phase in $PHASES; do
   case $phase in
   matrix)
-    gpu_colls matrix 600 ZCC_TIMEOUT=20000 ZCC_NET_PLUGIN=socket -- --quick \
+    gpu_colls matrix ${GPU_HOSTS_TO:-600} ZCC_TIMEOUT=20000 ZCC_NET_PLUGIN=socket -- --quick \
       --only matrix,graphs,errors --replays 1000 ;;
   ib)
     if [ -e "$FV" ]; then
-      gpu_colls ib 600 ZCC_TIMEOUT=20000 ZCC_NET_PLUGIN=ib ZCC_IBV_LIBRARY="$FV" -- --quick \
+      gpu_colls ib ${GPU_HOSTS_TO:-600} ZCC_TIMEOUT=20000 ZCC_NET_PLUGIN=ib ZCC_IBV_LIBRARY="$FV" -- --quick \
         --only matrix,graphs --replays 200
     else
       log "ib: no $FV: skipped"
     fi ;;
   mixed)
-    gpu_colls mixed 600 ZCC_TIMEOUT=20000 ZCC_NET_PLUGIN=socket -- --quick --only matrix,graphs \
+    gpu_colls mixed ${GPU_HOSTS_TO:-600} ZCC_TIMEOUT=20000 ZCC_NET_PLUGIN=socket -- --quick --only matrix,graphs \
       --replays 100 --ranks 4
     if grep -q "via p2p" "$OUT/mixed.log"; then pass; else fail "mixed: no rank logged 'via p2p'"; fi ;;
   kill)
