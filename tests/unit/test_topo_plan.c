@@ -258,6 +258,20 @@ static void test_model_latency_vs_bandwidth(void **s) {
     expect_planner_is_select(one_host[i], 0);
   expect_planner_is_select("cpu-vm.json", 2);
   expect_planner_is_select("dgx-h100-x2.json", 4); /* host ranks on two hosts: TCP */
+  /* GPUs on two hosts: what their communicator runs, the connector kernels
+     through the net transport's proxy (zcc_topo prints this table) */
+  g = load_fixture("dgx-h100-x2.json");
+  p = plan_all(g);
+  zcc_select_ctx_t two;
+  zcc_select_ctx_of_plan(p, &two);
+  assert_int_equal(two.nnodes, 2);
+  assert_int_equal(two.conn_only, 1);
+  assert_int_equal(two.link_class, ZCC_PATH_NET);
+  zcc_choice_t ch;
+  assert_int_equal(zcc_select(&two, ZCC_COLL_ALLREDUCE, (size_t)1 << 30, 1, &ch), zccSuccess);
+  assert_int_equal(ch.algo, ZCC_ALGO_RING);
+  zcc_planner_free(p);
+  zcc_topo_free(g);
   size_t x;
   /* 16 servers: 8 B tree LL (log2 16 network hops, not 2 x 127 ring steps);
    * ring Simple from 256 MiB (tree Simple below it down to 16 MiB) */
@@ -321,7 +335,7 @@ static void test_overrides(void **s) {
 }
 
 static zcc_algo_t host_pick(int nranks, int nnodes, zcc_coll_t coll, size_t bytes) {
-  zcc_select_ctx_t c = {0, nranks, nnodes, nnodes > 1 ? ZCC_PATH_NET : ZCC_PATH_SELF, 0, 0, 0, 0};
+  zcc_select_ctx_t c = {0, nranks, nnodes, nnodes > 1 ? ZCC_PATH_NET : ZCC_PATH_SELF, 0, 0, 0, 0, 0};
   zcc_choice_t ch;
   assert_int_equal(zcc_select(&c, coll, bytes, 0, &ch), zccSuccess);
   assert_int_equal(ch.proto, ZCC_PROTO_SIMPLE);
@@ -344,7 +358,7 @@ static void test_host_pick(void **s) {
   assert_int_equal(host_pick(2, 2, ZCC_COLL_ALLREDUCE, 64 << 10), ZCC_ALGO_ONESHOT);
   assert_int_equal(host_pick(2, 2, ZCC_COLL_ALLREDUCE, 1 << 20), ZCC_ALGO_RING);
   zcc_choice_t ch;
-  zcc_select_ctx_t bad0 = {0, 0, 1, ZCC_PATH_SELF, 0, 0, 0, 0}, bad1 = {0, 2, 3, ZCC_PATH_NET, 0, 0, 0, 0};
+  zcc_select_ctx_t bad0 = {0, 0, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0}, bad1 = {0, 2, 3, ZCC_PATH_NET, 0, 0, 0, 0, 0};
   assert_int_equal(zcc_select(&bad0, ZCC_COLL_ALLREDUCE, 8, 0, &ch), zccInvalidArgument);
   assert_int_equal(zcc_select(&bad1, ZCC_COLL_ALLREDUCE, 8, 0, &ch), zccInvalidArgument);
 }
@@ -389,8 +403,8 @@ static void test_one_parser(void **s) {
     assert_int_equal(zcc_proto_parse(zcc_proto_name(q)), q);
   assert_int_equal(zcc_algo_parse("rung"), -1);
   assert_int_equal(zcc_proto_parse("ll256"), -1);
-  zcc_select_ctx_t host = {0, 4, 1, ZCC_PATH_SELF, 0, 0, 0, 0}, gpu = {1, 3, 1, ZCC_PATH_NVL, 0, 0, 0, 0},
-                   gpu2 = {1, 2, 1, ZCC_PATH_SELF, 0, 0, 0, 0};
+  zcc_select_ctx_t host = {0, 4, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0}, gpu = {1, 3, 1, ZCC_PATH_NVL, 0, 0, 0, 0, 0},
+                   gpu2 = {1, 2, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0};
   /* unknown names: the same message on both */
   expect_select_error(&host, ZCC_COLL_ALLREDUCE, 8, "rung", NULL, "ZCC_ALGO=rung is not an algorithm");
   expect_select_error(&gpu, ZCC_COLL_ALLREDUCE, 8, "rung", NULL, "ZCC_ALGO=rung is not an algorithm");
@@ -419,7 +433,7 @@ static void test_one_parser(void **s) {
   assert_int_equal(select_with(&gpu, ZCC_COLL_ALLTOALL, 1 << 20, "ring", NULL).algo, ZCC_ALGO_ONESHOT);
   assert_int_equal(select_with(&host, ZCC_COLL_ALLTOALL, 1 << 20, "ring", NULL).algo, ZCC_ALGO_ONESHOT);
   /* one rank: nothing moves, any valid override is accepted */
-  zcc_select_ctx_t one = {0, 1, 1, ZCC_PATH_SELF, 0, 0, 0, 0};
+  zcc_select_ctx_t one = {0, 1, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0};
   assert_int_equal(select_with(&one, ZCC_COLL_ALLREDUCE, 8, "ring", NULL).algo, ZCC_ALGO_ONESHOT);
   expect_select_error(&one, ZCC_COLL_ALLREDUCE, 8, "tree", NULL, "cannot run it");
   select_env(NULL, NULL);
@@ -431,7 +445,7 @@ static void test_select_cache(void **s) {
   select_env(NULL, NULL);
   zcc_select_cache_t *cache = calloc(1, sizeof(*cache));
   assert_non_null(cache);
-  cache->ctx = (zcc_select_ctx_t){0, 2, 1, ZCC_PATH_SELF, 0, 0, 0, 0};
+  cache->ctx = (zcc_select_ctx_t){0, 2, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0};
   for (int round = 0; round < 2; round++)
     for (size_t b = 8; b <= ((size_t)1 << 30); b = b * 3 + 1) {
       zcc_choice_t a, want;
@@ -648,8 +662,8 @@ static void check_table(const zcc_select_ctx_t *c) {
 
 static void test_host_decisions(void **state) {
   (void)state;
-  zcc_select_ctx_t tcp = {0, 4, 2, ZCC_PATH_NET, 0, 0, 0, 0}, shm = {0, 3, 1, ZCC_PATH_SELF, 0, 0, 0, 0},
-                   gpu = {1, 4, 1, ZCC_PATH_NVL, 0, 0, 0, 0};
+  zcc_select_ctx_t tcp = {0, 4, 2, ZCC_PATH_NET, 0, 0, 0, 0, 0}, shm = {0, 3, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0},
+                   gpu = {1, 4, 1, ZCC_PATH_NVL, 0, 0, 0, 0, 0};
   check_table(&tcp);
   check_table(&shm);
   check_table(&gpu);
