@@ -469,9 +469,18 @@ static zccResult_t conns_plan(struct zccComm *comm, zcc_gpu_t *g) {
      rank must share (check_layout). */
   uint64_t h = ZCC_FNV_OFFSET;
   const char *source = "";
+  uint64_t hosts[ZCC_DEV_MAX_RANKS];
+  for (int r = 0; r < n && r < ZCC_DEV_MAX_RANKS; r++) hosts[r] = comm->peers[r].host_hash;
   for (int c = 0; c < nch; c++) {
     int *order = g->conns->ch[c].ring_rank;
     ZCC_CHECK(zcc_planner_channel_ring(comm->planner, n, c, order, &source));
+    /* No plan (ranks share GPUs) on several hosts: each host's ranks
+       together, so that the ring crosses each host boundary once. */
+    if (comm->nnodes > 1 && strcmp(source, "rank order") == 0) {
+      if (zcc_planner_host_ring(n, hosts, order) < 0)
+        return zcc_error(zccInternalError, "init: cannot plan the GPU ring over the hosts");
+      source = "the hosts' grouping";
+    }
     h = zcc_fnv1a(h, order, sizeof(int) * (size_t)n);
   }
   g->rings_hash = h;
