@@ -14,6 +14,7 @@
 #include <infiniband/verbs.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +82,9 @@ static struct {
   int (*modify_qp)(struct ibv_qp *, struct ibv_qp_attr *, int);
   int (*destroy_qp)(struct ibv_qp *);
   const char *(*wc_status_str)(enum ibv_wc_status);
+  int (*get_async_event)(struct ibv_context *, struct ibv_async_event *);
+  void (*ack_async_event)(struct ibv_async_event *);
+  const char *(*event_type_str)(enum ibv_event_type);
 } ibv;
 
 typedef struct ib_mr_ent {
@@ -100,6 +104,12 @@ typedef struct {
   enum ibv_mtu mtu;
   pthread_mutex_t lock; /* the MR cache */
   ib_mr_ent_t *mrs;
+  /* Asynchronous events (ib_async_poll): a port or device error fails every
+     comm on it; a QP's or CQ's error the comm that owns it. */
+  int async;              /* the context's async_fd is non-blocking and read */
+  _Atomic int64_t async_next_ns; /* the next look (one a millisecond) */
+  _Atomic int fatal;      /* a port or device error: its text in fatal_msg */
+  char fatal_msg[160];
 } ib_dev_t;
 
 static ib_dev_t ib_devs[IB_MAX_DEVS];
@@ -229,6 +239,9 @@ static int ib_load(void) {
   IB_SYM(modify_qp, "ibv_modify_qp", 1);
   IB_SYM(destroy_qp, "ibv_destroy_qp", 1);
   IB_SYM(wc_status_str, "ibv_wc_status_str", 0);
+  IB_SYM(get_async_event, "ibv_get_async_event", 0);
+  IB_SYM(ack_async_event, "ibv_ack_async_event", 0);
+  IB_SYM(event_type_str, "ibv_event_type_str", 0);
 #undef IB_SYM
   return 1;
 }
@@ -421,6 +434,10 @@ static zccResult_t ib_init(void) {
       d->pd = pd;
       snprintf(d->name, sizeof(d->name), "%s:%d", name, port);
       pthread_mutex_init(&d->lock, NULL);
+      /* asynchronous events are read without blocking, as comms poll */
+      int fl = ctx->async_fd >= 0 ? fcntl(ctx->async_fd, F_GETFL) : -1;
+      d->async = ibv.get_async_event && ibv.ack_async_event && fl >= 0 &&
+                 fcntl(ctx->async_fd, F_SETFL, fl | O_NONBLOCK) == 0;
       char gs[INET6_ADDRSTRLEN] = "";
       inet_ntop(AF_INET6, d->gid.raw, gs, sizeof(gs));
       ZCC_INFO(NET, "ib: device %d %s %s %d Mb/s gid %d %s", ib_ndevs, d->name,
@@ -1010,6 +1027,94 @@ static zccResult_t ib_fail(ib_comm_t *c, zccResult_t res) {
   return res;
 }
 
+/* QP and CQ errors the events named, until their comm looks (few at once). */
+#define IB_ASYNC_ERRS 16
+static struct {
+  uintptr_t what; /* the QP or CQ */
+  char msg[160];
+} ib_async_errs[IB_ASYNC_ERRS];
+static _Atomic unsigned ib_async_nerrs;
+static pthread_mutex_t ib_async_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static const char *ib_event_str(enum ibv_event_type t) {
+  return ibv.event_type_str ? ibv.event_type_str(t) : "asynchronous event";
+}
+
+/*
+ * Read the device context's asynchronous events (one look a millisecond):
+ * a port that goes down (IBV_EVENT_PORT_ERR on this device's port) or a
+ * device error fails every comm on the device; a QP's or CQ's error is kept
+ * for the comm that owns it. Others (port active, path migration, the
+ * last WQE) change nothing. Each event is acknowledged.
+ */
+static void ib_async_poll(ib_dev_t *d) {
+  if (!d->async) return;
+  int64_t now = zcc_now_ns();
+  if (now < atomic_load_explicit(&d->async_next_ns, memory_order_relaxed)) return;
+  atomic_store_explicit(&d->async_next_ns, now + 1000000, memory_order_relaxed);
+  pthread_mutex_lock(&ib_async_lock);
+  struct ibv_async_event ev;
+  while (ibv.get_async_event(d->ctx, &ev) == 0) {
+    enum ibv_event_type t = ev.event_type;
+    char msg[160];
+    switch (t) {
+    case IBV_EVENT_PORT_ERR:
+    case IBV_EVENT_DEVICE_FATAL:
+      for (int i = 0; i < ib_ndevs; i++) {
+        ib_dev_t *o = &ib_devs[i];
+        if (o->ctx != d->ctx || (t == IBV_EVENT_PORT_ERR && o->port != ev.element.port_num))
+          continue;
+        snprintf(msg, sizeof(msg), "%s %s (asynchronous event %d)",
+                 t == IBV_EVENT_PORT_ERR ? "the port went down:" : "the device failed:",
+                 ib_event_str(t), (int)t);
+        if (!atomic_load(&o->fatal)) {
+          snprintf(o->fatal_msg, sizeof(o->fatal_msg), "%s", msg);
+          atomic_store(&o->fatal, 1);
+        }
+      }
+      break;
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+    case IBV_EVENT_CQ_ERR: {
+      int cq = t == IBV_EVENT_CQ_ERR;
+      unsigned i = ib_async_nerrs++ % IB_ASYNC_ERRS;
+      ib_async_errs[i].what = cq ? (uintptr_t)ev.element.cq : (uintptr_t)ev.element.qp;
+      snprintf(ib_async_errs[i].msg, sizeof(ib_async_errs[i].msg),
+               "%s %u: %s (asynchronous event %d)", cq ? "completion queue" : "queue pair",
+               cq ? 0u : ev.element.qp->qp_num, ib_event_str(t), (int)t);
+      break;
+    }
+    default:
+      break;
+    }
+    ibv.ack_async_event(&ev);
+  }
+  pthread_mutex_unlock(&ib_async_lock);
+}
+
+/* An asynchronous error that concerns comm c, as its error (else success). */
+static zccResult_t ib_async_check(ib_comm_t *c) {
+  ib_dev_t *d = c->dev;
+  ib_async_poll(d);
+  if (atomic_load(&d->fatal))
+    return ib_fail(c, zcc_error(zccRemoteError, "ib %s: %s", d->name, d->fatal_msg));
+  if (!ib_async_nerrs) return zccSuccess;
+  zccResult_t res = zccSuccess;
+  pthread_mutex_lock(&ib_async_lock);
+  for (unsigned i = 0; i < IB_ASYNC_ERRS && res == zccSuccess; i++) {
+    uintptr_t w = ib_async_errs[i].what;
+    int mine = w && w == (uintptr_t)c->cq;
+    for (int q = 0; q < c->nqps && !mine; q++) mine = w && w == (uintptr_t)c->qps[q];
+    if (mine) {
+      res = ib_fail(c, zcc_error(zccRemoteError, "ib %s: %s", d->name, ib_async_errs[i].msg));
+      ib_async_errs[i].what = 0;
+    }
+  }
+  pthread_mutex_unlock(&ib_async_lock);
+  return res;
+}
+
 /*
  * Is the peer still there? Its side channel closes when its process ends
  * (rate-limited: one look a millisecond). 1 once it is gone.
@@ -1039,6 +1144,7 @@ static zccResult_t ib_gone_error(ib_comm_t *c) {
 static zccResult_t ib_progress(ib_comm_t *c, int *got) {
   struct ibv_wc wc[16];
   *got = 0;
+  ZCC_CHECK(ib_async_check(c));
   int n = ibv_poll_cq(c->cq, 16, wc);
   if (n < 0)
     return ib_fail(

@@ -24,8 +24,12 @@
  * error state (everything flushed) ZCC_FAKEVERBS_PORT_DOWN=N      0: the port
  * is down from the start; N: it goes down at the Nth send WR (ibv_query_port
  * says DOWN, nothing moves, and every QP with work outstanding fails it with
- * RETRY_EXC_ERR, as when the link drops) The thread starts with the first QP:
- * fork before creating QPs.
+ * RETRY_EXC_ERR, as when the link drops)
+ *   ZCC_FAKEVERBS_PORT_DOWN_MS=T   the port goes down T ms after the first QP
+ * of the process was created (a side waiting only on receives sees it too).
+ * A port going down queues IBV_EVENT_PORT_ERR, a QP_ERROR fault
+ * IBV_EVENT_QP_FATAL, on the contexts' async_fd (ibv_get_async_event).
+ * The thread starts with the first QP: fork before creating QPs.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -43,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #undef ibv_reg_mr
@@ -141,9 +146,18 @@ typedef struct fv_qp {
   struct fv_qp *next;
 } fv_qp_t;
 
-typedef struct {
+#define FV_EVENTS 64
+typedef struct fv_ctx {
   struct ibv_context ctx;
   int idx;
+  int pipe_w; /* async_fd is the pipe's read end: a byte per queued event */
+  struct {
+    enum ibv_event_type type;
+    struct ibv_qp *qp;
+    int port;
+  } ev[FV_EVENTS];
+  unsigned ev_head, ev_tail;
+  struct fv_ctx *next;
 } fv_ctx_t;
 
 static pthread_mutex_t fv_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -157,6 +171,7 @@ static fv_qp_t *fv_qps;
 static uint32_t fv_key_counter;
 static long fv_reg_count, fv_send_count;
 static int fv_port_down = -1; /* -1: not yet read */
+static fv_ctx_t *fv_ctxs;      /* open contexts (asynchronous events) */
 static int fv_thread_started;
 static int fv_wake[2] = {-1, -1};
 
@@ -245,13 +260,43 @@ static int fv_req_notify(struct ibv_cq *cq, int solicited) {
   return EOPNOTSUPP;
 }
 
+/* Queue an asynchronous event on context c (under fv_lock); a full queue
+   drops it, as a kernel's would overflow. */
+static void fv_async_push(fv_ctx_t *c, enum ibv_event_type type, struct ibv_qp *qp, int port) {
+  if (c->ev_tail - c->ev_head >= FV_EVENTS)
+    return;
+  unsigned i = c->ev_tail++ % FV_EVENTS;
+  c->ev[i].type = type;
+  c->ev[i].qp = qp;
+  c->ev[i].port = port;
+  char b = 1;
+  if (write(c->pipe_w, &b, 1) < 0) {
+  }
+}
+
+/* The port went down (under fv_lock): every context hears it. */
+static void fv_port_went_down(void) {
+  if (fv_port_down == 1)
+    return;
+  fv_port_down = 1;
+  for (fv_ctx_t *c = fv_ctxs; c; c = c->next)
+    fv_async_push(c, IBV_EVENT_PORT_ERR, NULL, 1);
+}
+
 FV_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *dev) {
   fv_ctx_t *c = calloc(1, sizeof(*c));
   if (!c)
     return errno = ENOMEM, NULL;
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    free(c);
+    return NULL;
+  }
+  fcntl(fds[1], F_SETFL, O_NONBLOCK);
+  c->pipe_w = fds[1];
   c->ctx.device = dev;
   c->ctx.cmd_fd = -1;
-  c->ctx.async_fd = -1;
+  c->ctx.async_fd = fds[0];
   c->ctx.num_comp_vectors = 1;
   c->ctx.abi_compat =
       NULL; /* not extended: verbs.h's inlines use the exported calls */
@@ -261,12 +306,63 @@ FV_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *dev) {
   c->ctx.ops.req_notify_cq = fv_req_notify;
   pthread_mutex_init(&c->ctx.mutex, NULL);
   c->idx = (int)(dev - fv_devs);
+  pthread_mutex_lock(&fv_lock);
+  c->next = fv_ctxs;
+  fv_ctxs = c;
+  pthread_mutex_unlock(&fv_lock);
   return &c->ctx;
 }
 
 FV_EXPORT int ibv_close_device(struct ibv_context *ctx) {
-  free(ctx);
+  fv_ctx_t *c = (fv_ctx_t *)ctx;
+  pthread_mutex_lock(&fv_lock);
+  for (fv_ctx_t **pp = &fv_ctxs; *pp; pp = &(*pp)->next)
+    if (*pp == c) {
+      *pp = c->next;
+      break;
+    }
+  pthread_mutex_unlock(&fv_lock);
+  close(c->ctx.async_fd);
+  close(c->pipe_w);
+  free(c);
   return 0;
+}
+
+/* As libibverbs: blocks unless async_fd was made O_NONBLOCK (then -1, EAGAIN). */
+FV_EXPORT int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev) {
+  fv_ctx_t *c = (fv_ctx_t *)ctx;
+  char b;
+  ssize_t r = read(c->ctx.async_fd, &b, 1);
+  if (r != 1)
+    return -1;
+  pthread_mutex_lock(&fv_lock);
+  int got = c->ev_head != c->ev_tail;
+  if (got) {
+    unsigned i = c->ev_head++ % FV_EVENTS;
+    memset(ev, 0, sizeof(*ev));
+    ev->event_type = c->ev[i].type;
+    if (c->ev[i].qp)
+      ev->element.qp = c->ev[i].qp;
+    else
+      ev->element.port_num = c->ev[i].port;
+  }
+  pthread_mutex_unlock(&fv_lock);
+  return got ? 0 : (errno = EAGAIN, -1);
+}
+
+FV_EXPORT void ibv_ack_async_event(struct ibv_async_event *ev) { (void)ev; }
+
+FV_EXPORT const char *ibv_event_type_str(enum ibv_event_type t) {
+  switch (t) {
+  case IBV_EVENT_CQ_ERR: return "CQ error";
+  case IBV_EVENT_QP_FATAL: return "local work queue catastrophic error";
+  case IBV_EVENT_QP_REQ_ERR: return "invalid request local work queue error";
+  case IBV_EVENT_QP_ACCESS_ERR: return "local access violation work queue error";
+  case IBV_EVENT_PORT_ACTIVE: return "port active";
+  case IBV_EVENT_PORT_ERR: return "port error";
+  case IBV_EVENT_DEVICE_FATAL: return "local catastrophic error";
+  default: return "unknown";
+  }
 }
 
 FV_EXPORT int ibv_query_device(struct ibv_context *ctx,
@@ -783,7 +879,7 @@ static int fv_count_send(fv_qp_t *q, int *qp_error) {
   long down = env_long("ZCC_FAKEVERBS_PORT_DOWN", -1);
   (void)q;
   if (down > 0 && n >= down)
-    fv_port_down = 1; /* from here on nothing gets through */
+    fv_port_went_down(); /* from here on nothing gets through */
   return wc_at == n ? (int)st : 0;
 }
 
@@ -855,6 +951,7 @@ static int fv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
       q->sq_head = q->sq_sent = q->sq_tail;
     } else if (qp_error) {
       fv_qp_error(q, 0);
+      fv_async_push((fv_ctx_t *)q->qp.context, IBV_EVENT_QP_FATAL, &q->qp, 0);
     }
   }
   if (rc && bad)
@@ -1263,9 +1360,17 @@ static void *fv_thread(void *arg) {
   (void)arg;
   struct pollfd *pfd = NULL;
   int cap = 0;
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   for (;;) {
     int n = 0, busy = 0;
     pthread_mutex_lock(&fv_lock);
+    long down_ms = env_long("ZCC_FAKEVERBS_PORT_DOWN_MS", 0);
+    if (down_ms > 0 && fv_port_down != 1) {
+      clock_gettime(CLOCK_MONOTONIC, &t);
+      if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 >= down_ms)
+        fv_port_went_down();
+    }
     for (fv_qp_t *q = fv_qps; q; q = q->next) {
       busy |= fv_requester(q);
       busy |= fv_responder(q);
