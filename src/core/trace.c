@@ -427,8 +427,15 @@ uint64_t zcc_trace_enqueue(struct zccComm *comm, int coll, size_t count,
   ST(r->wait_ns, 0);
   ST(r->wait_peer_ns, 0);
   ST(r->gpu_id, id);
+  ST(r->pred_ns, 0);
   __atomic_store_n(&r->id, id, __ATOMIC_RELEASE);
   return id;
+}
+
+void zcc_trace_predicted(struct zccComm *comm, uint64_t id, double us) {
+  zcc_op_rec_t *r = zcc_trace_rec(comm, id);
+  if (r)
+    ST(r->pred_ns, (int64_t)(us * 1000.0));
 }
 
 void zcc_trace_gpu_share(struct zccComm *comm, uint64_t id, uint64_t with) {
@@ -476,6 +483,7 @@ void zcc_trace_start(zcc_plan_t *p, int64_t now) {
   }
   ST(r->transports, mask);
   ST(r->algo, (int32_t)p->algo);
+  ST(r->pred_ns, (int64_t)(p->pred_us * 1000.0));
   if (!now)
     now = zcc_now_ns();
   if (!LD(r->t_enqueue_ns))
@@ -649,6 +657,8 @@ static void trace_event_as(struct zccComm *comm, const zcc_op_rec_t *r, int gpu_
     p = PUT_LIT(p, ",\"gpu_end_us\":");
     p = put_us(p, wall_ns(r->gpu_end_ns));
   }
+  p = PUT_LIT(p, ",\"pred_us\":");
+  p = put_us(p, r->pred_ns);
   p = PUT_LIT(p, ",\"wait_us\":");
   p = put_us(p, r->wait_ns);
   p = PUT_LIT(p, ",\"wait_peer\":");
@@ -805,6 +815,7 @@ static int snapshot_rec(zcc_trace_t *t, uint64_t id, zcc_op_rec_t *out) {
   out->wait_ns = LD(r->wait_ns);
   out->wait_peer_ns = LD(r->wait_peer_ns);
   out->gpu_id = LD(r->gpu_id);
+  out->pred_ns = LD(r->pred_ns);
   return __atomic_load_n(&r->id, __ATOMIC_ACQUIRE) == id;
 }
 
@@ -821,7 +832,7 @@ static void write_op(FILE *f, const zcc_op_rec_t *r, int first) {
       "\"algo\":\"%s\",\"transports\":\"%s\",\"gpu\":%d,\"enqueue_us\":%.3f,"
       "\"start_us\":%.3f,\"end_us\":%.3f,\"gpu_start_us\":%.3f,\"gpu_end_us\":%"
       ".3f,"
-      "\"wait_us\":%.3f,\"wait_peer\":%d,\"wait_peer_us\":%.3f}",
+      "\"wait_us\":%.3f,\"wait_peer\":%d,\"wait_peer_us\":%.3f,\"pred_us\":%.3f}",
       first ? "" : ",", r->seq, p2p, zcc_coll_name((zcc_coll_t)r->coll),
       zcc_op_state_name(r->state), r->result, r->bytes, r->count,
       zcc_type_name((zccDataType_t)r->type), zcc_op_name((zccRedOp_t)r->op),
@@ -830,7 +841,7 @@ static void write_op(FILE *f, const zcc_op_rec_t *r, int first) {
       wall_us(r->t_enqueue_ns), wall_us(r->t_start_ns), wall_us(r->t_end_ns),
       wall_us(r->gpu_start_ns), wall_us(r->gpu_end_ns),
       (double)r->wait_ns / 1000.0, r->wait_peer,
-      (double)r->wait_peer_ns / 1000.0);
+      (double)r->wait_peer_ns / 1000.0, (double)r->pred_ns / 1000.0);
 }
 
 zccResult_t zcc_trace_dump(struct zccComm *comm, const char *path,

@@ -413,6 +413,7 @@ static zccResult_t ar_plan(struct zccComm *comm, const zcc_coll_args_t *x, zcc_c
     *ch = (zcc_choice_t){g->force_algo, g->force_proto, 0};
   else
     ZCC_CHECK(zcc_select_cached(comm->select, ZCC_COLL_ALLREDUCE, bytes, !(*rs && *rr), ch));
+  zcc_trace_predicted(comm, g->op_id, ch->time_us);
   int simple = ch->proto == ZCC_PROTO_SIMPLE;
   *zero_copy = simple && ch->algo == ZCC_ALGO_ONESHOT   ? *rs != NULL
                : simple && ch->algo == ZCC_ALGO_TWOSHOT ? *rs && *rr
@@ -717,6 +718,7 @@ static zccResult_t dispatch(struct zccComm *comm, const zcc_coll_args_t *x, cuda
       bytes *= (size_t)comm->nranks;
     zcc_choice_t ch;
     ZCC_CHECK(zcc_select_cached(comm->select, x->coll, bytes, 1, &ch));
+    zcc_trace_predicted(comm, comm->gpu->op_id, ch.time_us);
     if (ch.algo == ZCC_ALGO_RING)
       return x->scale ? conn_premul(comm, x, s, fn) : conn_coll(comm, x, s, 0, fn);
   }

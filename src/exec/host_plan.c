@@ -484,6 +484,7 @@ zccResult_t zcc_plan_coll(struct zccComm *comm, const zcc_coll_args_t *a, zcc_pl
   zcc_choice_t ch;
   zccResult_t res = zcc_select_cached(comm->select, a->coll, bytes, 0, &ch);
   p->algo = ch.algo;
+  p->pred_us = ch.time_us;
   if (res != zccSuccess) goto fail;
   const char *sb = a->sendbuf;
   char *rb = a->recvbuf;

@@ -82,6 +82,7 @@ typedef struct zcc_plan {
   struct zccComm *comm;
   zcc_coll_t coll;
   zcc_algo_t algo;
+  double pred_us; /* the model's time of that choice (zcc_choice_t.time_us) */
   zccDataType_t type;
   zccRedOp_t op;
   size_t bytes;

@@ -63,6 +63,9 @@ typedef struct zcc_op_rec {
   /* GPU: the record whose stamps hold its GPU times: its own id, or the
      newest op of the launch that ran it (a group's sends and receives). */
   uint64_t gpu_id;
+  /* The cost model's time of the choice that runs it (zcc_select); 0: none
+     (send/receive, one rank). */
+  int64_t pred_ns;
 } zcc_op_rec_t;
 
 typedef struct zcc_trace_file zcc_trace_file_t;
@@ -112,6 +115,9 @@ void zcc_trace_end(struct zcc_plan *plan, zccResult_t res, int64_t now_ns);
 void zcc_trace_finish_id(struct zccComm *comm, uint64_t id, zccResult_t res);
 /* GPU: record `id` ran in the launch stamped for record `with`. */
 void zcc_trace_gpu_share(struct zccComm *comm, uint64_t id, uint64_t with);
+/* Record id runs a choice the model predicts to take us (GPU collectives;
+   host plans carry theirs into zcc_trace_start). */
+void zcc_trace_predicted(struct zccComm *comm, uint64_t id, double us);
 /* GPU: write the trace's spans of every op the GPU has finished (destroy,
    once the device is idle). */
 void zcc_trace_gpu_flush(struct zccComm *comm);

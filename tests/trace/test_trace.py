@@ -60,7 +60,7 @@ DUMP_OP = {"seq": int, "p2p": int, "coll": str, "state": str, "result": int, "by
            "count": int, "dtype": str, "op": str, "algo": str, "transports": str, "gpu": int,
            "enqueue_us": (int, float), "start_us": (int, float), "end_us": (int, float),
            "gpu_start_us": (int, float), "gpu_end_us": (int, float), "wait_us": (int, float),
-           "wait_peer": int, "wait_peer_us": (int, float)}
+           "wait_peer": int, "wait_peer_us": (int, float), "pred_us": (int, float)}
 
 
 def typed(obj, spec, where):
@@ -163,6 +163,18 @@ def case_schema(args, d):
     print(out)
     check(rc == 0 and "allreduce" in out and "64 KiB" in out and "latest rank" in out,
           "zcc_trace stats summarises the trace")
+    # every collective's row carries the model's prediction of what ran
+    rows = [l.split() for l in out.splitlines()
+            if l.split() and l.split()[0] in ("allreduce", "broadcast", "reduce", "allgather",
+                                               "reducescatter", "alltoall")]
+    check(rows and all(float(r[-2]) > 0 and float(r[-1]) > 0 for r in rows),
+          "zcc_trace stats gives every collective's predicted time and p50/pred (%d rows)"
+          % len(rows))
+    for r in range(2):
+        with open(os.path.join(d, "fr.%d.json" % r)) as f:
+            dump = json.load(f)
+        check(all(o["pred_us"] > 0 for o in dump["ops"] if not o["p2p"]),
+              "rank %d: every collective in the dump has the model's time (pred_us)" % r)
 
 
 def case_straggler(args, d):
