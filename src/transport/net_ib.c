@@ -1047,10 +1047,11 @@ static const char *ib_event_str(enum ibv_event_type t) {
  * for the comm that owns it. Others (port active, path migration, the
  * last WQE) change nothing. Each event is acknowledged.
  */
-static void ib_async_poll(ib_dev_t *d) {
+static void ib_async_poll(ib_dev_t *d, int now_please) {
   if (!d->async) return;
   int64_t now = zcc_now_ns();
-  if (now < atomic_load_explicit(&d->async_next_ns, memory_order_relaxed)) return;
+  if (!now_please && now < atomic_load_explicit(&d->async_next_ns, memory_order_relaxed))
+    return;
   atomic_store_explicit(&d->async_next_ns, now + 1000000, memory_order_relaxed);
   pthread_mutex_lock(&ib_async_lock);
   struct ibv_async_event ev;
@@ -1096,7 +1097,7 @@ static void ib_async_poll(ib_dev_t *d) {
 /* An asynchronous error that concerns comm c, as its error (else success). */
 static zccResult_t ib_async_check(ib_comm_t *c) {
   ib_dev_t *d = c->dev;
-  ib_async_poll(d);
+  ib_async_poll(d, 0);
   if (atomic_load(&d->fatal))
     return ib_fail(c, zcc_error(zccRemoteError, "ib %s: %s", d->name, d->fatal_msg));
   if (!ib_async_nerrs) return zccSuccess;
@@ -1156,11 +1157,14 @@ static zccResult_t ib_progress(ib_comm_t *c, int *got) {
     if (wc[i].status != IBV_WC_SUCCESS) {
       static const char *const what[] = {"", "data write",
                                          "clear-to-send write", "receive"};
+      /* a port or device that went down is the cause: its event first */
+      ib_async_poll(c->dev, 1);
+      int fatal = atomic_load(&c->dev->fatal);
       return ib_fail(
           c, zcc_error(zccRemoteError,
-                       "ib %s: %s on queue pair %u failed: %s (status %d, "
+                       "ib %s: %s%s%s on queue pair %u failed: %s (status %d, "
                        "vendor error 0x%x)",
-                       c->dev->name,
+                       c->dev->name, fatal ? c->dev->fatal_msg : "", fatal ? "; " : "",
                        kind >= 1 && kind <= 3 ? what[kind] : "work request",
                        wc[i].qp_num, ib_status_str(wc[i].status),
                        (int)wc[i].status, wc[i].vendor_err));

@@ -25,8 +25,8 @@
  * is down from the start; N: it goes down at the Nth send WR (ibv_query_port
  * says DOWN, nothing moves, and every QP with work outstanding fails it with
  * RETRY_EXC_ERR, as when the link drops)
- *   ZCC_FAKEVERBS_PORT_DOWN_MS=T   the port goes down T ms after the first QP
- * of the process was created (a side waiting only on receives sees it too).
+ *   ZCC_FAKEVERBS_PORT_DOWN_RECV=N the port goes down as the Nth receive
+ * completes (a side that only receives sees it too).
  * A port going down queues IBV_EVENT_PORT_ERR, a QP_ERROR fault
  * IBV_EVENT_QP_FATAL, on the contexts' async_fd (ibv_get_async_event).
  * The thread starts with the first QP: fork before creating QPs.
@@ -1188,7 +1188,14 @@ static int fv_take_rwr(fv_qp_t *q) {
   return 1;
 }
 
+static long fv_recv_count;
+
 static void fv_recv_done(fv_qp_t *q) {
+  /* ZCC_FAKEVERBS_PORT_DOWN_RECV=N: the port goes down as the Nth receive
+     completes (its completion is the last thing that gets through) */
+  long down = env_long("ZCC_FAKEVERBS_PORT_DOWN_RECV", 0);
+  if (down > 0 && ++fv_recv_count >= down)
+    fv_port_went_down();
   struct ibv_wc wc;
   memset(&wc, 0, sizeof(wc));
   wc.wr_id = q->cur_rwr.wr_id;
@@ -1360,17 +1367,9 @@ static void *fv_thread(void *arg) {
   (void)arg;
   struct pollfd *pfd = NULL;
   int cap = 0;
-  struct timespec t0, t;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
   for (;;) {
     int n = 0, busy = 0;
     pthread_mutex_lock(&fv_lock);
-    long down_ms = env_long("ZCC_FAKEVERBS_PORT_DOWN_MS", 0);
-    if (down_ms > 0 && fv_port_down != 1) {
-      clock_gettime(CLOCK_MONOTONIC, &t);
-      if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 >= down_ms)
-        fv_port_went_down();
-    }
     for (fv_qp_t *q = fv_qps; q; q = q->next) {
       busy |= fv_requester(q);
       busy |= fv_responder(q);
