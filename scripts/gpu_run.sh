@@ -58,6 +58,7 @@
 #              1000 graph replays, the ib plug-in on the fake verbs provider, a dead peer, the
 #              log naming net; allreduce over it against host communicators over net/socket
 #   gnet-ns    tests/net/gpu_hosts.sh: two network namespaces on the one GPU (carried ip)
+#   gnet-ns-mps its perf phase under an MPS server (two processes on one GPU at once)
 #   stamps     op stamps: GPU times (flight recorder, trace), a stuck kernel's ZCC_TIMEOUT, cost
 #   stamps-verify  colls on p2p and GPU shm, the 3-rank shm allgather sweep with graphs, 3 times
 #   measure-fit  the GPU link probe's fit: zcc_topo --measure-gpu and ZCC_TOPO_MEASURE=1, p2p and shm
@@ -362,13 +363,13 @@ for phase in "$@"; do
     done
     ;;
   gnet)
-    # GNET_RUNS picks some of: path n2 n2-tree n3 n3-tree procs ib deadpeer perf (default all);
+    # GNET_RUNS picks some of: path n2 n2-tree n3 n3-tree procs ib deadpeer san perf (default all);
     # GNET_TO is each run's limit in seconds (default 400)
     export ZCC_TIMEOUT=${ZCC_TIMEOUT:-20000}
     nv=(ZCC_P2P_DISABLE=1 ZCC_SHM_DISABLE=1 ZCC_NET_PLUGIN=socket)
     to=${GNET_TO:-400}
     e=${GNET_MAX:-256M}
-    for r in ${GNET_RUNS:-path n2 n2-tree n3 n3-tree procs ib deadpeer perf}; do
+    for r in ${GNET_RUNS:-path n2 n2-tree n3 n3-tree procs ib deadpeer san perf}; do
       case $r in
       path)
         run gnet-path 120 bash -c 'env "${@:2}" ZCC_DEBUG=INFO ZCC_DEBUG_SUBSYS=INIT,NET,TUNING \
@@ -387,6 +388,11 @@ for phase in "$@"; do
             --layout procs --quick --only matrix,graphs --replays 200 ;;
       deadpeer) run gnet-deadpeer 120 env "${nv[@]}" "$bin/test_gpu_colls" --ranks 2 \
             --layout procs --only deadpeer ;;
+      san) for tool in memcheck racecheck; do
+             run "gnet-san-$tool" ${SANITIZE_TIMEOUT:-150} env "${nv[@]}" compute-sanitizer \
+               --tool $tool --error-exitcode 9 "$bin/test_gpu_colls" --ranks 2 --layout threads \
+               --quick --only matrix --coll allreduce,allgather,sendrecv_ring
+           done ;;
       perf)
         run gnet-perf-gpu 300 env "${nv[@]}" "$bin/allreduce_perf" -b 8 -e $e -f 4 -g 2 \
           --share-gpus 1 -w 5 -n 20 -c 1
@@ -395,6 +401,25 @@ for phase in "$@"; do
       *) note "gnet: no run $r" ;;
       esac
     done
+    ;;
+  gnet-ns-mps)
+    # Two processes on one GPU are time-sliced by the driver (a kernel that
+    # waits for the other process's runs ~2 ms at a time): the namespaces'
+    # perf phase again under an MPS server of this run's own, which lets
+    # both processes' kernels run at once; the server quits after it.
+    command -v ip >/dev/null || export PATH=$carry/iproute:$PATH
+    export CUDA_MPS_PIPE_DIRECTORY=/tmp/zcc-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/zcc-mps-log
+    mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
+    if nvidia-cuda-mps-control -d; then
+      note "gnet-ns-mps: MPS server started"
+      run gnet-ns-mps 600 bash "$root/tests/net/gpu_hosts.sh" "$bin" "$carry/lib" \
+        "$OUT/gnet-ns-mps" ${GNET_NS_PHASES:-perf}
+      echo quit | nvidia-cuda-mps-control
+      tar czf "$OUT/gnet-ns-mps.tgz" -C "$OUT" gnet-ns-mps && rm -rf "$OUT/gnet-ns-mps"
+    else
+      note "gnet-ns-mps: no MPS server could start"
+    fi
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
     ;;
   gnet-ns)
     command -v ip >/dev/null || export PATH=$carry/iproute:$PATH

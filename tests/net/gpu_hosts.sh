@@ -55,6 +55,9 @@ ip netns add "$NSB" 2>"$OUT/ns.err" || skip "cannot create a second namespace: $
 ip link add "$VA" type veth peer name "$VB" 2>"$OUT/ns.err" || skip "no veth pair: $(cat "$OUT/ns.err")"
 ns_link_up "$NSA" "$VA" "$IPA" && ns_link_up "$NSB" "$VB" "$IPB" || skip "cannot bring the veth pair up"
 export NCCL_NVLS_ENABLE=0
+# ip may run with libraries of its own (a carried iproute2 sets LD_LIBRARY_PATH
+# for itself, which `ip netns exec` hands on): the ranks get ours
+LDP=${LD_LIBRARY_PATH:-}
 FV=$LIB/libzcc_fakeverbs.so
 TC=$BIN/test_gpu_colls
 NETNS="--netns $NSA:$VA,$NSB:$VB"
@@ -85,7 +88,8 @@ pair() {
   local name=$1 port=$((24000 + RANDOM % 8000)) secret
   shift
   secret=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
-  local common=(WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=$IPA MASTER_PORT=$port
+  local common=(LD_LIBRARY_PATH="$LDP" WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1
+                MASTER_ADDR=$IPA MASTER_PORT=$port
                 ZCC_COMM_SECRET=$secret ZCC_DEBUG=INFO ZCC_DEBUG_SUBSYS=INIT "$@")
   ip netns exec "$NSA" env "${common[@]}" RANK=0 ZCC_SOCKET_IFNAME="=$VA" \
     "$BIN/allreduce_perf" $PERF_ARGS > "$OUT/$name.txt" 2>&1 &
@@ -136,12 +140,12 @@ for phase in $PHASES; do
     ip -n "$NSA" link set "$VA" up ;;
   perf)
     max=${GPU_HOSTS_MAX:-256M}
-    ip netns exec "$NSA" "$BIN/tcp_pair" --listen 23600 -b 8 -e "$max" -f 4 -n 20 \
-      > "$OUT/tcp_pair.txt" 2>&1 &
+    ip netns exec "$NSA" env LD_LIBRARY_PATH="$LDP" "$BIN/tcp_pair" --listen 23600 -b 8 \
+      -e "$max" -f 4 -n 20 > "$OUT/tcp_pair.txt" 2>&1 &
     srv=$!
     sleep 0.5
-    ip netns exec "$NSB" "$BIN/tcp_pair" --connect "$IPA:23600" -b 8 -e "$max" -f 4 -n 20 \
-      > /dev/null 2>&1
+    ip netns exec "$NSB" env LD_LIBRARY_PATH="$LDP" "$BIN/tcp_pair" --connect "$IPA:23600" \
+      -b 8 -e "$max" -f 4 -n 20 > /dev/null 2>&1
     wait $srv
     PERF_ARGS="-b 8 -e $max -f 4 -n 20 -w 5 -c 1"
     for kind in host gpu; do
