@@ -358,8 +358,9 @@ static zccResult_t layout_agrees(struct zccComm *comm, const zcc_gpu_t *g, int r
       b.w.nchannels != g->conns->nchannels)
     return zcc_error(zccInvalidUsage,
                      "comm %s: rank %d has %d channels of %d x %llu-byte connector slots and "
-                     "rank %d %d of %d x %llu; set ZCC_GPU_CHANNELS, ZCC_GPU_CONN_BYTES and "
-                     "ZCC_GPU_CONN_SLOTS alike on every rank (and use GPUs of one kind)",
+                     "rank %d %d of %d x %llu; set ZCC_GPU_CHANNELS (ZCC_NET_GPU_CHANNELS "
+                     "across hosts), ZCC_GPU_CONN_BYTES and ZCC_GPU_CONN_SLOTS alike on every "
+                     "rank (and use GPUs of one kind)",
                      comm->name, me, g->conns->nchannels, g->conns->nslots,
                      (unsigned long long)g->conns->slot_bytes, r, b.w.nchannels, b.w.nslots,
                      (unsigned long long)b.w.slot_bytes);
@@ -672,7 +673,6 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
                      (long long)pdd);
   g->p2p_conn = (int)pdd;
   /* The transport decides where the window lives (its memory kind). */
-  ZCC_CHECK(check_layout(comm, g));
   ZCC_CHECK(zcc_transport_pick_gpu(comm, &g->tp));
   /* Peers reached only through connectors (every rank sees the same
      pairs): the connector kernels alone run, send/receive over connectors,
@@ -685,6 +685,7 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
       g->conn_only = 1;
       g->p2p_conn = 1;
     }
+  ZCC_CHECK(check_layout(comm, g));
   g->win_bytes = off_peers(g) + peers_bytes(g);
   char *win = NULL;
   ZCC_CHECK(g->tp->gpu->win_alloc(comm, g->win_bytes, &win));
