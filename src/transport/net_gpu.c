@@ -444,7 +444,8 @@ static zccResult_t net_conn_start(struct zccComm *comm) {
                      "thread", comm->name, comm->rank);
   st->proxy_started = 1;
   ZCC_INFO(NET, "comm %s rank %d: %d GPU connector(s) over plug-in %s up in %.1f ms; proxy "
-           "started", comm->name, comm->rank, st->nconns, nc->net->name,
+           "started; FIFOs in pinned host memory (host staging: this version does not use "
+           "GPUDirect RDMA)", comm->name, comm->rank, st->nconns, nc->net->name,
            (double)(zcc_now_ns() - t0) / 1e6);
   return zccSuccess;
 }
