@@ -1,10 +1,20 @@
 /*
- * The `socket` network plug-in (net.h): one TCP connection per comm,
- * authenticated like ib's side channel, then in-order messages. The
- * receiver sends a clear-to-send {seq, size} per irecv; the sender waits for
- * it (so a send larger than its receive is refused on the sender, as with
- * ib) and then writes a header {seq, size} and the payload. Everything is
- * non-blocking: every call moves what the socket takes and returns.
+ * The `socket` network plug-in (net.h): ZCC_NET_SOCKS TCP connections per
+ * comm (1 by default), each authenticated like ib's side channel, then
+ * in-order messages. The receiver sends a clear-to-send {seq, size} per
+ * irecv on the first connection; the sender waits for it (so a send larger
+ * than its receive is refused on the sender, as with ib) and then writes a
+ * header {seq, size} and the first piece of the payload there, and piece k
+ * on connection k: a message of at least SK_MIN_PIECE bytes a connection is
+ * split into equal pieces (whole 4 KiB pages), so that several streams fill
+ * a link one TCP stream cannot. Every connection carries its pieces in
+ * message order. Everything is non-blocking: every call moves what the
+ * sockets take and returns.
+ *
+ * Connecting: the connector's connections each say {index, count, token}
+ * in their hello (the token is random per comm); the listener holds each
+ * proven connection until all of one token's have arrived, then hands them
+ * out as one recv comm.
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -19,12 +29,21 @@
 #include "check.h"
 #include "debug.h"
 #include "net.h"
+#include "param.h"
 #include "socket.h"
+
+ZCC_PARAM_INT(net_socks, "NET_SOCKS", 1,
+              "TCP connections per connection of the net transport's socket plug-in (1 to 8; "
+              "the connecting side's count holds): a message of at least 64 KiB per "
+              "connection is split across them, to fill a link one TCP stream cannot (as "
+              "NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS)");
 
 #define SK_HANDLE_MAGIC 0x7a63736bu /* "zcsk" */
 #define SK_SIDE_MAGIC 0x7a637373u
 #define SK_DEPTH ZCC_NET_MAX_REQUESTS
 #define SK_PENDING 64 /* unauthenticated connections a listener holds */
+#define SK_MAX_SOCKS 8
+#define SK_MIN_PIECE (64 * 1024)
 
 typedef struct {
   uint32_t magic;
@@ -47,6 +66,8 @@ typedef struct {
   char *data;
   size_t size, got; /* receive: bytes landed; send: bytes sent */
   size_t cap;       /* receive: the posted size */
+  int hdr;          /* receive: its header arrived (size known) */
+  int left;         /* connections whose part of it has not gone or come yet */
 } sk_req_t;
 
 typedef struct sk_comm {
@@ -58,6 +79,8 @@ typedef struct sk_comm {
     struct {
       uint32_t magic, version;
       uint8_t nonce[16];
+      uint32_t index, count; /* this connection's, of the comm's */
+      uint8_t token[16];     /* the comm's (random) */
     } hello;
     struct {
       uint8_t nonce[16];
@@ -68,6 +91,18 @@ typedef struct sk_comm {
   } msg;
   uint64_t seq;  /* next request number */
   uint64_t head; /* oldest request not yet finished on the wire */
+  /* the connections: fds[0] is fd (clear-to-send entries, headers and the
+     first piece), fds[k] carries piece k; each at request cur[k], off[k]
+     bytes into its piece */
+  int nfds;
+  int fds[SK_MAX_SOCKS];
+  uint64_t cur[SK_MAX_SOCKS];
+  size_t poff[SK_MAX_SOCKS];
+  /* connecting: this connection's place among the comm's, and its token;
+     the connector's other connections until they are up */
+  uint32_t index, count;
+  uint8_t token[16];
+  struct sk_comm *more[SK_MAX_SOCKS];
   sk_req_t reqs[SK_DEPTH];
   /* send side: clear-to-send entries as they arrive */
   sk_hdr_t cts[SK_DEPTH];
@@ -75,7 +110,6 @@ typedef struct sk_comm {
   sk_hdr_t
       in_hdr; /* a CTS (send side) or a data header (recv side) being read */
   size_t in_off;
-  int in_have_hdr;
   /* the header of the send in progress, or CTS entries to write (recv side) */
   sk_hdr_t out_q[SK_DEPTH];
   int out_n;
@@ -86,7 +120,8 @@ typedef struct sk_comm {
 typedef struct {
   int fd;
   zcc_net_auth_t auth;
-  sk_comm_t *pending[SK_PENDING];
+  sk_comm_t *pending[SK_PENDING]; /* proving themselves */
+  sk_comm_t *proven[SK_PENDING];  /* proven, waiting for the rest of their comm's */
 } sk_listen_t;
 
 static zccResult_t sk_init(void) {
@@ -124,6 +159,9 @@ static sk_comm_t *sk_comm_new(int fd) {
   if (!c)
     return NULL;
   c->fd = fd;
+  c->nfds = 1;
+  c->fds[0] = fd;
+  c->count = 1;
   for (int i = 0; i < SK_DEPTH; i++)
     c->reqs[i].comm = c;
   return c;
@@ -132,9 +170,34 @@ static sk_comm_t *sk_comm_new(int fd) {
 static void sk_comm_free(sk_comm_t *c) {
   if (!c)
     return;
-  if (c->fd >= 0)
-    close(c->fd);
+  for (int k = 0; k < c->nfds; k++)
+    if (c->fds[k] >= 0)
+      close(c->fds[k]);
+  for (int k = 0; k < SK_MAX_SOCKS; k++)
+    sk_comm_free(c->more[k]);
   free(c);
+}
+
+/* Piece k of a message of size bytes over n connections: [*a, *b). */
+static void sk_piece(size_t size, int k, int n, size_t *a, size_t *b) {
+  size_t per = size;
+  if (n > 1 && size >= (size_t)n * SK_MIN_PIECE)
+    per = ((size + (size_t)n - 1) / (size_t)n + 4095) / 4096 * 4096;
+  size_t lo = (size_t)k * per;
+  *a = lo < size ? lo : size;
+  *b = lo + per < size ? lo + per : size;
+}
+
+/* Connections with something of a message of size bytes (the first always:
+   its header). */
+static int sk_parts(size_t size, int n) {
+  int parts = 1;
+  for (int k = 1; k < n; k++) {
+    size_t a, b;
+    sk_piece(size, k, n, &a, &b);
+    parts += b > a;
+  }
+  return parts;
 }
 
 static zccResult_t sk_listen(int dev, const zcc_net_auth_t *auth, void *handle,
@@ -161,38 +224,38 @@ fail:
   return res;
 }
 
-static zccResult_t sk_connect(int dev, const zcc_net_auth_t *auth, void *handle,
-                              void **send_comm) {
-  if (!handle || !send_comm || !auth || dev != 0)
-    return zcc_error(zccInvalidArgument, "socket connect: bad argument");
-  *send_comm = NULL;
-  sk_handle_t *h = handle;
-  if (h->magic != SK_HANDLE_MAGIC)
-    return zcc_error(zccInvalidArgument, "socket connect: not a socket handle");
-  sk_comm_t *c = h->stage;
-  zccResult_t res = zccSuccess;
+/* A new connection toward the handle's listener: its socket, connect() begun. */
+static zccResult_t sk_dial(const sk_handle_t *h, const zcc_net_auth_t *auth, sk_comm_t **out) {
   char as[ZCC_SOCKADDR_STRLEN];
+  int fd = socket(h->addr.u.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return zcc_error(zccSystemError, "socket connect: socket failed: %s", strerror(errno));
+  sk_comm_t *c = sk_comm_new(fd);
   if (!c) {
-    int fd = socket(h->addr.u.sa.sa_family,
-                    SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-      return zcc_error(zccSystemError, "socket connect: socket failed: %s",
-                       strerror(errno));
-    if (!(c = sk_comm_new(fd))) {
-      close(fd);
-      return zcc_error(zccSystemError, "socket: out of memory");
-    }
-    c->is_send = 1;
-    c->auth = *auth;
-    if (connect(fd, &h->addr.u.sa, h->addr.len) != 0 && errno != EINPROGRESS) {
-      res = zcc_error(zccRemoteError, "socket connect to %s failed: %s",
-                      zcc_sockaddr_str(&h->addr, as), strerror(errno));
-      goto fail;
-    }
-    ZCC_CHECK_GOTO(zcc_random_bytes(c->cnonce, 16), res, fail);
-    h->stage = c;
+    close(fd);
+    return zcc_error(zccSystemError, "socket: out of memory");
   }
-  for (;;) {
+  c->is_send = 1;
+  c->auth = *auth;
+  zccResult_t res = zccSuccess;
+  if (connect(fd, &h->addr.u.sa, h->addr.len) != 0 && errno != EINPROGRESS)
+    res = zcc_error(zccRemoteError, "socket connect to %s failed: %s",
+                    zcc_sockaddr_str(&h->addr, as), strerror(errno));
+  else
+    res = zcc_random_bytes(c->cnonce, 16);
+  if (res != zccSuccess) {
+    sk_comm_free(c);
+    return res;
+  }
+  *out = c;
+  return zccSuccess;
+}
+
+/* A connection's proof exchange as far as it goes now: *done once it is up. */
+static zccResult_t sk_dial_step(sk_comm_t *c, const sk_handle_t *h, int *done) {
+  char as[ZCC_SOCKADDR_STRLEN];
+  *done = c->stage == 5;
+  while (!*done) {
     int r = 1;
     switch (c->stage) {
     case 0: {
@@ -202,14 +265,15 @@ static zccResult_t sk_connect(int dev, const zcc_net_auth_t *auth, void *handle,
       int err = 0;
       socklen_t l = sizeof(err);
       getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &l);
-      if (err) {
-        res = zcc_error(zccRemoteError, "socket connect to %s failed: %s",
-                        zcc_sockaddr_str(&h->addr, as), strerror(err));
-        goto fail;
-      }
+      if (err)
+        return zcc_error(zccRemoteError, "socket connect to %s failed: %s",
+                         zcc_sockaddr_str(&h->addr, as), strerror(err));
       c->msg.hello.magic = SK_SIDE_MAGIC;
-      c->msg.hello.version = 1;
+      c->msg.hello.version = 2;
       memcpy(c->msg.hello.nonce, c->cnonce, 16);
+      c->msg.hello.index = c->index;
+      c->msg.hello.count = c->count;
+      memcpy(c->msg.hello.token, c->token, 16);
       break;
     }
     case 1:
@@ -221,15 +285,12 @@ static zccResult_t sk_connect(int dev, const zcc_net_auth_t *auth, void *handle,
         uint8_t want[32];
         memcpy(c->snonce, c->msg.chal.nonce, 16);
         zcc_net_mac(&c->auth, "zcc-net-sk", 's', c->cnonce, c->snonce, want);
-        if (!zcc_net_mac_equal(want, c->msg.chal.mac)) {
-          res = zcc_error(zccRemoteError,
-                          "socket connect to %s: the listener did not prove "
-                          "the communicator's secret",
-                          zcc_sockaddr_str(&h->addr, as));
-          goto fail;
-        }
-        zcc_net_mac(&c->auth, "zcc-net-sk", 'c', c->cnonce, c->snonce,
-                    c->msg.proof);
+        if (!zcc_net_mac_equal(want, c->msg.chal.mac))
+          return zcc_error(zccRemoteError,
+                           "socket connect to %s: the listener did not prove "
+                           "the communicator's secret",
+                           zcc_sockaddr_str(&h->addr, as));
+        zcc_net_mac(&c->auth, "zcc-net-sk", 'c', c->cnonce, c->snonce, c->msg.proof);
       }
       break;
     case 3:
@@ -237,29 +298,71 @@ static zccResult_t sk_connect(int dev, const zcc_net_auth_t *auth, void *handle,
       break;
     case 4:
       r = zcc_net_xfer(c->fd, &c->msg.ready, sizeof(uint32_t), &c->off, 0);
-      if (r == 1) {
-        if (c->msg.ready != SK_SIDE_MAGIC) {
-          res = zcc_error(zccRemoteError, "socket connect to %s: bad answer",
-                          zcc_sockaddr_str(&h->addr, as));
-          goto fail;
-        }
-        h->stage = NULL;
-        *send_comm = c;
-        return zccSuccess;
-      }
+      if (r == 1 && c->msg.ready != SK_SIDE_MAGIC)
+        return zcc_error(zccRemoteError, "socket connect to %s: bad answer",
+                         zcc_sockaddr_str(&h->addr, as));
       break;
     }
-    if (r < 0) {
-      res =
-          zcc_error(zccRemoteError,
-                    "socket connect to %s: the listener closed the connection",
-                    zcc_sockaddr_str(&h->addr, as));
-      goto fail;
-    }
+    if (r < 0)
+      return zcc_error(zccRemoteError,
+                       "socket connect to %s: the listener closed the connection",
+                       zcc_sockaddr_str(&h->addr, as));
     if (r == 0)
       return zccSuccess;
     c->stage++;
+    *done = c->stage == 5;
   }
+  return zccSuccess;
+}
+
+static zccResult_t sk_connect(int dev, const zcc_net_auth_t *auth, void *handle,
+                              void **send_comm) {
+  if (!handle || !send_comm || !auth || dev != 0)
+    return zcc_error(zccInvalidArgument, "socket connect: bad argument");
+  *send_comm = NULL;
+  sk_handle_t *h = handle;
+  if (h->magic != SK_HANDLE_MAGIC)
+    return zcc_error(zccInvalidArgument, "socket connect: not a socket handle");
+  sk_comm_t *c = h->stage;
+  zccResult_t res = zccSuccess;
+  if (!c) {
+    int64_t n = zcc_param_net_socks();
+    if (n < 1 || n > SK_MAX_SOCKS)
+      return zcc_error(zccInvalidArgument, "ZCC_NET_SOCKS=%lld: expected 1 to %d",
+                       (long long)n, SK_MAX_SOCKS);
+    ZCC_CHECK(sk_dial(h, auth, &c));
+    c->count = (uint32_t)n;
+    res = zcc_random_bytes(c->token, 16);
+    if (res != zccSuccess)
+      goto fail;
+    h->stage = c;
+  }
+  /* the first connection, then the others, each proven on its own */
+  int done = 0;
+  ZCC_CHECK_GOTO(sk_dial_step(c, h, &done), res, fail);
+  for (uint32_t k = 1; k < c->count && done; k++) {
+    sk_comm_t *m = c->more[k];
+    if (!m) {
+      ZCC_CHECK_GOTO(sk_dial(h, auth, &c->more[k]), res, fail);
+      m = c->more[k];
+      m->index = k;
+      m->count = c->count;
+      memcpy(m->token, c->token, 16);
+    }
+    ZCC_CHECK_GOTO(sk_dial_step(m, h, &done), res, fail);
+  }
+  if (!done)
+    return zccSuccess;
+  for (uint32_t k = 1; k < c->count; k++) {
+    c->fds[k] = c->more[k]->fd;
+    c->more[k]->nfds = 0; /* its fd is the comm's now */
+    sk_comm_free(c->more[k]);
+    c->more[k] = NULL;
+  }
+  c->nfds = (int)c->count;
+  h->stage = NULL;
+  *send_comm = c;
+  return zccSuccess;
 fail:
   h->stage = NULL;
   sk_comm_free(c);
@@ -274,8 +377,13 @@ static int sk_accept_step(sk_listen_t *l, sk_comm_t *p) {
     case 0:
       r = zcc_net_xfer(p->fd, &p->msg.hello, sizeof(p->msg.hello), &p->off, 0);
       if (r == 1) {
-        if (p->msg.hello.magic != SK_SIDE_MAGIC || p->msg.hello.version != 1)
+        if (p->msg.hello.magic != SK_SIDE_MAGIC || p->msg.hello.version != 2 ||
+            p->msg.hello.count < 1 || p->msg.hello.count > SK_MAX_SOCKS ||
+            p->msg.hello.index >= p->msg.hello.count)
           return -1;
+        p->index = p->msg.hello.index;
+        p->count = p->msg.hello.count;
+        memcpy(p->token, p->msg.hello.token, 16);
         memcpy(p->cnonce, p->msg.hello.nonce, 16);
         if (zcc_random_bytes(p->snonce, 16) != zccSuccess)
           return -1;
@@ -314,6 +422,54 @@ static int sk_accept_step(sk_listen_t *l, sk_comm_t *p) {
   }
 }
 
+/* A proven connection of a comm of several: held until its siblings come
+   (the oldest held one makes room). */
+static void sk_hold(sk_listen_t *l, sk_comm_t *p) {
+  int slot = -1;
+  for (int i = 0; i < SK_PENDING && slot < 0; i++)
+    if (!l->proven[i])
+      slot = i;
+  if (slot < 0) {
+    sk_comm_free(l->proven[0]);
+    memmove(l->proven, l->proven + 1, sizeof(l->proven[0]) * (SK_PENDING - 1));
+    slot = SK_PENDING - 1;
+  }
+  l->proven[slot] = p;
+}
+
+/* A comm whose every connection is proven and held, as one recv comm; or NULL. */
+static sk_comm_t *sk_assemble(sk_listen_t *l) {
+  for (int i = 0; i < SK_PENDING; i++) {
+    sk_comm_t *c = l->proven[i];
+    if (!c || c->index != 0)
+      continue;
+    int at[SK_MAX_SOCKS], have = 1;
+    at[0] = i;
+    for (uint32_t k = 1; k < c->count; k++) {
+      at[k] = -1;
+      for (int j = 0; j < SK_PENDING && at[k] < 0; j++) {
+        sk_comm_t *m = l->proven[j];
+        if (m && m->index == k && m->count == c->count && memcmp(m->token, c->token, 16) == 0)
+          at[k] = j;
+      }
+      have += at[k] >= 0;
+    }
+    if (have != (int)c->count)
+      continue;
+    for (uint32_t k = 1; k < c->count; k++) {
+      sk_comm_t *m = l->proven[at[k]];
+      c->fds[k] = m->fd;
+      m->nfds = 0; /* its fd is the comm's now */
+      sk_comm_free(m);
+      l->proven[at[k]] = NULL;
+    }
+    c->nfds = (int)c->count;
+    l->proven[i] = NULL;
+    return c;
+  }
+  return NULL;
+}
+
 static zccResult_t sk_accept(void *listen_comm, void **recv_comm) {
   sk_listen_t *l = listen_comm;
   if (!l || !recv_comm)
@@ -349,10 +505,14 @@ static zccResult_t sk_accept(void *listen_comm, void **recv_comm) {
     } else if (r == 1) {
       l->pending[i] = NULL;
       p->stage = 0;
-      *recv_comm = p;
-      return zccSuccess;
+      if (p->count == 1) {
+        *recv_comm = p;
+        return zccSuccess;
+      }
+      sk_hold(l, p);
     }
   }
+  *recv_comm = sk_assemble(l);
   return zccSuccess;
 }
 
@@ -380,7 +540,83 @@ static zccResult_t sk_fail(sk_comm_t *c, const char *what) {
   return zcc_error(zccRemoteError, "socket: %s", what);
 }
 
-/* Move what the socket takes, both ways. */
+/* Send side: connection k's part of the requests it has not finished
+   (k = 0: each header, then the first piece), oldest first. */
+static zccResult_t sk_send_part(sk_comm_t *c, int k) {
+  int fd = c->fds[k];
+  while (c->cur[k] < c->seq) {
+    sk_req_t *q = &c->reqs[c->cur[k] % SK_DEPTH];
+    if (k == 0 && !c->out_hdr_sent) {
+      sk_hdr_t h = {q->seq, q->size};
+      int r = zcc_net_xfer(fd, &h, sizeof(h), &c->out_off, 1);
+      if (r < 0)
+        return sk_fail(c, "the peer closed the connection");
+      if (r == 0) /* zcc_net_xfer keeps a partial offset: the same header goes on next time */
+        return zccSuccess;
+      c->out_hdr_sent = 1;
+    }
+    size_t a, b;
+    sk_piece(q->size, k, c->nfds, &a, &b);
+    if (b > a || k == 0) {
+      size_t off = c->poff[k];
+      int r = b > a ? zcc_net_xfer(fd, q->data + a, b - a, &off, 1) : 1;
+      if (r < 0)
+        return sk_fail(c, "the peer closed the connection");
+      if (r == 0) {
+        c->poff[k] = off;
+        return zccSuccess;
+      }
+      q->left--;
+    }
+    c->poff[k] = 0;
+    if (k == 0)
+      c->out_hdr_sent = 0;
+    c->cur[k]++;
+  }
+  return zccSuccess;
+}
+
+/* Receive side: connection k's part of the posted requests (k = 0: each
+   header, then the first piece; the others wait for their request's header,
+   which says how the message is cut). */
+static zccResult_t sk_recv_part(sk_comm_t *c, int k) {
+  int fd = c->fds[k];
+  while (c->cur[k] < c->seq) {
+    sk_req_t *q = &c->reqs[c->cur[k] % SK_DEPTH];
+    if (k == 0 && !q->hdr) {
+      int r = zcc_net_xfer(fd, &c->in_hdr, sizeof(c->in_hdr), &c->in_off, 0);
+      if (r < 0)
+        return sk_fail(c, "the peer closed the connection");
+      if (r == 0)
+        return zccSuccess;
+      if (c->in_hdr.seq != q->seq || c->in_hdr.size > q->cap)
+        return sk_fail(c, "the peer sent a bad header");
+      q->size = c->in_hdr.size;
+      q->left = sk_parts(q->size, c->nfds);
+      q->hdr = 1;
+    }
+    if (!q->hdr)
+      return zccSuccess; /* its header has not come yet */
+    size_t a, b;
+    sk_piece(q->size, k, c->nfds, &a, &b);
+    if (b > a || k == 0) {
+      size_t off = c->poff[k];
+      int r = b > a ? zcc_net_xfer(fd, q->data + a, b - a, &off, 0) : 1;
+      if (r < 0)
+        return sk_fail(c, "the peer closed the connection");
+      if (r == 0) {
+        c->poff[k] = off;
+        return zccSuccess;
+      }
+      q->left--;
+    }
+    c->poff[k] = 0;
+    c->cur[k]++;
+  }
+  return zccSuccess;
+}
+
+/* Move what the sockets take, both ways. */
 static zccResult_t sk_progress(sk_comm_t *c) {
   if (c->failed)
     return zcc_error(zccRemoteError, "socket: the connection failed earlier");
@@ -398,71 +634,28 @@ static zccResult_t sk_progress(sk_comm_t *c) {
       c->cts[slot] = c->in_hdr;
       c->cts_ok[slot] = 1;
     }
-    /* sends out, oldest first */
-    while (c->head < c->seq) {
-      sk_req_t *q = &c->reqs[c->head % SK_DEPTH];
-      if (!c->out_hdr_sent) {
-        sk_hdr_t h = {q->seq, q->size};
-        int r = zcc_net_xfer(c->fd, &h, sizeof(h), &c->out_off, 1);
-        if (r < 0)
-          return sk_fail(c, "the peer closed the connection");
-        if (r == 0) {
-          /* zcc_net_xfer keeps a partial offset: the same header goes on next
-           * time
-           */
-          return zccSuccess;
-        }
-        c->out_hdr_sent = 1;
-      }
-      size_t off = q->got;
-      int r = zcc_net_xfer(c->fd, q->data, q->size, &off, 1);
-      if (r < 0)
-        return sk_fail(c, "the peer closed the connection");
-      if (r == 0) {
-        q->got = off;
-        return zccSuccess;
-      }
-      q->got = q->size;
-      q->done = 1;
-      c->out_hdr_sent = 0;
-      c->head++;
-    }
-    return zccSuccess;
-  }
-  /* receive side: clear-to-send entries out */
-  while (c->out_n > 0) {
-    int r = zcc_net_xfer(c->fd, &c->out_q[0], sizeof(sk_hdr_t), &c->out_off, 1);
-    if (r < 0)
-      return sk_fail(c, "the peer closed the connection");
-    if (r == 0)
-      break;
-    memmove(c->out_q, c->out_q + 1, sizeof(sk_hdr_t) * (size_t)--c->out_n);
-  }
-  /* data in, for the oldest posted receive */
-  while (c->head < c->seq) {
-    sk_req_t *q = &c->reqs[c->head % SK_DEPTH];
-    if (!c->in_have_hdr) {
-      int r = zcc_net_xfer(c->fd, &c->in_hdr, sizeof(c->in_hdr), &c->in_off, 0);
+    for (int k = 0; k < c->nfds; k++)
+      ZCC_CHECK(sk_send_part(c, k));
+  } else {
+    /* clear-to-send entries out */
+    while (c->out_n > 0) {
+      int r = zcc_net_xfer(c->fd, &c->out_q[0], sizeof(sk_hdr_t), &c->out_off, 1);
       if (r < 0)
         return sk_fail(c, "the peer closed the connection");
       if (r == 0)
-        return zccSuccess;
-      if (c->in_hdr.seq != q->seq || c->in_hdr.size > q->cap)
-        return sk_fail(c, "the peer sent a bad header");
-      c->in_have_hdr = 1;
-      q->size = c->in_hdr.size;
+        break;
+      memmove(c->out_q, c->out_q + 1, sizeof(sk_hdr_t) * (size_t)--c->out_n);
     }
-    size_t off = q->got;
-    int r = zcc_net_xfer(c->fd, q->data, q->size, &off, 0);
-    if (r < 0)
-      return sk_fail(c, "the peer closed the connection");
-    if (r == 0) {
-      q->got = off;
-      return zccSuccess;
-    }
+    for (int k = 0; k < c->nfds; k++)
+      ZCC_CHECK(sk_recv_part(c, k));
+  }
+  /* requests whose every part went (or came) are done, in order */
+  while (c->head < c->seq) {
+    sk_req_t *q = &c->reqs[c->head % SK_DEPTH];
+    if ((!c->is_send && !q->hdr) || q->left > 0)
+      break;
     q->got = q->size;
     q->done = 1;
-    c->in_have_hdr = 0;
     c->head++;
   }
   return zccSuccess;
@@ -492,7 +685,7 @@ static zccResult_t sk_isend(void *send_comm, void *data, size_t size,
   }
   c->cts_ok[slot] = 0;
   q->used = 1, q->done = 0, q->seq = c->seq++, q->data = data, q->size = size,
-  q->got = 0;
+  q->got = 0, q->hdr = 1, q->left = sk_parts(size, c->nfds);
   *request = q;
   return sk_progress(c);
 }
@@ -513,7 +706,7 @@ static zccResult_t sk_irecv(void *recv_comm, void *data, size_t size,
   if (q->used || c->out_n == SK_DEPTH)
     return zccSuccess;
   q->used = 1, q->done = 0, q->seq = c->seq++, q->data = data, q->cap = size,
-  q->size = 0, q->got = 0;
+  q->size = 0, q->got = 0, q->hdr = 0, q->left = 0;
   c->out_q[c->out_n++] = (sk_hdr_t){q->seq, size};
   *request = q;
   return sk_progress(c);
@@ -538,13 +731,15 @@ static zccResult_t sk_test(void *request, int *done, size_t *size) {
 
 static zccResult_t sk_close(void *comm) {
   sk_comm_t *c = comm;
-  if (c && c->fd >= 0) {
+  for (int k = 0; c && k < c->nfds; k++) {
+    if (c->fds[k] < 0)
+      continue;
     /* unread bytes at close would make the kernel reset the connection,
      * dropping what we sent */
     char sink[256];
-    while (recv(c->fd, sink, sizeof(sink), MSG_DONTWAIT) > 0) {
+    while (recv(c->fds[k], sink, sizeof(sink), MSG_DONTWAIT) > 0) {
     }
-    shutdown(c->fd, SHUT_WR);
+    shutdown(c->fds[k], SHUT_WR);
   }
   sk_comm_free(c);
   return zccSuccess;
@@ -554,8 +749,10 @@ static zccResult_t sk_close_listen(void *listen_comm) {
   sk_listen_t *l = listen_comm;
   if (!l)
     return zccSuccess;
-  for (int i = 0; i < SK_PENDING; i++)
+  for (int i = 0; i < SK_PENDING; i++) {
     sk_comm_free(l->pending[i]);
+    sk_comm_free(l->proven[i]);
+  }
   zcc_socket_close(&l->fd);
   free(l);
   return zccSuccess;

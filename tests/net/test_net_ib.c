@@ -633,12 +633,15 @@ static int strangers_then_peer(int in_fd, int out_fd, void *arg) {
   struct {
     uint32_t magic, version;
     uint8_t nonce[16];
-  } hello = {is_ib ? 0x7a636973u : 0x7a637373u, 1, {1, 2, 3}};
+    uint32_t index, count; /* socket (version 2): one connection of one */
+    uint8_t token[16];
+  } hello = {is_ib ? 0x7a636973u : 0x7a637373u, is_ib ? 1 : 2, {1, 2, 3}, 0, 1, {4}};
+  size_t hello_bytes = is_ib ? 24 : sizeof(hello);
   uint8_t chal[48],
       proof[136]; /* ib: a MAC and its queue pair data; socket: a MAC */
   size_t proof_bytes = is_ib ? 136 : 32;
   memset(proof, 0x5a, sizeof(proof));
-  if (zcc_socket_send_all(liar, &hello, sizeof(hello), &w) != zccSuccess ||
+  if (zcc_socket_send_all(liar, &hello, hello_bytes, &w) != zccSuccess ||
       zcc_socket_recv_all(liar, chal, sizeof(chal), &w) != zccSuccess ||
       zcc_socket_send_all(liar, proof, proof_bytes, &w) != zccSuccess)
     return child_fail(50, "the listener did not answer a hello");
