@@ -32,7 +32,7 @@ typedef struct chain_state {
   int moved;           /* since the last check */
   int64_t last_progress_ns;
   /* Recorded plans: since when nothing moved, in which plan, on which peer. */
-  int64_t idle_ns;     /* 0: moving */
+  int64_t idle_ns;     /* 0: moving; IDLE_UNTIMED: waiting, not timed yet */
   zcc_plan_t *idle_plan;
   int idle_peer;
 } chain_state_t;
@@ -62,20 +62,28 @@ static int waited_peer(const zcc_plan_t *p) {
   return send_peer;
 }
 
+/* A wait the flight recorder alone has not timed yet (idle_ns). */
+#define IDLE_UNTIMED (-1)
+
 /*
  * Recorded plans: time spent with nothing to move, charged to the peer
- * waited on. Returns the time it read (0: none).
+ * waited on. With a trace file every wait is timed from its first poll;
+ * the flight recorder alone times a wait from the executor's first clock
+ * read in it (64 polls, a few microseconds in), so an operation whose
+ * waits are all shorter reads the clock twice (start and end), not four
+ * times. Returns the time it read (0: none), which the caller reuses.
  */
 static int64_t note_idle(chain_state_t *c, int moved) {
   int64_t now = 0;
   if (moved) {
-    if (c->idle_ns) {
+    if (c->idle_ns > 0) {
       now = zcc_now_ns();
       zcc_trace_wait(c->idle_plan, c->idle_peer, now - c->idle_ns);
-      c->idle_ns = 0;
     }
+    c->idle_ns = 0;
   } else if (!c->idle_ns && c->plan && c->plan->trace_id) {
-    c->idle_ns = zcc_now_ns();
+    c->idle_ns = IDLE_UNTIMED;
+    if (c->plan->comm->trace->file) c->idle_ns = now = zcc_now_ns();
     c->idle_plan = c->plan;
     c->idle_peer = waited_peer(c->plan);
     zcc_trace_waiting_on(c->plan, c->idle_peer);
@@ -191,7 +199,11 @@ zccResult_t zcc_exec_chains(zcc_plan_t **chains, int nchains) {
   chain_state_t stack_states[8];
   chain_state_t *cs = nchains <= 8 ? stack_states : calloc((size_t)nchains, sizeof(*cs));
   if (!cs) return zcc_error(zccSystemError, "executor: out of memory");
-  int64_t start = zcc_now_ns();
+  /* The clock is read here only for a recorded plan's start; the timeout
+     counts from the first check otherwise (256 polls in, microseconds). */
+  int64_t start = 0;
+  for (int i = 0; i < nchains; i++)
+    if (chains[i] && chains[i]->trace_id && !chains[i]->trace_started) start = zcc_now_ns();
   for (int i = 0; i < nchains; i++) {
     cs[i].plan = chains[i];
     cs[i].comm = chains[i] ? chains[i]->comm : NULL;
@@ -220,6 +232,7 @@ zccResult_t zcc_exec_chains(zcc_plan_t **chains, int nchains) {
   int phase = 0; /* of a wait: 0 spin, 1 yield, 2 sleep */
   for (;;) {
     int active = 0, moved_any = 0;
+    int64_t read = 0; /* a clock read of this round, if one was made */
     for (int i = 0; i < nchains; i++) {
       if (!cs[i].plan) continue;
       int m = 0;
@@ -232,7 +245,10 @@ zccResult_t zcc_exec_chains(zcc_plan_t **chains, int nchains) {
         cs[i].moved = 1;
         moved_any = 1;
       }
-      if (cs[i].idle_ns || (cs[i].plan && cs[i].plan->trace_id)) note_idle(&cs[i], m);
+      if (cs[i].idle_ns || (cs[i].plan && cs[i].plan->trace_id)) {
+        int64_t t = note_idle(&cs[i], m);
+        if (t) read = t;
+      }
       if (cs[i].plan) active++;
     }
     if (!active) break;
@@ -240,16 +256,21 @@ zccResult_t zcc_exec_chains(zcc_plan_t **chains, int nchains) {
      * Waiting: spin while the peer is likely running (a reply from a rank on
      * another core comes within microseconds), then yield, then sleep, so
      * that a slow peer never costs a core for long. The clock is read every
-     * 64 polls only.
+     * 64 polls only (the wait's start is a read the recorder made, or the
+     * first of those).
      */
     if (moved_any) {
       idle = 0;
       phase = 0;
     } else {
       if (idle++ == 0) {
-        idle_since = zcc_now_ns();
+        idle_since = read;
       } else if ((idle & 63) == 0) {
-        int64_t waited = zcc_now_ns() - idle_since;
+        int64_t now = zcc_now_ns();
+        if (!idle_since) idle_since = now - 1;
+        for (int i = 0; i < nchains; i++)
+          if (cs[i].idle_ns == IDLE_UNTIMED) cs[i].idle_ns = now;
+        int64_t waited = now - idle_since;
         phase = waited > spin_ns + yield_ns ? 2 : waited > spin_ns ? (yield_ns > 0 ? 1 : 2) : 0;
       }
       if (phase == 0) {
@@ -265,6 +286,7 @@ zccResult_t zcc_exec_chains(zcc_plan_t **chains, int nchains) {
       int64_t now = zcc_now_ns();
       for (int i = 0; i < nchains; i++) {
         if (!cs[i].plan) continue;
+        if (!cs[i].last_progress_ns) cs[i].last_progress_ns = now;
         res = check_chain(&cs[i], now);
         if (res != zccSuccess) {
           failed = i;

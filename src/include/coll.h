@@ -78,6 +78,25 @@ typedef struct zcc_item {
   size_t n; /* COPY: bytes; REDUCE/AVG: elements */
 } zcc_item_t;
 
+/* Arguments of a collective call, as the API received them. */
+typedef struct zcc_coll_args {
+  zcc_coll_t coll;
+  const void *sendbuf;
+  void *recvbuf;
+  size_t count; /* as in the API call */
+  zccDataType_t type;
+  zccRedOp_t op; /* built-in; a pre-multiplied sum is zccSum with scale set */
+  int root;
+  int scale;       /* pre-multiplied sum: inputs are multiplied by scalar first */
+  uint64_t scalar; /* the scalar's bytes, one element of type */
+  const void *scalar_ptr; /* GPU communicators, zccScalarDevice: the kernel reads it */
+  unsigned host_bufs;     /* GPU communicators: ZCC_HOST_SEND / ZCC_HOST_RECV, the buffer
+                             is pinned host memory (set by the executor as it maps them) */
+  uint64_t op_id;         /* GPU communicators: the op's flight recorder id (0: none) */
+} zcc_coll_args_t;
+#define ZCC_HOST_SEND 1u
+#define ZCC_HOST_RECV 2u
+
 typedef struct zcc_plan {
   struct zccComm *comm;
   zcc_coll_t coll;
@@ -102,26 +121,12 @@ typedef struct zcc_plan {
   int trace_started;
   zcc_op_sig_t sig; /* what its transfers carry (opsig.h); set by the caller */
   struct zcc_plan *next;
+  /* A collective's plan kept by zcc_plan_free: the call it was built for
+     (zcc_plan_coll runs it again for the same call instead of rebuilding). */
+  int keyed;
+  zcc_coll_args_t key;
 } zcc_plan_t;
 
-/* Arguments of a collective call, as the API received them. */
-typedef struct zcc_coll_args {
-  zcc_coll_t coll;
-  const void *sendbuf;
-  void *recvbuf;
-  size_t count; /* as in the API call */
-  zccDataType_t type;
-  zccRedOp_t op; /* built-in; a pre-multiplied sum is zccSum with scale set */
-  int root;
-  int scale;       /* pre-multiplied sum: inputs are multiplied by scalar first */
-  uint64_t scalar; /* the scalar's bytes, one element of type */
-  const void *scalar_ptr; /* GPU communicators, zccScalarDevice: the kernel reads it */
-  unsigned host_bufs;     /* GPU communicators: ZCC_HOST_SEND / ZCC_HOST_RECV, the buffer
-                             is pinned host memory (set by the executor as it maps them) */
-  uint64_t op_id;         /* GPU communicators: the op's flight recorder id (0: none) */
-} zcc_coll_args_t;
-#define ZCC_HOST_SEND 1u
-#define ZCC_HOST_RECV 2u
 
 /* Build the plan for a collective (arguments already validated). */
 zccResult_t zcc_plan_coll(struct zccComm *comm, const zcc_coll_args_t *args,

@@ -39,6 +39,8 @@ typedef struct zcc_xfer {
   const void *src;  /* send: the bytes */
   void *dst;        /* recv: where they land */
   const void *red;  /* recv: if set, dst = red op incoming (element-wise) */
+  int in_first;     /* recv with red: dst = incoming op red instead (the peer's
+                       bytes are the first operand: rank order) */
   zccDataType_t type;
   zccRedOp_t op;
   size_t bytes;
@@ -58,6 +60,10 @@ typedef struct zcc_xfer {
                        transport sends it with the first bytes and checks
                        the peer's against it (opsig.h) */
 } zcc_xfer_t;
+
+/* A receive's reduction of n elements that arrived at `in` into dst (and dst2
+   if not NULL), operands in the order x asks for. */
+void zcc_xfer_reduce(const zcc_xfer_t *x, void *dst, void *dst2, const void *in, size_t n);
 
 typedef enum {
   ZCC_CONNECT_CREATE = 0, /* make local resources */

@@ -38,20 +38,30 @@ ZCC_PARAM_INT(shm_slot_size, "SHM_SLOT_SIZE", 131072,
               "bytes per shared-memory FIFO slot (multiple of 64)")
 ZCC_PARAM_INT(shm_nslots, "SHM_NSLOTS", 16, "slots per shared-memory FIFO (2 to 256)")
 
-#define SHM_MAGIC 0x7a636373686d3032ULL
+#define SHM_MAGIC 0x7a636373686d3033ULL
 #define SHM_MAX_SLOTS 256
+#define SHM_DESC_BYTES 256
+#define SHM_INLINE (SHM_DESC_BYTES - 16 - (int)sizeof(zcc_wire_hdr_t))
 
-/* What the sender says of a slot. */
+/*
+ * What the sender says of a slot. The receiver polls `posted` and finds
+ * everything else of a small chunk in the same two cache lines: a chunk of
+ * at most SHM_INLINE bytes travels in the descriptor itself, not in the
+ * slot's data area, so a small message costs the two cores one pair of
+ * adjacent lines each way (no separate tail, data or head lines).
+ */
 typedef struct shm_desc {
+  alignas(128) atomic_uint_least64_t posted; /* the slot's number from 1 once filled */
   uint32_t size;
   uint32_t first;     /* the first slot of a transfer: hdr is its record */
   zcc_wire_hdr_t hdr;
+  char inl[SHM_INLINE]; /* the bytes of a chunk of at most SHM_INLINE */
 } shm_desc_t;
+_Static_assert(sizeof(shm_desc_t) == SHM_DESC_BYTES, "shm descriptor layout");
 
 typedef struct shm_fifo {
-  alignas(64) atomic_uint_least64_t tail; /* written by the sender */
-  alignas(64) atomic_uint_least64_t head; /* written by the receiver */
-  alignas(64) shm_desc_t desc[SHM_MAX_SLOTS];
+  alignas(64) atomic_uint_least64_t head; /* slots the receiver finished */
+  alignas(128) shm_desc_t desc[SHM_MAX_SLOTS];
 } shm_fifo_t;
 
 enum { SHM_LIVE = 0, SHM_FAILED = 1, SHM_GONE = 2 };
@@ -78,8 +88,9 @@ typedef struct shm_conn {
   char *send_data, *recv_data;
   uint32_t nslots;
   size_t slot_size;
-  uint64_t send_tail; /* local copies */
-  uint64_t recv_head;
+  uint64_t send_tail; /* slots posted */
+  uint64_t send_head; /* the receiver's head as last read (reread when full) */
+  uint64_t recv_head; /* slots finished reading */
   size_t recv_off; /* bytes consumed of the current receive slot */
   atomic_int *my_failed, *peer_failed;
   int32_t *my_code, *peer_code;
@@ -280,11 +291,15 @@ static zccResult_t peer_gone(zcc_conn_t *conn, shm_conn_t *s) {
 
 static int is_p2p(const zcc_xfer_t *x) { return x->sig && x->sig->coll == ZCC_COLL_SENDRECV; }
 
-/* The next free send slot of s, or NULL when the FIFO is full. */
-static char *send_slot(shm_conn_t *s) {
-  uint64_t head = atomic_load_explicit(&s->send->head, memory_order_acquire);
-  if (s->send_tail - head >= s->nslots) return NULL;
-  return s->send_data + (size_t)(s->send_tail % s->nslots) * s->slot_size;
+/* Where the next chunk of n bytes goes, or NULL when the FIFO is full. */
+static char *send_slot(shm_conn_t *s, size_t n) {
+  if (s->send_tail - s->send_head >= s->nslots) {
+    s->send_head = atomic_load_explicit(&s->send->head, memory_order_acquire);
+    if (s->send_tail - s->send_head >= s->nslots) return NULL;
+  }
+  uint32_t idx = (uint32_t)(s->send_tail % s->nslots);
+  if (n <= SHM_INLINE) return s->send->desc[idx].inl;
+  return s->send_data + (size_t)idx * s->slot_size;
 }
 
 /* Post n bytes of x's next chunk; its first carries x's record. */
@@ -294,7 +309,13 @@ static void send_post(shm_conn_t *s, size_t n, const zcc_xfer_t *x) {
   d->first = x->done == 0;
   if (d->first) zcc_wire_hdr_fill(&d->hdr, x->sig, x->bytes, is_p2p(x) ? ++s->send_pseq : 0);
   s->send_tail++;
-  atomic_store_explicit(&s->send->tail, s->send_tail, memory_order_release);
+  atomic_store_explicit(&d->posted, s->send_tail, memory_order_release);
+}
+
+/* The descriptor of the next slot to read, or NULL while it is not posted. */
+static const shm_desc_t *recv_desc(shm_conn_t *s) {
+  const shm_desc_t *d = &s->recv->desc[s->recv_head % s->nslots];
+  return atomic_load_explicit(&d->posted, memory_order_acquire) == s->recv_head + 1 ? d : NULL;
 }
 
 static zccResult_t shm_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
@@ -303,9 +324,10 @@ static zccResult_t shm_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
     char *out;
     if (x->done == 0 && atomic_load_explicit(s->peer_failed, memory_order_acquire) == SHM_FAILED)
       return peer_failed(conn, s); /* it will not take them */
-    while (x->done < x->avail && (out = send_slot(s)) != NULL) {
+    for (;;) {
       size_t n = x->avail - x->done;
       if (n > s->slot_size) n = s->slot_size;
+      if (!n || !(out = send_slot(s, n))) break;
       memcpy(out, (const char *)x->src + x->done, n);
       send_post(s, n, x);
       x->done += n;
@@ -314,10 +336,9 @@ static zccResult_t shm_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
     return zccSuccess;
   }
   size_t tsize = x->red ? zcc_type_size(x->type) : 1;
-  uint64_t tail = atomic_load_explicit(&s->recv->tail, memory_order_acquire);
-  while (x->done < x->bytes && s->recv_head < tail) {
+  const shm_desc_t *d;
+  while (x->done < x->bytes && (d = recv_desc(s)) != NULL) {
     uint32_t idx = (uint32_t)(s->recv_head % s->nslots);
-    const shm_desc_t *d = &s->recv->desc[idx];
     if (x->done == 0) {
       /* A new transfer: the peer must be live and sending this very call. */
       if (atomic_load_explicit(s->peer_failed, memory_order_acquire) == SHM_FAILED &&
@@ -338,7 +359,8 @@ static zccResult_t shm_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
                        "rank %d began a new transfer inside one of %zu bytes (sizes differ "
                        "between the ranks)", conn->peer, x->bytes);
     }
-    const char *slot = s->recv_data + (size_t)idx * s->slot_size + s->recv_off;
+    const char *slot = (d->size <= SHM_INLINE ? d->inl : s->recv_data + (size_t)idx * s->slot_size) +
+                       s->recv_off;
     size_t avail = d->size - s->recv_off;
     size_t n = x->bytes - x->done;
     if (n > avail) n = avail;
@@ -352,10 +374,10 @@ static zccResult_t shm_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
        dst later. */
     zcc_xfer_t *f = x->fwd_ready;
     shm_conn_t *fs = f && f->conn->ops == &zcc_transport_shm ? f->conn->priv : NULL;
-    char *out = fs ? send_slot(fs) : NULL;
-    if (out && n > fs->slot_size) n = fs->slot_size;
+    if (fs && n > fs->slot_size) n = fs->slot_size;
+    char *out = fs ? send_slot(fs, n) : NULL;
     if (x->red)
-      zcc_reduce2(dst, out, (const char *)x->red + x->done, slot, n / tsize, x->type, x->op);
+      zcc_xfer_reduce(x, dst, out, slot, n / tsize);
     else {
       memcpy(dst, slot, n);
       if (out) memcpy(out, slot, n);
@@ -382,8 +404,7 @@ static zccResult_t shm_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
 /* A slot the sender posted that this side has not finished reading. */
 static int shm_pending(zcc_conn_t *conn) {
   shm_conn_t *s = conn->priv;
-  return s && s->base &&
-         atomic_load_explicit(&s->recv->tail, memory_order_acquire) != s->recv_head;
+  return s && s->base && recv_desc(s) != NULL;
 }
 
 static zccResult_t shm_check(zcc_conn_t *conn) {

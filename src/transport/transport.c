@@ -11,6 +11,7 @@
 #include "check.h"
 #include "debug.h"
 #include "param.h"
+#include "reduce.h"
 
 ZCC_PARAM_INT(connect_timeout_ms, "CONNECT_TIMEOUT", 60000,
               "ms allowed for connecting the ranks' transports during init")
@@ -344,4 +345,10 @@ void zcc_transport_free_all(struct zccComm *comm) {
     if (transports[t]->gpu && transports[t]->gpu->win_free) transports[t]->gpu->win_free(comm);
   }
   memset(comm->transport_state, 0, sizeof(comm->transport_state));
+}
+
+void zcc_xfer_reduce(const zcc_xfer_t *x, void *dst, void *dst2, const void *in, size_t n) {
+  const char *own = (const char *)x->red + x->done;
+  if (x->in_first) zcc_reduce2(dst, dst2, in, own, n, x->type, x->op);
+  else zcc_reduce2(dst, dst2, own, in, n, x->type, x->op);
 }
