@@ -4,9 +4,11 @@
 # side. speedup = MPI time / zcc time (above 1: zcc is faster).
 #
 # usage: compare_mpi.sh [-B bindir] [-np N] [-b min] [-e max] [-f factor]
-#                       [-n iters] [-w warmup]
+#                       [-n iters] [-w warmup] [--gloo]
 # Defaults: the directory of this script, -np 2 -b 8 -e 256M -f 2, and the
-# benchmarks' own -n and -w. MPIRUN overrides the mpirun command.
+# benchmarks' own -n and -w. MPIRUN overrides the mpirun command. --gloo
+# adds torch.distributed's gloo (gloo_allreduce_ref.py beside this script,
+# run by GLOO_PYTHON, default /usr/bin/python3) and MPI time / gloo time.
 set -eu
 
 bindir=$(cd "$(dirname "$0")" && pwd)
@@ -16,6 +18,7 @@ maxb=256M
 factor=2
 iters=
 warmup=
+gloo=0
 
 usage() {
   sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
@@ -39,6 +42,10 @@ while [ $# -gt 0 ]; do
         -w) warmup=$2 ;;
       esac
       shift 2
+      ;;
+    --gloo)
+      gloo=1
+      shift
       ;;
     -h|--help)
       usage
@@ -92,23 +99,47 @@ if ! $MPIRUN -np "$np" "$bindir/mpi_allreduce_ref" $common >"$tmp/mpi.txt"; then
   echo "compare_mpi.sh: mpi_allreduce_ref failed" >&2
   exit 1
 fi
+if [ "$gloo" = 1 ]; then
+  py=${GLOO_PYTHON:-/usr/bin/python3}
+  ref=$bindir/gloo_allreduce_ref.py
+  [ -f "$ref" ] || ref=$bindir/zcc_gloo_allreduce_ref.py # installed
+  echo "# gloo: $py $ref -np $np -b $minb -e $maxb -f $factor${iters:+ -n $iters}${warmup:+ -w $warmup}"
+  # shellcheck disable=SC2086
+  if ! "$py" "$ref" -np "$np" -b "$minb" -e "$maxb" -f "$factor" \
+      ${iters:+-n $iters} ${warmup:+-w $warmup} >"$tmp/gloo.txt"; then
+    cat "$tmp/gloo.txt"
+    echo "compare_mpi.sh: gloo_allreduce_ref.py failed" >&2
+    exit 1
+  fi
+else
+  : >"$tmp/gloo.txt"
+fi
 grep '^# zcc ' "$tmp/zcc.txt" || true
 grep '^# mpi_allreduce_ref' "$tmp/mpi.txt" || true
+grep '^# gloo_allreduce_ref' "$tmp/gloo.txt" || true
 
 # Rows: size count type redop root | time algbw busbw #wrong (out-of-place) | in-place.
-awk '
-  FNR == 1 { file++ }
+awk -v gloo="$gloo" '
+  FNR == 1 { file = FILENAME }
   /^ *[0-9]/ {
-    if (file == 1) { zt[$1] = $6; zb[$1] = $8; order[++n] = $1 }
-    else { mt[$1] = $6; mb[$1] = $8 }
+    if (file ~ /zcc.txt$/) { zt[$1] = $6; zb[$1] = $8; order[++n] = $1 }
+    else if (file ~ /mpi.txt$/) { mt[$1] = $6; mb[$1] = $8 }
+    else { gt[$1] = $6; gb[$1] = $8 }
   }
   END {
     printf "# out-of-place, float32 sum; speedup = MPI time / zcc time\n"
-    printf "%12s  %12s  %12s  %10s  %10s  %8s\n", "size(B)", "zcc time(us)", "MPI time(us)", "zcc busbw", "MPI busbw", "speedup"
+    printf "%12s  %12s  %12s  %10s  %10s  %8s", "size(B)", "zcc time(us)", "MPI time(us)", "zcc busbw", "MPI busbw", "speedup"
+    if (gloo) printf "  %13s  %10s  %8s", "gloo time(us)", "gloo busbw", "vs gloo"
+    printf "\n"
     for (i = 1; i <= n; i++) {
       s = order[i]
       if (!(s in mt)) continue
       ratio = (zt[s] > 0) ? sprintf("%8.2f", mt[s] / zt[s]) : sprintf("%8s", "-")
-      printf "%12s  %12s  %12s  %10s  %10s  %s\n", s, zt[s], mt[s], zb[s], mb[s], ratio
+      printf "%12s  %12s  %12s  %10s  %10s  %s", s, zt[s], mt[s], zb[s], mb[s], ratio
+      if (gloo) {
+        if (s in gt) printf "  %13s  %10s  %8.2f", gt[s], gb[s], (zt[s] > 0 ? gt[s] / zt[s] : 0)
+        else printf "  %13s  %10s  %8s", "-", "-", "-"
+      }
+      printf "\n"
     }
-  }' "$tmp/zcc.txt" "$tmp/mpi.txt"
+  }' "$tmp/zcc.txt" "$tmp/mpi.txt" "$tmp/gloo.txt"
