@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The host performance report of docs/perf/host.md, in one run: machine and
 # versions, the memory-bandwidth ceiling (membw on both cores), and zcc's
-# allreduce beside Open MPI's (tools/compare_mpi.sh), 2 ranks, float32 sum,
-# 8 B to 256 MiB. Builds build/ first if needed. Run it on a quiet machine.
+# allreduce beside Open MPI's and gloo's (tools/compare_mpi.sh --gloo, gloo
+# when /usr/bin/python3 has torch), float32 sum, 8 B to 256 MiB, for each
+# rank count of HOST_PERF_NP (default "2 4 8"). Builds build/ first if
+# needed. Run it on a quiet machine.
 # Usage: scripts/host_perf.sh [BUILD_DIR]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -23,5 +25,13 @@ for b in 1M 2M 4M 8M 16M 32M 64M 128M 256M; do
   "$build/tools/membw" -b "$b" -t 2 -n 20 | tail -n 1 | awk -v b="$b" '{printf "%6s per-core %6.2f GB/s\n", b, $2}'
 done
 echo
-echo "## allreduce, 2 ranks, float32 sum (compare_mpi.sh)"
-"$build/tools/compare_mpi.sh" -B "$build/tools" -b 8 -e 256M -f 2 -n 50 -w 5
+gloo=
+if /usr/bin/python3 -c 'import torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null; then
+  gloo=--gloo
+  echo "# gloo: torch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)')"
+fi
+for np in ${HOST_PERF_NP:-2 4 8}; do
+  echo
+  echo "## allreduce, $np ranks, float32 sum (compare_mpi.sh $gloo)"
+  "$build/tools/compare_mpi.sh" -B "$build/tools" -np "$np" -b 8 -e 256M -f 2 -n 50 -w 5 $gloo
+done

@@ -10,6 +10,7 @@
  * shuts the connection down.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,9 +38,23 @@ typedef struct hello {
   int32_t to_rank;
 } hello_t;
 
+/* An accepted connection still proving itself (secret, then hello). */
+typedef struct greeting {
+  int fd;
+  int64_t deadline_ns;
+  zcc_auth_server_state_t auth;
+  hello_t hello;
+  size_t hello_got;
+} greeting_t;
+
+/* A stranger that says nothing is dropped after this; it delays nobody. */
+#define GREETING_MS 5000
+
 typedef struct sock_state {
   int listen_fd;
   int *pending; /* [nranks]: accepted, authenticated fds not yet claimed */
+  greeting_t *greet; /* accepted connections in their handshake, all at once */
+  int ngreet, cap_greet;
 } sock_state_t;
 
 typedef struct sock_conn {
@@ -86,30 +101,120 @@ static zccResult_t sock_comm_setup(struct zccComm *comm, zcc_peer_info_t *self) 
   if (comm->nranks == 1) return zccSuccess;
   zcc_sockaddr_t addr = *zcc_bootstrap_addr(comm->bootstrap);
   zcc_sockaddr_set_port(&addr, 0);
-  ZCC_CHECK(zcc_socket_listen(&addr, comm->nranks + 16, &st->listen_fd));
+  /* A deep backlog: strangers queued ahead of a peer must not make the
+     kernel drop its connection (accept_some takes them all at once). */
+  ZCC_CHECK(zcc_socket_listen(&addr, 4096, &st->listen_fd));
   self->net_addr = addr;
   char buf[ZCC_SOCKADDR_STRLEN];
   ZCC_INFO(NET, "socket transport listening on %s", zcc_sockaddr_str(&addr, buf));
   return zccSuccess;
 }
 
-static zccResult_t accept_one(struct zccComm *comm, sock_state_t *st, const zcc_wait_t *w) {
-  int fd = -1;
-  ZCC_CHECK(zcc_socket_accept(st->listen_fd, &fd, w));
-  zcc_wait_t hw = zcc_wait_in(5000, &comm->abort_flag, "socket handshake");
-  if (hw.deadline_ns > w->deadline_ns) hw.deadline_ns = w->deadline_ns;
-  hello_t h;
-  if (zcc_socket_auth_server(fd, comm->secret, comm->hash, &hw) != zccSuccess ||
-      zcc_socket_recv_all(fd, &h, sizeof(h), &hw) != zccSuccess ||
-      h.magic != HELLO_MAGIC || h.comm_hash != comm->hash || h.to_rank != comm->rank ||
-      h.from_rank <= comm->rank || h.from_rank >= comm->nranks ||
-      st->pending[h.from_rank] >= 0) {
-    ZCC_WARN("socket: dropped a connection that did not prove membership of comm %s",
-             comm->name);
-    zcc_socket_close(&fd);
-    return zccSuccess;
+static void greet_drop(struct zccComm *comm, sock_state_t *st, int i, const char *why) {
+  ZCC_WARN("socket: dropped a connection that did not prove membership of comm %s (%s)",
+           comm->name, why);
+  zcc_socket_close(&st->greet[i].fd);
+  st->greet[i] = st->greet[--st->ngreet];
+}
+
+/* One step of greeting i: 1 proven (its hello names a peer we wait for),
+   0 more to come, -1 not a member (why says so). */
+static int greet_step(struct zccComm *comm, sock_state_t *st, greeting_t *g, const char **why) {
+  if (g->auth.phase < 2) {
+    int r = zcc_socket_auth_server_step(g->fd, &g->auth, comm->secret, comm->hash);
+    if (r <= 0) {
+      *why = "no proof of the secret";
+      return r;
+    }
   }
-  st->pending[h.from_rank] = fd;
+  while (g->hello_got < sizeof(g->hello)) {
+    ssize_t n = recv(g->fd, (char *)&g->hello + g->hello_got, sizeof(g->hello) - g->hello_got,
+                     MSG_DONTWAIT);
+    if (n > 0) {
+      g->hello_got += (size_t)n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    *why = "closed before its hello";
+    return -1;
+  }
+  const hello_t *h = &g->hello;
+  if (h->magic != HELLO_MAGIC || h->comm_hash != comm->hash || h->to_rank != comm->rank ||
+      h->from_rank <= comm->rank || h->from_rank >= comm->nranks ||
+      st->pending[h->from_rank] >= 0) {
+    *why = "a hello for another connection";
+    return -1;
+  }
+  return 1;
+}
+
+/*
+ * Accept what comes within timeout_ms and move every handshake on at once
+ * (non-blocking, each with its own deadline): a stranger that connects and
+ * stays silent costs the real peers nothing. Proven connections go to
+ * st->pending by the rank they name.
+ */
+static zccResult_t accept_some(struct zccComm *comm, sock_state_t *st, int timeout_ms) {
+  struct pollfd stack[64], *pfd = stack;
+  int n = st->ngreet + 1;
+  if (n > 64 && !(pfd = malloc(sizeof(*pfd) * (size_t)n)))
+    return zcc_error(zccSystemError, "socket: out of memory");
+  pfd[0] = (struct pollfd){st->listen_fd, POLLIN, 0};
+  for (int i = 0; i < st->ngreet; i++) pfd[i + 1] = (struct pollfd){st->greet[i].fd, POLLIN, 0};
+  int r = poll(pfd, (nfds_t)n, timeout_ms);
+  if (r < 0 && errno != EINTR) {
+    if (pfd != stack) free(pfd);
+    return zcc_error(zccSystemError, "socket: poll failed: %s", strerror(errno));
+  }
+  int64_t now = zcc_now_ns();
+  /* Step the greetings from the back, so that a drop (which moves the last
+     one into its place) never skips one that has not been looked at. */
+  for (int i = st->ngreet - 1; i >= 0; i--) {
+    greeting_t *g = &st->greet[i];
+    const char *why = "no hello in time";
+    int s = r > 0 && pfd[i + 1].revents ? greet_step(comm, st, g, &why) : 0;
+    if (s > 0) {
+      st->pending[g->hello.from_rank] = g->fd;
+      st->greet[i] = st->greet[--st->ngreet];
+    } else if (s < 0 || now >= g->deadline_ns) {
+      greet_drop(comm, st, i, why);
+    }
+  }
+  int accept_ready = r > 0 && (pfd[0].revents & POLLIN);
+  if (pfd != stack) free(pfd);
+  while (accept_ready) {
+    int fd = accept4(st->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        ZCC_WARN("socket: accept failed: %s", strerror(errno));
+      break;
+    }
+    zcc_socket_tune(fd);
+    if (st->ngreet == st->cap_greet) {
+      int cap = st->cap_greet ? 2 * st->cap_greet : 16;
+      greeting_t *g = realloc(st->greet, sizeof(*g) * (size_t)cap);
+      if (!g) {
+        close(fd);
+        return zcc_error(zccSystemError, "socket: out of memory");
+      }
+      st->greet = g;
+      st->cap_greet = cap;
+    }
+    st->greet[st->ngreet++] = (greeting_t){.fd = fd,
+                                           .deadline_ns = now + GREETING_MS * 1000000LL};
+    /* its first message may be there already */
+    greeting_t *g = &st->greet[st->ngreet - 1];
+    const char *why = "";
+    int s = greet_step(comm, st, g, &why);
+    if (s > 0) {
+      st->pending[g->hello.from_rank] = g->fd;
+      st->ngreet--;
+    } else if (s < 0) {
+      greet_drop(comm, st, st->ngreet - 1, why);
+    }
+  }
   return zccSuccess;
 }
 
@@ -136,12 +241,8 @@ static zccResult_t sock_connect(zcc_conn_t *conn, zcc_connect_phase_t phase) {
     while (st->pending[conn->peer] < 0) {
       ZCC_CHECK(zcc_wait_check(&w));
       ZCC_CHECK(zcc_bootstrap_peer_check(comm->bootstrap, conn->peer));
-      /* Accept in slices, so that the peer's death is seen while waiting. */
-      zcc_wait_t slice = zcc_wait_in(100, &comm->abort_flag, "socket connect");
-      if (slice.deadline_ns > w.deadline_ns) slice.deadline_ns = w.deadline_ns;
-      zccResult_t res = accept_one(comm, st, &slice);
-      if (res == zccTimeout && zcc_now_ns() < w.deadline_ns) continue;
-      ZCC_CHECK(res);
+      /* In slices, so that the peer's death is seen while waiting. */
+      ZCC_CHECK(accept_some(comm, st, 100));
     }
     s->fd = st->pending[conn->peer];
     st->pending[conn->peer] = -1;
@@ -472,6 +573,8 @@ static void sock_comm_free(struct zccComm *comm) {
   if (!st) return;
   zcc_socket_close(&st->listen_fd);
   for (int i = 0; i < comm->nranks; i++) zcc_socket_close(&st->pending[i]);
+  for (int i = 0; i < st->ngreet; i++) zcc_socket_close(&st->greet[i].fd);
+  free(st->greet);
   free(st->pending);
   free(st);
   *zcc_transport_slot(comm, &zcc_transport_socket) = NULL;

@@ -25,9 +25,13 @@
  *               although ZCC_CONNECT_TIMEOUT and ZCC_TIMEOUT are 60 s.
  *   strangers   1000 silent connections on every listening port of both ranks
  *               (bootstrap listeners, and the socket transport's), then a
- *               split; and 1000 on a new id's root, then an init: each takes
- *               under 1 s (the issue's target is 100 ms over the same step
- *               without strangers; both are printed as figures).
+ *               split; and 1000 on a new id's root, then an init; and 1000
+ *               on each port a new communicator opens while it connects
+ *               (its socket transport's listener among them; rank 1's
+ *               connect calls wait 500 ms each, an interposed connect(2),
+ *               so that they land first): each takes under 1 s (the issue's
+ *               target is 100 ms over the same step without strangers;
+ *               the times are printed as figures).
  *   sigstop     rank 1 stops itself (SIGSTOP) between allreduces: rank 0's
  *               next one is zccTimeout within ZCC_TIMEOUT (1 s) + 2 s.
  *   cycles      200 (ZCC_TEST_CYCLES) split/allreduce/destroy cycles on both ranks leave the
@@ -67,6 +71,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <netinet/in.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <sys/socket.h>
 #include <signal.h>
@@ -88,6 +93,8 @@ typedef struct {
   zt_barrier_t bar2;
   zccUniqueId id2; /* the survivors' new communicator */
   atomic_int id2_ready;
+  zccUniqueId id3; /* strangers: a communicator flooded while it connects */
+  atomic_int id3_ready;
   atomic_int flag;
   double mark;
   int kind; /* the case's variant */
@@ -393,14 +400,14 @@ static int initdeath_rank(int rank, int nranks, const zccUniqueId *id, void *arg
 
 /* Listening TCP sockets of pid, from /proc. Returns how many (at most max). */
 static int listening_addrs(pid_t pid, struct sockaddr_storage *out, socklen_t *lens, int max) {
-  unsigned long inodes[512];
+  static unsigned long inodes[16384]; /* the floods' fds are in the process too */
   int ninodes = 0, n = 0;
   char path[64];
   snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
   DIR *d = opendir(path);
   if (!d) return 0;
   struct dirent *e;
-  while ((e = readdir(d)) && ninodes < 512) {
+  while ((e = readdir(d)) && ninodes < 16384) {
     char link[PATH_MAX], target[128];
     snprintf(link, sizeof(link), "%s/%s", path, e->d_name);
     ssize_t len = readlink(link, target, sizeof(target) - 1);
@@ -454,6 +461,63 @@ static int flood(pid_t pid, int count, int *fds, int maxfds) {
       fds[n++] = fd;
     }
   return n;
+}
+
+/*
+ * connect(2) as libzcc calls it (this program's definition comes first):
+ * while delay_connects is set, each waits CONNECT_DELAY_S before it goes
+ * out, so that strangers reach a listener before the rank it waits for.
+ */
+#define CONNECT_DELAY_S 0.5
+static atomic_int delay_connects, connect_delays;
+int connect(int fd, const struct sockaddr *addr, socklen_t len) {
+  static int (*real)(int, const struct sockaddr *, socklen_t);
+  if (!real) real = (int (*)(int, const struct sockaddr *, socklen_t))dlsym(RTLD_NEXT, "connect");
+  if (atomic_load(&delay_connects)) {
+    atomic_fetch_add(&connect_delays, 1);
+    zt_sleep(CONNECT_DELAY_S);
+  }
+  return real(fd, addr, len);
+}
+
+typedef struct {
+  pid_t pid;
+  struct sockaddr_storage known[16];
+  socklen_t known_lens[16];
+  int nknown, nports, nfds;
+  atomic_int stop;
+  int fds[4 * STRANGERS];
+} flood_arg_t;
+
+/* Until stopped (or 5 s): flood each listening port of pid not known yet. */
+static void *flood_new_ports(void *arg) {
+  flood_arg_t *fa = arg;
+  double t0 = zt_now();
+  while (!atomic_load(&fa->stop) && zt_now() - t0 < 5) {
+    struct sockaddr_storage addrs[16];
+    socklen_t lens[16];
+    int na = listening_addrs(fa->pid, addrs, lens, 16);
+    for (int a = 0; a < na && fa->nknown < 16; a++) {
+      int seen = 0;
+      for (int k = 0; k < fa->nknown; k++)
+        seen |= memcmp(&fa->known[k], &addrs[a], lens[a]) == 0;
+      if (seen) continue;
+      fa->known[fa->nknown] = addrs[a];
+      fa->known_lens[fa->nknown++] = lens[a];
+      fa->nports++;
+      for (int k = 0; k < STRANGERS && fa->nfds < 4 * STRANGERS; k++) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) break;
+        if (connect(fd, (struct sockaddr *)&addrs[a], lens[a]) != 0 && errno != EINPROGRESS) {
+          close(fd);
+          continue;
+        }
+        fa->fds[fa->nfds++] = fd;
+      }
+    }
+    zt_sleep(0.002);
+  }
+  return NULL;
 }
 
 static int strangers_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
@@ -519,6 +583,55 @@ static int strangers_rank(int rank, int nranks, const zccUniqueId *id, void *arg
   ZT_CHECK(rc == zccSuccess && dt < 1.0, "init with strangers at the root and every port: %s "
            "after %.3f s", zt_rc_name(rc), dt);
   if (c2) zccCommDestroy(c2);
+  for (int i = 0; i < nfds; i++) close(fds[i]);
+  nfds = 0;
+  /* Strangers on the ports a new communicator opens, while it connects:
+     rank 0 floods each new listening port of its own as it appears; rank
+     1 joins 300 ms late, so that they are there before it connects. */
+  flood_arg_t fa = {.pid = getpid()};
+  pthread_t flooder;
+  int flooding = 0;
+  if (rank == 0) {
+    fa.nknown = listening_addrs(getpid(), fa.known, fa.known_lens, 16);
+    if (ZT_EXPECT_RC(zccSuccess, zccGetUniqueId(&sh->id3))) {
+      flooding = pthread_create(&flooder, NULL, flood_new_ports, &fa) == 0;
+      atomic_store(&sh->id3_ready, 1);
+    }
+  } else {
+    double tw = zt_now();
+    while (!atomic_load(&sh->id3_ready) && zt_now() - tw < 20) zt_sleep(0.001);
+    atomic_store(&connect_delays, 0);
+    atomic_store(&delay_connects, 1);
+  }
+  zccComm_t c3 = NULL;
+  t0 = zt_now();
+  rc = zt_comm_init_host(&c3, nranks, &sh->id3, rank);
+  dt = zt_now() - t0;
+  if (rank == 1) {
+    atomic_store(&delay_connects, 0);
+    dt -= CONNECT_DELAY_S * atomic_load(&connect_delays);
+  }
+  if (flooding) {
+    atomic_store(&fa.stop, 1);
+    pthread_join(flooder, NULL);
+    zt_log("%d silent connections on %d port(s) opened by the new communicator", fa.nfds,
+           fa.nports);
+    ZT_CHECK(fa.nports > 0, "found no new listening port to flood during init");
+  }
+  if (rank == 1) {
+    figure("strangers-connect", dt, rc);
+    ZT_CHECK(rc == zccSuccess && dt < 1.0, "init joining a communicator whose ports were "
+             "flooded while it connected: %s after %.3f s (less %d connect delays)",
+             zt_rc_name(rc), dt, atomic_load(&connect_delays));
+  }
+  if (rc == zccSuccess) {
+    float v = 1, o = 0;
+    rc = zccAllReduce(&v, &o, 1, zccFloat, zccSum, c3, NULL);
+    ZT_CHECK(rc == zccSuccess && o == nranks, "allreduce on the flooded communicator: %s %g",
+             zt_rc_name(rc), o);
+    zccCommDestroy(c3);
+  }
+  for (int i = 0; i < fa.nfds; i++) close(fa.fds[i]);
   for (int i = 0; i < nfds; i++) close(fds[i]);
   zccCommDestroy(comm);
   return 0;
