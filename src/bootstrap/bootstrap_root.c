@@ -1,8 +1,14 @@
 /*
- * Bootstrap root: a detached thread that serves one rendezvous. Ranks
- * connect through the gate (bootstrap.c), send {rank, nranks, address}, and
- * once all arrived each gets the address table. Inconsistent ranks end the
- * rendezvous with an error sent to every rank; ZCC_INIT_TIMEOUT bounds it.
+ * Bootstrap roots: each serves one rendezvous. Ranks connect through the
+ * gate (bootstrap.c), send {rank, nranks, address}, and once all arrived
+ * each gets the address table. Inconsistent ranks end the rendezvous with
+ * an error sent to every rank; ZCC_INIT_TIMEOUT bounds it.
+ *
+ * One detached thread per process serves every root at once, and exits
+ * when none is left; a root's gate (its pipes, and the handshake thread)
+ * is made when its first connection comes. So an id that nobody uses
+ * holds its listening socket alone until ZCC_INIT_TIMEOUT, not a thread
+ * and pipes of its own.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -30,7 +36,11 @@ int64_t zcc_bootstrap_init_timeout_ms(void) {
 /* ---- root ---------------------------------------------------------------- */
 
 typedef struct root {
+  struct root *next; /* the service's list */
   gate_t gate;
+  int gate_ready;    /* made at the first connection */
+  uint8_t secret[ZCC_SECRET_BYTES];
+  uint64_t context;
   int listen_fd;
   int64_t deadline_ns;
   int nranks; /* 0 until the first rank says */
@@ -171,81 +181,225 @@ static void root_timeout(root_t *r) {
   root_fail(r, -1, zccTimeout, msg);
 }
 
-static void *root_main(void *arg) {
-  root_t *r = arg;
+/* Polled descriptors of one root, for one round of the service. */
+typedef struct root_poll {
+  root_t *r;
+  int first, count; /* its range in the round's pollfds */
+} root_poll_t;
+
+/* Add r's descriptors (gate wake, listener, arrived ranks) to pfd at n. */
+static int root_fds(root_t *r, struct pollfd *pfd, int *slot, int n) {
+  pfd[n] = (struct pollfd){r->gate_ready ? r->gate.wake[0] : -1, POLLIN, 0};
+  slot[n++] = -1;
+  pfd[n] = (struct pollfd){r->listen_fd >= 0 && (!r->gate_ready || zcc_bootstrap_gate_has_room(&r->gate))
+                               ? r->listen_fd : -1, POLLIN, 0};
+  slot[n++] = -1;
+  for (int i = 0; i < r->nranks; i++)
+    if (r->fds[i] >= 0) {
+      slot[n] = i;
+      pfd[n++] = (struct pollfd){r->fds[i], POLLIN, 0};
+    }
+  return n;
+}
+
+/* One round's events of root r (its fds from first on); 1 once it is over. */
+static int root_events(root_t *r, const struct pollfd *pfd, const int *slot, int first,
+                       int count) {
+  /* an arrived rank must stay silent: readable means it left or misbehaves */
+  for (int k = first + 2; k < first + count; k++) {
+    if (pfd[k].revents == 0)
+      continue;
+    int i = slot[k];
+    ZCC_INFO(BOOT, "bootstrap root %s: rank %d left before the rendezvous completed",
+             r->where, i);
+    zcc_socket_close(&r->fds[i]);
+    r->arrived--;
+  }
+  if (r->nranks > 0 && r->arrived == 0)
+    root_forget(r); /* all left: start afresh */
+  if (pfd[first + 1].revents && r->listen_fd >= 0) {
+    if (!r->gate_ready) {
+      if (zcc_bootstrap_gate_init(&r->gate, r->secret, r->context, INFO_BYTES, r->deadline_ns,
+                                  "bootstrap root") != zccSuccess) {
+        root_fail(r, -1, zccSystemError, "bootstrap root cannot start its handshakes");
+        return 1;
+      }
+      r->gate_ready = 1;
+    }
+    zcc_bootstrap_gate_accept(&r->gate, r->listen_fd);
+  }
+  int done = 0;
+  if (pfd[first].revents) {
+    gate_conn_t *c = zcc_bootstrap_gate_take(&r->gate), *next;
+    for (; c != NULL; c = next) {
+      next = c->next;
+      if (!done)
+        done = root_admit(r, c);
+      zcc_socket_close(&c->fd);
+      free(c);
+    }
+  }
+  return done;
+}
+
+static void root_end(root_t *r) {
+  zcc_socket_close(&r->listen_fd);
+  if (r->gate_ready)
+    zcc_bootstrap_gate_stop(&r->gate);
+  root_forget(r);
+  ZCC_INFO(BOOT, "bootstrap root %s: exiting", r->where);
+  free(r);
+}
+
+/* The service: every root of the process, one poll loop. */
+static pthread_mutex_t svc_lock = PTHREAD_MUTEX_INITIALIZER;
+static root_t *svc_roots;  /* added by zcc_bootstrap_create_root */
+static int svc_running;
+static int svc_kick[2] = {-1, -1}; /* a root was added: poll again */
+
+static void *root_service(void *arg) {
+  (void)arg;
+  root_t *mine = NULL; /* the roots this thread took */
   struct pollfd *pfd = NULL;
   int *slot = NULL;
-  int done = 0;
-  while (!done) {
-    int64_t left_ms = r->deadline_ns == INT64_MAX
-                          ? SLICE_MS
-                          : (r->deadline_ns - zcc_now_ns()) / 1000000;
-    if (left_ms <= 0) {
-      root_timeout(r);
+  root_poll_t *rp = NULL;
+  int cap = 0, rcap = 0;
+  for (;;) {
+    pthread_mutex_lock(&svc_lock);
+    while (svc_roots) {
+      root_t *r = svc_roots;
+      svc_roots = r->next;
+      r->next = mine;
+      mine = r;
+    }
+    if (!mine) {
+      svc_running = 0; /* the next root starts a new service */
+      pthread_mutex_unlock(&svc_lock);
       break;
     }
-    int cap = 2 + r->nranks, n = 0;
-    struct pollfd *np = realloc(pfd, sizeof(*pfd) * (size_t)cap);
-    int *ns = np ? realloc(slot, sizeof(int) * (size_t)cap) : NULL;
-    if (np)
-      pfd = np;
-    if (ns)
-      slot = ns;
-    if (np == NULL || ns == NULL) {
-      root_fail(r, -1, zccSystemError, "bootstrap root out of memory");
-      break;
+    pthread_mutex_unlock(&svc_lock);
+    int need = 1, nroots = 0;
+    for (root_t *r = mine; r; r = r->next) {
+      need += 2 + r->nranks;
+      nroots++;
     }
-    pfd[n++] = (struct pollfd){r->gate.wake[0], POLLIN, 0};
-    pfd[n++] = (struct pollfd){
-        zcc_bootstrap_gate_has_room(&r->gate) ? r->listen_fd : -1, POLLIN, 0};
-    for (int i = 0; i < r->nranks; i++)
-      if (r->fds[i] >= 0) {
-        slot[n] = i;
-        pfd[n++] = (struct pollfd){r->fds[i], POLLIN, 0};
-      }
-    int rc = poll(pfd, (nfds_t)n, left_ms < SLICE_MS ? (int)left_ms : SLICE_MS);
-    if (rc < 0 && errno != EINTR) {
-      ZCC_WARN("bootstrap root %s: poll failed: %s", r->where, strerror(errno));
-      root_fail(r, -1, zccSystemError, "bootstrap root failed in poll");
-      break;
-    }
-    if (rc <= 0)
-      continue;
-    /* an arrived rank must stay silent: readable means it left or misbehaves */
-    for (int k = 2; k < n; k++) {
-      if (pfd[k].revents == 0)
+    if (need > cap || nroots > rcap) {
+      struct pollfd *np = realloc(pfd, sizeof(*pfd) * (size_t)need);
+      if (np) pfd = np;
+      int *ns = np ? realloc(slot, sizeof(int) * (size_t)need) : NULL;
+      if (ns) slot = ns;
+      root_poll_t *nr = ns ? realloc(rp, sizeof(*rp) * (size_t)nroots) : NULL;
+      if (nr) rp = nr;
+      if (!np || !ns || !nr) {
+        poll(NULL, 0, 10); /* out of memory: try again soon */
         continue;
-      int i = slot[k];
-      ZCC_INFO(
-          BOOT,
-          "bootstrap root %s: rank %d left before the rendezvous completed",
-          r->where, i);
-      zcc_socket_close(&r->fds[i]);
-      r->arrived--;
+      }
+      cap = need;
+      rcap = nroots;
     }
-    if (r->nranks > 0 && r->arrived == 0)
-      root_forget(r); /* all left: start afresh */
-    if (pfd[1].revents && r->listen_fd >= 0)
-      zcc_bootstrap_gate_accept(&r->gate, r->listen_fd);
+    int64_t now = zcc_now_ns(), wait_ms = SLICE_MS;
+    int n = 0, k = 0;
+    pfd[n] = (struct pollfd){svc_kick[0], POLLIN, 0};
+    slot[n++] = -1;
+    for (root_t *r = mine; r; r = r->next, k++) {
+      rp[k] = (root_poll_t){r, n, 0};
+      n = root_fds(r, pfd, slot, n);
+      rp[k].count = n - rp[k].first;
+      if (r->deadline_ns != INT64_MAX) {
+        int64_t left = (r->deadline_ns - now) / 1000000;
+        if (left < wait_ms) wait_ms = left < 0 ? 0 : left;
+      }
+    }
+    int rc = poll(pfd, (nfds_t)n, (int)wait_ms);
+    if (rc < 0 && errno != EINTR) {
+      ZCC_WARN("bootstrap roots: poll failed: %s", strerror(errno));
+      poll(NULL, 0, 10);
+      continue;
+    }
     if (pfd[0].revents) {
-      gate_conn_t *c = zcc_bootstrap_gate_take(&r->gate), *next;
-      for (; c != NULL; c = next) {
-        next = c->next;
-        if (!done)
-          done = root_admit(r, c);
-        zcc_socket_close(&c->fd);
-        free(c);
+      char buf[64];
+      while (read(svc_kick[0], buf, sizeof(buf)) > 0) {
+      }
+    }
+    now = zcc_now_ns();
+    root_t **link = &mine;
+    for (int j = 0; j < k; j++) {
+      root_t *r = rp[j].r;
+      int over = 0;
+      if (rc > 0)
+        over = root_events(r, pfd, slot, rp[j].first, rp[j].count);
+      if (!over && now >= r->deadline_ns) {
+        root_timeout(r);
+        over = 1;
+      }
+      /* the list is in the order of rp: unlink r where it stands */
+      while (*link != r)
+        link = &(*link)->next;
+      if (over) {
+        *link = r->next;
+        root_end(r);
+      } else {
+        link = &r->next;
       }
     }
   }
-  zcc_socket_close(&r->listen_fd);
-  zcc_bootstrap_gate_stop(&r->gate);
-  root_forget(r);
   free(pfd);
   free(slot);
-  ZCC_INFO(BOOT, "bootstrap root %s: exiting", r->where);
-  free(r);
+  free(rp);
   return NULL;
+}
+
+/* fork: the child has no service thread; the parent's roots stay the parent's. */
+static void svc_before_fork(void) { pthread_mutex_lock(&svc_lock); }
+static void svc_after_fork_parent(void) { pthread_mutex_unlock(&svc_lock); }
+static void svc_after_fork_child(void) {
+  pthread_mutex_init(&svc_lock, NULL);
+  svc_running = 0;
+  svc_roots = NULL;
+  if (svc_kick[0] >= 0) {
+    close(svc_kick[0]);
+    close(svc_kick[1]);
+  }
+  svc_kick[0] = svc_kick[1] = -1;
+}
+static pthread_once_t svc_once = PTHREAD_ONCE_INIT;
+static void svc_register_fork(void) {
+  pthread_atfork(svc_before_fork, svc_after_fork_parent, svc_after_fork_child);
+}
+
+/* Hand r to the service, starting it if none runs. */
+static zccResult_t service_add(root_t *r) {
+  pthread_once(&svc_once, svc_register_fork);
+  pthread_mutex_lock(&svc_lock);
+  if (svc_kick[0] < 0 && pipe2(svc_kick, O_NONBLOCK | O_CLOEXEC) != 0) {
+    int err = errno;
+    svc_kick[0] = svc_kick[1] = -1;
+    pthread_mutex_unlock(&svc_lock);
+    return zcc_error(zccSystemError, "bootstrap root: pipe2 failed: %s", strerror(err));
+  }
+  if (!svc_running) {
+    pthread_attr_t attr;
+    pthread_t t;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int rc = pthread_create(&t, &attr, root_service, NULL);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+      pthread_mutex_unlock(&svc_lock);
+      return zcc_error(zccSystemError, "cannot start the bootstrap root thread: %s",
+                       strerror(rc));
+    }
+    svc_running = 1;
+  }
+  r->next = svc_roots;
+  svc_roots = r;
+  char c = 1;
+  ssize_t w;
+  do {
+    w = write(svc_kick[1], &c, 1);
+  } while (w < 0 && errno == EINTR);
+  pthread_mutex_unlock(&svc_lock);
+  return zccSuccess;
 }
 
 zccResult_t zcc_bootstrap_create_root(zccUniqueId *id,
@@ -296,29 +450,15 @@ zccResult_t zcc_bootstrap_create_root(zccUniqueId *id,
   int64_t timeout_ms = zcc_param_init_timeout_ms();
   r->deadline_ns =
       timeout_ms > 0 ? zcc_now_ns() + timeout_ms * 1000000LL : INT64_MAX;
-  ZCC_CHECK_GOTO(
-      zcc_bootstrap_gate_init(&r->gate, u.secret,
-                              zcc_bootstrap_id_hash(&u) ^ ROOT_CONTEXT_SALT,
-                              INFO_BYTES, r->deadline_ns, "bootstrap root"),
-      res, close_listen);
-  pthread_attr_t attr;
-  pthread_t t;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  int rc = pthread_create(&t, &attr, root_main, r);
-  pthread_attr_destroy(&attr);
-  if (rc != 0) {
-    res = zcc_error(zccSystemError,
-                    "cannot start the bootstrap root thread: %s", strerror(rc));
-    goto stop_gate;
-  }
+  memcpy(r->secret, u.secret, ZCC_SECRET_BYTES);
+  r->context = zcc_bootstrap_id_hash(&u) ^ ROOT_CONTEXT_SALT;
   ZCC_INFO(BOOT, "bootstrap root listening on %s (timeout %lld ms)", r->where,
            (long long)timeout_ms);
   memset(id, 0, sizeof(*id));
   memcpy(id->internal, &u, sizeof(u));
+  /* Last: once the service has r, it may end and free it at any time. */
+  ZCC_CHECK_GOTO(service_add(r), res, close_listen);
   return zccSuccess;
-stop_gate:
-  zcc_bootstrap_gate_stop(&r->gate);
 close_listen:
   zcc_socket_close(&r->listen_fd);
 free_root:

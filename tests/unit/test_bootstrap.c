@@ -321,6 +321,47 @@ static void test_root_init_timeout(void **state) {
   assert_true(zcc_now_ns() - t0 < 1500000000LL);
 }
 
+/* Entries of /proc/<this process>/<what> (task: threads, fd: descriptors). */
+static int count_entries(const char *what) {
+  char cmd[128];
+  snprintf(cmd, sizeof(cmd), "ls /proc/%d/%s | wc -l", (int)getpid(), what);
+  FILE *p = popen(cmd, "r");
+  int n = -1;
+  if (p) {
+    if (fscanf(p, "%d", &n) != 1) n = -1;
+    pclose(p);
+  }
+  return n;
+}
+
+/* Ids nobody uses hold their listening sockets only: one thread serves
+   every root of the process (none of its own each, no pipes of their
+   own); a root that is used still completes, and the thread ends with the
+   last root. */
+static void test_unused_ids_are_cheap(void **state) {
+  setenv("ZCC_INIT_TIMEOUT", "1500", 1);
+  zcc_param_reload();
+  int64_t t0 = zcc_now_ns();
+  /* the roots of the tests before are gone by now or soon */
+  int threads0 = count_entries("task"), fds0 = count_entries("fd");
+  zccUniqueId ids[20];
+  for (int i = 0; i < 20; i++) make_root(&ids[i]);
+  unsetenv("ZCC_INIT_TIMEOUT");
+  zcc_param_reload();
+  int threads = count_entries("task"), fds = count_entries("fd");
+  print_message("20 unused ids: threads %d -> %d, fds %d -> %d\n", threads0, threads, fds0, fds);
+  assert_true(threads <= threads0 + 1);
+  assert_true(fds <= fds0 + 20 + 2); /* the listeners, the service's pipe */
+  rank_ctx_t ctx[2];
+  run_ranks(&ids[7], 2, NULL, 2, 5000, NULL, ctx);
+  expect_all_ok(ctx, 2);
+  /* after ZCC_INIT_TIMEOUT: the service ended with the last root */
+  while (zcc_now_ns() - t0 < 2500000000LL) usleep(50000);
+  int threads2 = count_entries("task");
+  print_message("after the timeout: threads %d\n", threads2);
+  assert_true(threads2 <= threads0);
+}
+
 static void test_abort_during_init(void **state) {
   zccUniqueId id;
   make_root(&id);
@@ -498,6 +539,7 @@ int main(void) {
       cmocka_unit_test(test_stranger_at_rank),
       cmocka_unit_test(test_missing_rank_times_out),
       cmocka_unit_test(test_root_init_timeout),
+      cmocka_unit_test(test_unused_ids_are_cheap),
       cmocka_unit_test(test_abort_during_init),
       cmocka_unit_test(test_inconsistent_ranks),
       cmocka_unit_test(test_peer_closes_mid_recv),
