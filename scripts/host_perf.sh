@@ -33,5 +33,7 @@ fi
 for np in ${HOST_PERF_NP:-2 4 8}; do
   echo
   echo "## allreduce, $np ranks, float32 sum (compare_mpi.sh $gloo)"
-  "$build/tools/compare_mpi.sh" -B "$build/tools" -np "$np" -b 8 -e 256M -f 2 -n 50 -w 5 $gloo
+  iters=50
+  [ "$np" -gt 2 ] && iters=20 # oversubscribed: every library is slow at 256 MiB
+  "$build/tools/compare_mpi.sh" -B "$build/tools" -np "$np" -b 8 -e 256M -f 2 -n $iters -w 5 $gloo
 done

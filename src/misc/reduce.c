@@ -300,6 +300,22 @@ typedef void (*zr_avg_fn)(void *dst, const void *src, size_t n, int nranks);
       pb += B;                                                                \
       pd += B;                                                                \
     }                                                                         \
+    /* the partial block: whole 32-byte vectors, then single elements */     \
+    enum { S = 32 / sizeof(T) };                                              \
+    for (; n >= S; n -= S) {                                                  \
+      for (size_t i = 0; i < S; i++) {                                        \
+        T u = pa[i], v = pb[i];                                               \
+        r[i] = (T)(EXPR);                                                     \
+      }                                                                       \
+      for (size_t i = 0; i < S; i++) pd[i] = r[i];                            \
+      if (pd2) {                                                              \
+        for (size_t i = 0; i < S; i++) pd2[i] = r[i];                         \
+        pd2 += S;                                                             \
+      }                                                                       \
+      pa += S;                                                                \
+      pb += S;                                                                \
+      pd += S;                                                                \
+    }                                                                         \
     for (size_t i = 0; i < n; i++) {                                          \
       T u = pa[i], v = pb[i];                                                 \
       r[i] = (T)(EXPR);                                                       \
