@@ -131,6 +131,36 @@ static void bind_views(shm_conn_t *s) {
   s->peer_msg = h->fail_msg[1 - me];
 }
 
+/*
+ * Map what small and medium transfers touch before any flows: the
+ * descriptors and the first page of every slot, both ways, into this
+ * side's page tables (each side once, before the first transfer), so that
+ * the first operations of each size pay no page faults (with ranks
+ * sharing cores a fault could cost a scheduling round). Only where the
+ * host has few ranks: 128 KiB per pair stays committed.
+ */
+#define SHM_PREFAULT_MAX_LOCAL 32
+static void prefault(shm_conn_t *s, const struct zccComm *comm, int creator) {
+  int local = 0;
+  for (int r = 0; r < comm->nranks; r++)
+    local += comm->peers[r].host_hash == comm->peers[comm->rank].host_hash;
+  if (local > SHM_PREFAULT_MAX_LOCAL) return;
+  for (int dir = 0; dir < 2; dir++) {
+    shm_fifo_t *f = dir ? s->recv : s->send;
+    char *data = dir ? s->recv_data : s->send_data;
+    for (uint32_t i = 0; i < s->nslots; i++) {
+      volatile char *d = (volatile char *)&f->desc[i], *b = data + (size_t)i * s->slot_size;
+      if (creator) { /* no transfer runs yet: these bytes are nobody's */
+        *d = 0;
+        *b = 0;
+      } else { /* the creator made the pages: map them */
+        (void)*d;
+        (void)*b;
+      }
+    }
+  }
+}
+
 static zccResult_t shm_create(zcc_conn_t *conn, shm_conn_t *s) {
   int64_t nslots = zcc_param_shm_nslots();
   int64_t slot = zcc_param_shm_slot_size();
@@ -165,6 +195,7 @@ static zccResult_t shm_create(zcc_conn_t *conn, shm_conn_t *s) {
   h->slot_size = (uint32_t)s->slot_size;
   h->magic = SHM_MAGIC;
   bind_views(s);
+  prefault(s, conn->comm, 1);
   ZCC_INFO(SHM, "created %s: %u slots of %zu bytes each way", s->name, s->nslots,
            s->slot_size);
   return zccSuccess;
@@ -194,6 +225,7 @@ static zccResult_t shm_attach(zcc_conn_t *conn, shm_conn_t *s) {
   s->nslots = h->nslots;
   s->slot_size = h->slot_size;
   bind_views(s);
+  prefault(s, conn->comm, 0);
   /* Both sides have it mapped now: a creator that dies before its FINISH
      phase leaves no segment behind. */
   shm_unlink(s->name);
