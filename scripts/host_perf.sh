@@ -33,6 +33,8 @@ fi
 for np in ${HOST_PERF_NP:-2 4 8}; do
   echo
   echo "## allreduce, $np ranks, float32 sum (compare_mpi.sh $gloo)"
+  # where the VM's two cores are placed just now (small messages follow it)
+  "$build/tools/membw" -l | tail -n 1 | sed 's/^ */# cache-line latency between the cores: /'
   iters=50
   [ "$np" -gt 2 ] && iters=20 # oversubscribed: every library is slow at 256 MiB
   "$build/tools/compare_mpi.sh" -B "$build/tools" -np "$np" -b 8 -e 256M -f 2 -n $iters -w 5 $gloo
