@@ -275,6 +275,46 @@ static zccResult_t direct_reduce(zcc_plan_t *p, const char *sb, size_t stride, c
     batch_end(p);
     return local_avg(p, rb, count);
   }
+  if (root < 0 && stride == 0 && n > 2 && p->comm->oversubscribed) {
+    /*
+     * More ranks than CPUs: every rank runs only when the scheduler lets
+     * it, so each message costs turns. Gather to rank 0, which reduces in
+     * rank order (the same bits as below), and send the result back: 2(n-1)
+     * messages instead of n(n-1).
+     */
+    if (r != 0) {
+      ZCC_CHECK(batch_begin(p));
+      ZCC_CHECK(send_to(p, 0, sb, bytes));
+      if (rb == sb) { /* the result may land while the send still reads */
+        ZCC_CHECK(alloc_tmp(p, bytes));
+        ZCC_CHECK(recv_from(p, 0, p->tmp, NULL, bytes));
+        batch_end(p);
+        ZCC_CHECK(local_copy(p, rb, p->tmp, bytes));
+      } else {
+        ZCC_CHECK(recv_from(p, 0, rb, NULL, bytes));
+        batch_end(p);
+      }
+      return zccSuccess; /* avg: rank 0 divided already */
+    }
+    ZCC_CHECK(alloc_tmp(p, (size_t)n * bytes));
+    char *tmp = p->tmp;
+    ZCC_CHECK(batch_begin(p));
+    for (int peer = 1; peer < n; peer++)
+      ZCC_CHECK(recv_from(p, peer, tmp + (size_t)peer * bytes, NULL, bytes));
+    batch_end(p);
+    const char *few[16];
+    const char **srcs = n <= 16 ? few : calloc((size_t)n, sizeof(*srcs));
+    if (!srcs) return zcc_error(zccSystemError, "%s: out of memory", zcc_coll_name(p->coll));
+    for (int i = 0; i < n; i++) srcs[i] = i == 0 ? sb : tmp + (size_t)i * bytes;
+    zccResult_t res = reduce_in_order(p, rb, srcs, tmp, count);
+    if (srcs != few) free(srcs);
+    ZCC_CHECK(res);
+    ZCC_CHECK(local_avg(p, rb, count));
+    ZCC_CHECK(batch_begin(p));
+    for (int peer = 1; peer < n; peer++) ZCC_CHECK(send_to(p, peer, rb, bytes));
+    batch_end(p);
+    return zccSuccess;
+  }
   ZCC_CHECK(batch_begin(p));
   if (root >= 0 && r != root) {
     ZCC_CHECK(send_to(p, root, sb, bytes));

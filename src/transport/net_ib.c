@@ -55,7 +55,7 @@ ZCC_PARAM_INT(
 #define IB_DEPTH ZCC_NET_MAX_REQUESTS
 #define IB_HANDLE_MAGIC 0x7a636962u /* "zcib" */
 #define IB_SIDE_MAGIC 0x7a636973u   /* side channel hello */
-#define IB_PENDING 64 /* unauthenticated connections a listener holds */
+#define IB_PROOF_MS 5000 /* an accepted connection proves itself within this */
 
 enum { WR_DATA = 1, WR_CTS = 2, WR_RECV = 3 };
 
@@ -174,6 +174,7 @@ typedef struct {
 typedef struct ib_comm {
   ib_dev_t *dev;
   int is_send, fd, nqps, failed, peer_gone;
+  int64_t deadline_ns; /* accepted, unproven: dropped after this (0: proven) */
   struct ibv_cq *cq;
   struct ibv_qp *qps[IB_MAX_QPS];
   ib_cts_t *fifo; /* send side: written by the receiver */
@@ -200,7 +201,8 @@ typedef struct ib_comm {
 typedef struct {
   int dev, fd;
   zcc_net_auth_t auth;
-  ib_comm_t *pending[IB_PENDING];
+  ib_comm_t **pending; /* proving themselves, each until its deadline: no */
+  int npending, cap_pending; /* fixed number, so strangers push nobody out */
 } ib_listen_t;
 
 /* ---- loading and devices ---- */
@@ -684,7 +686,8 @@ static zccResult_t ib_listen(int dev, const zcc_net_auth_t *auth, void *handle,
   zccResult_t res;
   ZCC_CHECK_GOTO(zcc_socket_pick_addr(&h.addr), res, fail);
   zcc_sockaddr_set_port(&h.addr, 0);
-  ZCC_CHECK_GOTO(zcc_socket_listen(&h.addr, 64, &l->fd), res, fail);
+  /* a deep backlog: strangers queued ahead of a peer must not get it dropped */
+  ZCC_CHECK_GOTO(zcc_socket_listen(&h.addr, 4096, &l->fd), res, fail);
   h.magic = IB_HANDLE_MAGIC;
   l->dev = dev;
   l->auth = *auth;
@@ -895,19 +898,20 @@ static zccResult_t ib_accept(void *listen_comm, void **recv_comm) {
   if (!l || !recv_comm)
     return zcc_error(zccInvalidArgument, "ib accept: NULL argument");
   *recv_comm = NULL;
+  int64_t now = zcc_now_ns();
   for (;;) { /* take every waiting connection */
     int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0)
       break;
-    int slot = -1;
-    for (int i = 0; i < IB_PENDING && slot < 0; i++)
-      if (!l->pending[i])
-        slot = i;
-    if (slot < 0) { /* full of unproven connections: drop the oldest */
-      ib_comm_free(l->pending[0]);
-      memmove(l->pending, l->pending + 1,
-              sizeof(l->pending[0]) * (IB_PENDING - 1));
-      slot = IB_PENDING - 1;
+    if (l->npending == l->cap_pending) {
+      int cap = l->cap_pending ? 2 * l->cap_pending : 16;
+      ib_comm_t **np = realloc(l->pending, sizeof(*np) * (size_t)cap);
+      if (!np) {
+        close(fd);
+        return zcc_error(zccSystemError, "ib: out of memory");
+      }
+      l->pending = np;
+      l->cap_pending = cap;
     }
     ib_comm_t *p = calloc(1, sizeof(*p));
     if (!p) {
@@ -915,12 +919,12 @@ static zccResult_t ib_accept(void *listen_comm, void **recv_comm) {
       return zcc_error(zccSystemError, "ib: out of memory");
     }
     p->fd = fd;
-    l->pending[slot] = p;
+    p->deadline_ns = now + IB_PROOF_MS * 1000000LL;
+    l->pending[l->npending++] = p;
   }
-  for (int i = 0; i < IB_PENDING; i++) {
+  /* from the back: a finished one's place takes the last, already stepped */
+  for (int i = l->npending - 1; i >= 0; i--) {
     ib_comm_t *p = l->pending[i];
-    if (!p)
-      continue;
     for (;;) {
       ib_comm_t *made = NULL;
       zccResult_t res = zccSuccess;
@@ -932,11 +936,13 @@ static zccResult_t ib_accept(void *listen_comm, void **recv_comm) {
       }
       if (r == -2)
         return res;
+      if (r == 0 && p->deadline_ns && now >= p->deadline_ns)
+        r = -1; /* silent too long: a stranger */
+      if (r != 0)
+        l->pending[i] = l->pending[--l->npending];
       if (r == -1) {
         ib_comm_free(p);
-        l->pending[i] = NULL;
       } else if (r == 1) {
-        l->pending[i] = NULL;
         p->last_alive_check = zcc_now_ns();
         *recv_comm = p;
         ZCC_INFO(NET, "ib %s: accepted a connection with %d queue pairs",
@@ -1362,8 +1368,9 @@ static zccResult_t ib_close_listen(void *listen_comm) {
   ib_listen_t *l = listen_comm;
   if (!l)
     return zccSuccess;
-  for (int i = 0; i < IB_PENDING; i++)
+  for (int i = 0; i < l->npending; i++)
     ib_comm_free(l->pending[i]);
+  free(l->pending);
   zcc_socket_close(&l->fd);
   free(l);
   return zccSuccess;

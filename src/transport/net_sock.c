@@ -41,7 +41,8 @@ ZCC_PARAM_INT(net_socks, "NET_SOCKS", 1,
 #define SK_HANDLE_MAGIC 0x7a63736bu /* "zcsk" */
 #define SK_SIDE_MAGIC 0x7a637373u
 #define SK_DEPTH ZCC_NET_MAX_REQUESTS
-#define SK_PENDING 64 /* unauthenticated connections a listener holds */
+#define SK_PENDING 64 /* proven connections a listener holds for their siblings */
+#define SK_PROOF_MS 5000 /* an accepted connection proves itself within this */
 #define SK_MAX_SOCKS 8
 #define SK_MIN_PIECE (64 * 1024)
 
@@ -72,6 +73,7 @@ typedef struct {
 
 typedef struct sk_comm {
   int fd, is_send, failed, stage;
+  int64_t deadline_ns; /* accepted, unproven: dropped after this */
   zcc_net_auth_t auth;
   size_t off;
   uint8_t cnonce[16], snonce[16];
@@ -120,7 +122,8 @@ typedef struct sk_comm {
 typedef struct {
   int fd;
   zcc_net_auth_t auth;
-  sk_comm_t *pending[SK_PENDING]; /* proving themselves */
+  sk_comm_t **pending; /* proving themselves, each until its deadline: no */
+  int npending, cap_pending; /* fixed number, so strangers push nobody out */
   sk_comm_t *proven[SK_PENDING];  /* proven, waiting for the rest of their comm's */
 } sk_listen_t;
 
@@ -212,7 +215,8 @@ static zccResult_t sk_listen(int dev, const zcc_net_auth_t *auth, void *handle,
   zccResult_t res;
   ZCC_CHECK_GOTO(zcc_socket_pick_addr(&h.addr), res, fail);
   zcc_sockaddr_set_port(&h.addr, 0);
-  ZCC_CHECK_GOTO(zcc_socket_listen(&h.addr, 64, &l->fd), res, fail);
+  /* a deep backlog: strangers queued ahead of a peer must not get it dropped */
+  ZCC_CHECK_GOTO(zcc_socket_listen(&h.addr, 4096, &l->fd), res, fail);
   h.magic = SK_HANDLE_MAGIC;
   l->auth = *auth;
   memset(handle, 0, ZCC_NET_HANDLE_BYTES);
@@ -475,35 +479,40 @@ static zccResult_t sk_accept(void *listen_comm, void **recv_comm) {
   if (!l || !recv_comm)
     return zcc_error(zccInvalidArgument, "socket accept: NULL argument");
   *recv_comm = NULL;
+  int64_t now = zcc_now_ns();
   for (;;) {
     int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0)
       break;
-    int slot = -1;
-    for (int i = 0; i < SK_PENDING && slot < 0; i++)
-      if (!l->pending[i])
-        slot = i;
-    if (slot < 0) {
-      sk_comm_free(l->pending[0]);
-      memmove(l->pending, l->pending + 1,
-              sizeof(l->pending[0]) * (SK_PENDING - 1));
-      slot = SK_PENDING - 1;
+    if (l->npending == l->cap_pending) {
+      int cap = l->cap_pending ? 2 * l->cap_pending : 16;
+      sk_comm_t **np = realloc(l->pending, sizeof(*np) * (size_t)cap);
+      if (!np) {
+        close(fd);
+        return zcc_error(zccSystemError, "socket: out of memory");
+      }
+      l->pending = np;
+      l->cap_pending = cap;
     }
-    if (!(l->pending[slot] = sk_comm_new(fd))) {
+    sk_comm_t *c = sk_comm_new(fd);
+    if (!c) {
       close(fd);
       return zcc_error(zccSystemError, "socket: out of memory");
     }
+    c->deadline_ns = now + SK_PROOF_MS * 1000000LL;
+    l->pending[l->npending++] = c;
   }
-  for (int i = 0; i < SK_PENDING; i++) {
+  /* from the back: a finished one's place takes the last, already stepped */
+  for (int i = l->npending - 1; i >= 0; i--) {
     sk_comm_t *p = l->pending[i];
-    if (!p)
-      continue;
     int r = sk_accept_step(l, p);
+    if (r == 0 && now >= p->deadline_ns)
+      r = -1; /* silent too long: a stranger */
+    if (r != 0)
+      l->pending[i] = l->pending[--l->npending];
     if (r < 0) {
       sk_comm_free(p);
-      l->pending[i] = NULL;
     } else if (r == 1) {
-      l->pending[i] = NULL;
       p->stage = 0;
       if (p->count == 1) {
         *recv_comm = p;
@@ -749,10 +758,11 @@ static zccResult_t sk_close_listen(void *listen_comm) {
   sk_listen_t *l = listen_comm;
   if (!l)
     return zccSuccess;
-  for (int i = 0; i < SK_PENDING; i++) {
+  for (int i = 0; i < l->npending; i++)
     sk_comm_free(l->pending[i]);
+  free(l->pending);
+  for (int i = 0; i < SK_PENDING; i++)
     sk_comm_free(l->proven[i]);
-  }
   zcc_socket_close(&l->fd);
   free(l);
   return zccSuccess;

@@ -588,6 +588,15 @@ static int strangers_rank(int rank, int nranks, const zccUniqueId *id, void *arg
   /* Strangers on the ports a new communicator opens, while it connects:
      rank 0 floods each new listening port of its own as it appears; rank
      1 joins 300 ms late, so that they are there before it connects. */
+  if (getenv("ZCC_IBV_LIBRARY")) {
+    /* The fake verbs provider carries its queue pairs over TCP ports that
+       it opens as the communicator connects: a test tool, not hardened
+       against strangers (real queue pairs have no port to flood). */
+    if (rank == 0) zt_skip("strangers while connecting: not over the fake verbs provider");
+    for (int i = 0; i < nfds; i++) close(fds[i]);
+    zccCommDestroy(comm);
+    return 0;
+  }
   flood_arg_t fa = {.pid = getpid()};
   pthread_t flooder;
   int flooding = 0;
