@@ -63,6 +63,8 @@
 #   stamps-verify  colls on p2p and GPU shm, the 3-rank shm allgather sweep with graphs, 3 times
 #   measure-fit  the GPU link probe's fit: zcc_topo --measure-gpu and ZCC_TOPO_MEASURE=1, p2p and shm
 #   stamp-cost  8 B allreduce in graphs: ZCC_GPU_STAMPS 0, 2 (device memory), 1, alternated
+#   trace-cost  8 B allreduce, eager and in graphs: recorder off, the default, ZCC_TRACE_FILE on,
+#              alternated 3 times (the trace's host cost per GPU operation)
 #   probe-san  memcheck: the 4 MiB push eagerly, and the link probe (ZCC_TOPO_MEASURE) with COLL logs
 #   share-san  compute-sanitizer memcheck and racecheck, 2 ranks, ring and tree, quick;
 #              send/receive, alltoall and reduce(-scatter) with ZCC_P2P_DIRECT_DISABLE=1
@@ -572,6 +574,20 @@ for phase in "$@"; do
     for g in 2 3; do
       expect_line "mf-shm-$g" "measured on the GPU" env ZCC_P2P_DISABLE=1 ZCC_TOPO_MEASURE=1 \
         ZCC_DEBUG=INFO ZCC_DEBUG_SUBSYS=TUNING "${ar1[@]}" -g $g
+    done
+    ;;
+  trace-cost)
+    mkdir -p "$OUT/tc"
+    for i in 1 2 3; do
+      for m in off default trace; do
+        e=(); [ $m = off ] && e=(ZCC_FLIGHT_RECORDER_ENTRIES=0)
+        [ $m = trace ] && e=(ZCC_TRACE_FILE="$OUT/tc/t.$i.%p.%r.json")
+        run "tc-eager-$m-$i" 120 env "${e[@]}" "$bin/allreduce_perf" -g 2 --share-gpus 1 \
+          -b 8 -e 8 -w 200 -n 3000 -c 0
+        run "tc-graph-$m-$i" 120 env "${e[@]}" "$bin/allreduce_perf" -g 2 --share-gpus 1 \
+          -b 8 -e 8 -w 20 -G 2000 -c 0
+      done
+      rm -f "$OUT"/tc/t.$i.*.json
     done
     ;;
   stamp-cost)
