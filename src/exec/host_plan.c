@@ -161,19 +161,22 @@ static int ring_at(const struct zccComm *c, int i) {
 static int ring_pos(const struct zccComm *c) { return c->ring_order ? c->ring_pos : c->rank; }
 
 /*
- * Reduce `srcs[0..n-1]` (srcs[me] may be in dst: then it is copied to the
- * scratch slot first) into dst, in rank order.
+ * Reduce every rank's block into dst, in rank order: this rank's is `own`
+ * (it may be dst: then it is copied to its own scratch block first), rank
+ * i's the block i of `gathered` (blocks of count elements).
  */
-static zccResult_t reduce_in_order(zcc_plan_t *p, char *dst, const char **srcs, char *own_copy,
-                                   size_t count) {
+static zccResult_t reduce_in_order(zcc_plan_t *p, char *dst, const char *own,
+                                   char *gathered, size_t count) {
   int n = p->comm->nranks, me = p->comm->rank;
   size_t bytes = count * zcc_type_size(p->type);
-  if (srcs[me] == dst && n > 2) {
-    ZCC_CHECK(local_copy(p, own_copy, dst, bytes));
-    srcs[me] = own_copy;
+  if (own == dst && n > 2) {
+    ZCC_CHECK(local_copy(p, gathered + (size_t)me * bytes, dst, bytes));
+    own = gathered + (size_t)me * bytes;
   }
-  ZCC_CHECK(local_reduce(p, dst, srcs[0], srcs[1], count));
-  for (int i = 2; i < n; i++) ZCC_CHECK(local_reduce(p, dst, dst, srcs[i], count));
+#define SRC(i) ((i) == me ? own : gathered + (size_t)(i) * bytes)
+  ZCC_CHECK(local_reduce(p, dst, SRC(0), SRC(1), count));
+  for (int i = 2; i < n; i++) ZCC_CHECK(local_reduce(p, dst, dst, SRC(i), count));
+#undef SRC
   return zccSuccess;
 }
 
@@ -302,13 +305,7 @@ static zccResult_t direct_reduce(zcc_plan_t *p, const char *sb, size_t stride, c
     for (int peer = 1; peer < n; peer++)
       ZCC_CHECK(recv_from(p, peer, tmp + (size_t)peer * bytes, NULL, bytes));
     batch_end(p);
-    const char *few[16];
-    const char **srcs = n <= 16 ? few : calloc((size_t)n, sizeof(*srcs));
-    if (!srcs) return zcc_error(zccSystemError, "%s: out of memory", zcc_coll_name(p->coll));
-    for (int i = 0; i < n; i++) srcs[i] = i == 0 ? sb : tmp + (size_t)i * bytes;
-    zccResult_t res = reduce_in_order(p, rb, srcs, tmp, count);
-    if (srcs != few) free(srcs);
-    ZCC_CHECK(res);
+    ZCC_CHECK(reduce_in_order(p, rb, sb, tmp, count));
     ZCC_CHECK(local_avg(p, rb, count));
     ZCC_CHECK(batch_begin(p));
     for (int peer = 1; peer < n; peer++) ZCC_CHECK(send_to(p, peer, rb, bytes));
@@ -329,13 +326,7 @@ static zccResult_t direct_reduce(zcc_plan_t *p, const char *sb, size_t stride, c
     ZCC_CHECK(recv_from(p, peer, tmp + (size_t)peer * bytes, NULL, bytes));
   }
   batch_end(p);
-  const char *few[16];
-  const char **srcs = n <= 16 ? few : calloc((size_t)n, sizeof(*srcs));
-  if (!srcs) return zcc_error(zccSystemError, "%s: out of memory", zcc_coll_name(p->coll));
-  for (int i = 0; i < n; i++) srcs[i] = i == r ? sb + (size_t)r * stride : tmp + (size_t)i * bytes;
-  zccResult_t res = reduce_in_order(p, rb, srcs, tmp + (size_t)r * bytes, count);
-  if (srcs != few) free(srcs);
-  ZCC_CHECK(res);
+  ZCC_CHECK(reduce_in_order(p, rb, own, tmp, count));
   return local_avg(p, rb, count);
 }
 
