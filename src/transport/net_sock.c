@@ -549,6 +549,27 @@ static zccResult_t sk_fail(sk_comm_t *c, const char *what) {
   return zcc_error(zccRemoteError, "socket: %s", what);
 }
 
+/* Move connection k's piece of request q as far as it goes (sending or
+   receiving): 1 done, 0 more to come (the offset is kept), -1 the peer
+   closed. Connection 0 counts a piece even when it is empty (it carries
+   the header). */
+static int sk_piece_move(sk_comm_t *c, sk_req_t *q, int k, int sending) {
+  size_t a, b;
+  sk_piece(q->size, k, c->nfds, &a, &b);
+  if (b > a || k == 0) {
+    size_t off = c->poff[k];
+    int r = b > a ? zcc_net_xfer(c->fds[k], q->data + a, b - a, &off, sending) : 1;
+    if (r <= 0) {
+      if (r == 0)
+        c->poff[k] = off;
+      return r;
+    }
+    q->left--;
+  }
+  c->poff[k] = 0;
+  return 1;
+}
+
 /* Send side: connection k's part of the requests it has not finished
    (k = 0: each header, then the first piece), oldest first. */
 static zccResult_t sk_send_part(sk_comm_t *c, int k) {
@@ -564,20 +585,11 @@ static zccResult_t sk_send_part(sk_comm_t *c, int k) {
         return zccSuccess;
       c->out_hdr_sent = 1;
     }
-    size_t a, b;
-    sk_piece(q->size, k, c->nfds, &a, &b);
-    if (b > a || k == 0) {
-      size_t off = c->poff[k];
-      int r = b > a ? zcc_net_xfer(fd, q->data + a, b - a, &off, 1) : 1;
-      if (r < 0)
-        return sk_fail(c, "the peer closed the connection");
-      if (r == 0) {
-        c->poff[k] = off;
-        return zccSuccess;
-      }
-      q->left--;
-    }
-    c->poff[k] = 0;
+    int r = sk_piece_move(c, q, k, 1);
+    if (r < 0)
+      return sk_fail(c, "the peer closed the connection");
+    if (r == 0)
+      return zccSuccess;
     if (k == 0)
       c->out_hdr_sent = 0;
     c->cur[k]++;
@@ -606,20 +618,11 @@ static zccResult_t sk_recv_part(sk_comm_t *c, int k) {
     }
     if (!q->hdr)
       return zccSuccess; /* its header has not come yet */
-    size_t a, b;
-    sk_piece(q->size, k, c->nfds, &a, &b);
-    if (b > a || k == 0) {
-      size_t off = c->poff[k];
-      int r = b > a ? zcc_net_xfer(fd, q->data + a, b - a, &off, 0) : 1;
-      if (r < 0)
-        return sk_fail(c, "the peer closed the connection");
-      if (r == 0) {
-        c->poff[k] = off;
-        return zccSuccess;
-      }
-      q->left--;
-    }
-    c->poff[k] = 0;
+    int r = sk_piece_move(c, q, k, 0);
+    if (r < 0)
+      return sk_fail(c, "the peer closed the connection");
+    if (r == 0)
+      return zccSuccess;
     c->cur[k]++;
   }
   return zccSuccess;
