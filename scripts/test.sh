@@ -60,7 +60,18 @@ run_ctest() {
   (cd "$dir" && ctest --output-on-failure --no-tests=error "$@") 2>&1 |
     tee "$dir/ctest.log" || status=$?
   count_tests "$dir/ctest.log"
+  [ "$status" -eq 0 ] || digests+=("$dir/ctest.log")
   return "$status"
+}
+
+# The failing tests and their first failure lines, for the summary: a long
+# log is often cut in the middle when shown, and the summary is its end.
+digests=()
+digest() {
+  echo "---- failures in $1:"
+  grep -E '^[0-9]+/[0-9]+ Test +#[0-9]+: .*(\*\*\*|Failed|Timeout|Not Run)' "$1" | head -n 20 || true
+  grep -E '^(FAILED|ERROR) |FAIL:|check .* failed|\[  FAILED  \] [a-z_]|ERROR: (Address|Leak|Thread)Sanitizer|WARNING: ThreadSanitizer|runtime error:|FAILED \(' "$1" |
+    head -n 30 | cut -c1-400 || true
 }
 
 # Add ctest's closing counts ("N% tests passed, F tests failed out of T"
@@ -96,6 +107,7 @@ run_python() {
   ZCC_LIBRARY="$root/build/src/libzcc.so" "$root/scripts/test_python.sh" 2>&1 |
     tee "$root/build/pytest.log" || status=$?
   count_pytest "$root/build/pytest.log"
+  [ "$status" -eq 0 ] || digests+=("$root/build/pytest.log")
   return "$status"
 }
 
@@ -155,6 +167,7 @@ for s in "${steps[@]}"; do
   IFS='|' read -r name result secs <<<"$s"
   printf '  %-16s %-28s %5ss\n' "$name" "$result" "$secs"
 done
+for d in "${digests[@]}"; do digest "$d"; done
 status=0
 if [ "$failures" -ne 0 ]; then
   echo "test.sh: $failures step(s) failed or did not run"

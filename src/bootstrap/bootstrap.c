@@ -900,9 +900,13 @@ unlock:
   return zcc_bootstrap_error_in(res, doing);
 }
 
+/* How long a peer that never connected to us must stay gone (see take). */
+#define GONE_GRACE_MS 1000
+
 static zccResult_t take(zcc_bootstrap_t *b, int peer, int kind, int tag,
                         void *data, size_t bytes, const zcc_wait_t *w) {
   zccResult_t res = zccSuccess;
+  int64_t gone_since = 0;
   pthread_mutex_lock(&b->qlock);
   for (;;) {
     msg_t *prev = NULL, *m = b->head;
@@ -938,6 +942,23 @@ static zccResult_t take(zcc_bootstrap_t *b, int peer, int kind, int tag,
           "bootstrap: rank %d closed its connection before sending tag %d",
           peer, tag);
       break;
+    }
+    /* A peer that never connected to us may still have left: our own
+       connection to it (if any) reads its end. What it sent just before
+       leaving may still be on its way through our listener, so that end
+       counts only while no connection from it turns up for a grace
+       period. (A peer that did connect is judged by that connection's
+       end, above, which the listener sees after the last message.) */
+    if (!b->in_seen[peer] && out_closed(b, peer)) {
+      int64_t now = zcc_now_ns();
+      if (gone_since == 0) gone_since = now;
+      if (now - gone_since >= GONE_GRACE_MS * 1000000LL) {
+        res = zcc_error(zccRemoteError,
+                        "bootstrap: rank %d closed its bootstrap (it exited or gave "
+                        "up) before sending tag %d",
+                        peer, tag);
+        break;
+      }
     }
     res = zcc_wait_check(w);
     if (res != zccSuccess) {

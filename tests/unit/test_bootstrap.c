@@ -447,6 +447,40 @@ static void test_peer_closes_mid_recv(void **state) {
   expect_all_ok(ctx, 2);
 }
 
+/* Ring of 3 (0 -> 1 -> 2 -> 0): rank 0 connected to rank 1, but rank 1
+   never connected to rank 0. Rank 1 leaving must still fail rank 0's wait
+   for it at once: our own connection to it reads its end. */
+static void body_unconnected_peer_leaves(rank_ctx_t *c) {
+  zcc_bootstrap_t *b = cur_b;
+  int v = 0;
+  if (c->rank == 1) {
+    usleep(200000);
+    return; /* frees the bootstrap without a word to rank 0 */
+  }
+  if (c->rank == 2) {
+    /* stays until rank 0 is done, so that only rank 1 leaves */
+    zccResult_t res = zcc_bootstrap_recv(b, 0, 9, &v, sizeof(v), 10000);
+    RANK_CHECK(c, res == zccSuccess, "recv from rank 0 returned %d", res);
+    return;
+  }
+  int64_t t0 = zcc_now_ns();
+  zccResult_t res = zcc_bootstrap_recv(b, 1, 2, &v, sizeof(v), 10000);
+  int64_t dt = zcc_now_ns() - t0;
+  RANK_CHECK(c, res == zccRemoteError, "recv from a departed peer returned %d", res);
+  RANK_CHECK(c, strstr(zcc_last_error(), "rank 1") != NULL, "error: %s", zcc_last_error());
+  RANK_CHECK(c, dt < 2000000000LL, "took %lld ms", (long long)(dt / 1000000));
+  res = zcc_bootstrap_send(b, 2, 9, &v, sizeof(v), 5000);
+  RANK_CHECK(c, res == zccSuccess, "send to rank 2 returned %d", res);
+}
+
+static void test_unconnected_peer_leaves(void **state) {
+  zccUniqueId id;
+  rank_ctx_t ctx[3];
+  make_root(&id);
+  run_ranks(&id, 3, NULL, 3, 5000, body_unconnected_peer_leaves, ctx);
+  expect_all_ok(ctx, 3);
+}
+
 static void body_stranger_at_rank(rank_ctx_t *c) {
   zcc_bootstrap_t *b = cur_b;
   /* a connection that never authenticates must not block messages */
@@ -543,6 +577,7 @@ int main(void) {
       cmocka_unit_test(test_abort_during_init),
       cmocka_unit_test(test_inconsistent_ranks),
       cmocka_unit_test(test_peer_closes_mid_recv),
+      cmocka_unit_test(test_unconnected_peer_leaves),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
