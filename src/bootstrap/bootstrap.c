@@ -400,7 +400,37 @@ struct zcc_bootstrap {
   msg_t *head, *tail;
   int *in_open;     /* [nranks] open connections from each peer */
   uint8_t *in_seen; /* [nranks] a connection from the peer was ever open */
+  /* The first connection that failed for want of an answer (the link or
+     the peer's host; see zcc_bootstrap_link_check): peer and errno, under
+     qlock; link_peer -1 while none has. */
+  atomic_int link_peer;
+  int link_errno;
 };
+
+/* Errors that only a silent peer host or network gives a TCP connection:
+   keepalive probes or retransmissions unanswered, routes gone. A peer
+   process that exits or closes its end gives EOF or a reset instead. */
+static int link_errno(int e) {
+  return e == ETIMEDOUT || e == EHOSTUNREACH || e == ENETUNREACH || e == ENETDOWN ||
+         e == EHOSTDOWN;
+}
+
+/* Record fd's pending error if it is a link failure; 1 if recorded. */
+static int link_note(zcc_bootstrap_t *b, int peer, int fd) {
+  int err = 0;
+  socklen_t len = sizeof(err);
+  if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || !link_errno(err)) return 0;
+  pthread_mutex_lock(&b->qlock);
+  if (atomic_load(&b->link_peer) < 0) {
+    b->link_errno = err;
+    atomic_store(&b->link_peer, peer);
+    pthread_cond_broadcast(&b->qcond);
+  }
+  pthread_mutex_unlock(&b->qlock);
+  ZCC_WARN("bootstrap: the connection with rank %d failed: %s (its host or the link "
+           "between us stopped answering)", peer, strerror(err));
+  return 1;
+}
 
 static void queue_push(zcc_bootstrap_t *b, msg_t *m) {
   pthread_mutex_lock(&b->qlock);
@@ -560,6 +590,8 @@ static void *listener_main(void *arg) {
     for (int i = count - 1; i >= 0; i--) {
       if (pfd[2 + i].revents == 0)
         continue;
+      if (pfd[2 + i].revents & POLLERR)
+        link_note(b, conns[i].peer, conns[i].fd);
       if (in_conn_progress(b, &conns[i]) != 0) {
         in_conn_close(b, &conns[i]);
         conns[i] = conns[--n];
@@ -634,6 +666,7 @@ static zccResult_t bootstrap_alloc(int rank, int nranks,
   b->nranks = nranks;
   b->listen_fd = -1;
   atomic_init(&b->stop, 0);
+  atomic_init(&b->link_peer, -1);
   for (int i = 0; i < nranks; i++) {
     pthread_mutex_init(&b->out[i].lock, NULL);
     b->out[i].fd = -1;
@@ -695,6 +728,32 @@ static int out_closed(zcc_bootstrap_t *b, int peer) {
 /* Caller holds qlock. */
 static int in_closed(const zcc_bootstrap_t *b, int peer) {
   return b->in_seen[peer] && b->in_open[peer] == 0;
+}
+
+zccResult_t zcc_bootstrap_link_check(zcc_bootstrap_t *b) {
+  if (!b) return zccSuccess;
+  if (atomic_load(&b->link_peer) < 0) {
+    for (int peer = 0; peer < b->nranks; peer++) {
+      out_conn_t *o = &b->out[peer];
+      if (peer == b->rank || pthread_mutex_trylock(&o->lock) != 0) continue;
+      int fd = o->fd, hit = 0;
+      if (fd >= 0) {
+        struct pollfd p = {fd, POLLIN | POLLRDHUP, 0};
+        if (poll(&p, 1, 0) > 0 && (p.revents & POLLERR)) hit = link_note(b, peer, fd);
+      }
+      pthread_mutex_unlock(&o->lock);
+      if (hit) break;
+    }
+  }
+  int peer = atomic_load(&b->link_peer);
+  if (peer < 0) return zccSuccess;
+  pthread_mutex_lock(&b->qlock);
+  int err = b->link_errno;
+  pthread_mutex_unlock(&b->qlock);
+  return zcc_error(zccRemoteError,
+                   "the bootstrap connection with rank %d failed: %s (no answer to "
+                   "ZCC_HEARTBEAT_MS keepalive probes: rank %d's host or the link to it "
+                   "is down)", peer, strerror(err), peer);
 }
 
 zccResult_t zcc_bootstrap_peer_check(zcc_bootstrap_t *b, int peer) {
@@ -941,6 +1000,13 @@ static zccResult_t take(zcc_bootstrap_t *b, int peer, int kind, int tag,
           zccRemoteError,
           "bootstrap: rank %d closed its connection before sending tag %d",
           peer, tag);
+      break;
+    }
+    if (atomic_load(&b->link_peer) == peer) {
+      res = zcc_error(zccRemoteError,
+                      "bootstrap: the connection with rank %d failed before it sent tag "
+                      "%d: %s (its host or the link to it is down)",
+                      peer, tag, strerror(b->link_errno));
       break;
     }
     /* A peer that never connected to us may still have left: our own

@@ -299,6 +299,7 @@ static void *watchdog_main(void *arg) {
   volatile zcc_dev_live_t *live = g->live_host;
   uint64_t seen = 0;
   int64_t since = 0; /* 0: nothing in flight */
+  unsigned link_round = 0;
   while (!atomic_load(&g->watchdog_stop)) {
     if (atomic_load(&comm->abort_flag) || atomic_load(&comm->async_error) != zccSuccess) {
       if (!*g->abort_host) raise_abort(g);
@@ -314,6 +315,14 @@ static void *watchdog_main(void *arg) {
           zcc_comm_set_error(comm, zccRemoteError);
           break;
         }
+      }
+      /* a peer host or link gone silent (bootstrap.h), every 5th round */
+      if (++link_round % 5 == 0 && !*g->abort_host &&
+          zcc_bootstrap_link_check(comm->bootstrap) != zccSuccess) {
+        ZCC_WARN("comm %s rank %d: %s; its collectives fail with zccRemoteError", comm->name,
+                 comm->rank, zcc_last_error());
+        raise_abort(g);
+        zcc_comm_set_error(comm, zccRemoteError);
       }
     }
     if (live && comm->timeout_ms > 0 && !*g->abort_host) {

@@ -31,6 +31,7 @@ typedef struct chain_state {
   struct zccComm *comm;
   int moved;           /* since the last check */
   int64_t last_progress_ns;
+  int64_t link_checked_ns; /* the bootstrap's link check, while waiting */
   /* Recorded plans: since when nothing moved, in which plan, on which peer. */
   int64_t idle_ns;     /* 0: moving; IDLE_UNTIMED: waiting, not timed yet */
   zcc_plan_t *idle_plan;
@@ -157,6 +158,9 @@ static zccResult_t advance(chain_state_t *c, int *moved) {
   return zccSuccess;
 }
 
+/* How often a waiting chain asks the bootstrap about its links. */
+#define LINK_CHECK_NS (100 * 1000000LL)
+
 /* Aborts, dead peers and timeouts, for a chain that is waiting. */
 static zccResult_t check_chain(chain_state_t *c, int64_t now) {
   struct zccComm *comm = c->comm;
@@ -180,6 +184,18 @@ static zccResult_t check_chain(chain_state_t *c, int64_t now) {
         snprintf(cause, sizeof(cause), "%s", zcc_last_error());
         return zcc_error(res, "%s: %s", zcc_coll_name(p->coll), cause);
       }
+    }
+  }
+  /* Waiting long: has a peer's host or the link to it gone silent? The
+     bootstrap's idle connections keep the heartbeat the busy data
+     connections lose (bootstrap.h). */
+  if (now - c->last_progress_ns > LINK_CHECK_NS && now - c->link_checked_ns > LINK_CHECK_NS) {
+    c->link_checked_ns = now;
+    zccResult_t res = zcc_bootstrap_link_check(comm->bootstrap);
+    if (res != zccSuccess) {
+      char cause[512];
+      snprintf(cause, sizeof(cause), "%s", zcc_last_error());
+      return zcc_error(res, "%s: %s", zcc_coll_name(p->coll), cause);
     }
   }
   if (comm->timeout_ms > 0 && now - c->last_progress_ns > comm->timeout_ms * 1000000LL) {
@@ -209,6 +225,7 @@ zccResult_t zcc_exec_chains(zcc_plan_t **chains, int nchains) {
     cs[i].comm = chains[i] ? chains[i]->comm : NULL;
     cs[i].moved = 0;
     cs[i].last_progress_ns = start;
+    cs[i].link_checked_ns = 0;
     cs[i].idle_ns = 0;
     cs[i].idle_plan = NULL;
     cs[i].idle_peer = -1;

@@ -96,6 +96,18 @@ zccResult_t zcc_bootstrap_recv(zcc_bootstrap_t *b, int peer, int tag, void *data
  */
 zccResult_t zcc_bootstrap_peer_check(zcc_bootstrap_t *b, int peer);
 
+/*
+ * zccRemoteError, naming the peer, once a bootstrap connection of this rank
+ * (the ring links made at init, and any opened since) has failed for want
+ * of an answer: keepalive probes every ZCC_HEARTBEAT_MS unanswered, or no
+ * route. These connections are idle while collectives run, so the kernel's
+ * probes keep going on them when the data connections (busy both ways) are
+ * not probed: a peer host or link that dies is seen in about 3 heartbeats.
+ * An orderly close or a reset (a peer process exiting) is not counted.
+ * Never blocks; costs a poll per open outgoing connection.
+ */
+zccResult_t zcc_bootstrap_link_check(zcc_bootstrap_t *b);
+
 /* Close every connection. */
 void zcc_bootstrap_free(zcc_bootstrap_t *b);
 

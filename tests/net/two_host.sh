@@ -9,18 +9,20 @@
 #   phase linkdown   4 ranks loop on allreduces; the veth goes down: every
 #                    rank returns an error within ZCC_TIMEOUT + 2 s
 #   phase heartbeat  as linkdown with ZCC_TIMEOUT=60000 and ZCC_HEARTBEAT_MS=500:
-#                    every rank returns an error within 5 s (the connections'
-#                    keepalive heartbeats, not the timeout, find the dead link;
-#                    socket transport only: the net transport's connections
-#                    carry data both ways, and keepalive probes only a
-#                    connection with nothing of its own in flight)
+#                    every rank returns an error within 5 s (keepalive
+#                    heartbeats, not the timeout, find the dead link: on the
+#                    socket transport's connections, and on the bootstrap's
+#                    idle ring links, which the ranks watch while they wait:
+#                    the net transport's data connections carry data both
+#                    ways, and keepalive probes only a connection with
+#                    nothing of its own in flight)
 #   phase kill       as linkdown, but the ranks of namespace B are SIGKILLed:
 #                    the ranks of A return an error within ZCC_TIMEOUT + 2 s
 #   phase interleave ranks 0 and 2 in A, 1 and 3 in B, every collective with the
 #                    ring forced (ZCC_ALGO=ring), exact results; every rank
 #                    logs the host ring 0 2 1 3, which crosses between the
 #                    namespaces twice, not at every step
-#   phase net-socket check, linkdown and kill over the net transport with the
+#   phase net-socket check, linkdown, heartbeat and kill over the net transport with the
 #                    socket plug-in (ZCC_NET_PLUGIN=socket); the ranks' logs
 #                    name net for every pair across the namespaces
 #   phase net-ib     the same with the ib plug-in on the fake verbs provider
@@ -229,7 +231,7 @@ phase_heartbeat() {
   PHASE_TAG=$tag
 }
 
-# phase_net PLUGIN: check, linkdown and kill over the net transport
+# phase_net PLUGIN: check, linkdown, heartbeat and kill over the net transport
 phase_net() {
   local plugin=$1 r peer
   RANK_ENV=(ZCC_NET_PLUGIN="$plugin" ZCC_DEBUG=INFO ZCC_DEBUG_SUBSYS=INIT,NET)
@@ -257,6 +259,7 @@ phase_net() {
   done
   grep -h -m1 "net transport: plug-in" "$WORK/${PHASE_TAG}check/rank0.log" | sed "s/^/  /"
   phase_fault linkdown
+  phase_heartbeat
   phase_fault kill
   RANK_ENV=()
   PHASE_TAG=
