@@ -148,7 +148,18 @@ typedef struct {
   size_t size;
   unsigned int magic;
   unsigned int version;
-  /** 1: calls block until done (default); 0 is not supported yet. */
+  /**
+   * 1 (default): zccCommInitRankConfig returns once the communicator is
+   * ready. 0: it checks the arguments, returns zccInProgress with *comm set
+   * and builds the communicator on a thread of its own; poll
+   * zccCommGetAsyncError until it is not zccInProgress (zccSuccess: ready;
+   * an error: the init failed, destroy the handle). Meanwhile
+   * zccCommGetAsyncError, zccCommCount and zccCommUserRank answer, every
+   * other call returns zccInProgress, and zccCommAbort or zccCommDestroy
+   * stop the init (within its next wait) and free it. A GPU communicator
+   * uses the device current in the calling thread. Other calls complete
+   * before they return whatever this says (which NCCL allows).
+   */
   int blocking;
   /** zccDeviceType_t; undefined: ZCC_DEVICE, else auto. */
   int deviceType;

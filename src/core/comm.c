@@ -54,7 +54,7 @@ int zcc_comm_is_live(const struct zccComm *comm) {
   return found;
 }
 
-zccResult_t zcc_comm_enter(struct zccComm *comm, const char *fn, int check_error) {
+zccResult_t zcc_comm_enter(struct zccComm *comm, const char *fn, int flags) {
   if (!comm) return zcc_error(zccInvalidArgument, "%s: comm is NULL", fn);
   pthread_mutex_lock(&registry_lock);
   int found = registry_find(comm) >= 0;
@@ -70,7 +70,15 @@ zccResult_t zcc_comm_enter(struct zccComm *comm, const char *fn, int check_error
     atomic_fetch_sub(&comm->busy, 1);
     return zcc_error(zccInvalidUsage, "%s: communicator is being aborted", fn);
   }
-  if (check_error) {
+  if (!(flags & ZCC_ENTER_DURING_INIT) &&
+      atomic_load_explicit(&comm->init_pending, memory_order_acquire)) {
+    atomic_fetch_sub(&comm->busy, 1);
+    return zcc_error(zccInProgress,
+                     "%s: the communicator (rank %d of %d) is still being initialised "
+                     "(blocking=0): poll zccCommGetAsyncError until it is not "
+                     "zccInProgress", fn, comm->rank, comm->nranks);
+  }
+  if (flags & ZCC_ENTER_CHECK_ERROR) {
     int err = atomic_load_explicit(&comm->async_error, memory_order_acquire);
     if (err != zccSuccess) {
       atomic_fetch_sub(&comm->busy, 1);
@@ -92,7 +100,7 @@ int zcc_comm_held_here(const struct zccComm *comm) {
 }
 
 zccResult_t zcc_comm_enter_op(struct zccComm *comm, const char *fn) {
-  ZCC_CHECK(zcc_comm_enter(comm, fn, 1));
+  ZCC_CHECK(zcc_comm_enter(comm, fn, ZCC_ENTER_CHECK_ERROR));
   uintptr_t me = self_token(), none = 0;
   if (atomic_load_explicit(&comm->owner, memory_order_relaxed) == me) {
     comm->owner_depth++;

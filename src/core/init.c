@@ -39,10 +39,10 @@ zccResult_t zcc_config_resolve(const zccConfig_t *config, int *device_type,
         config->size > (1u << 20))
       return zcc_error(zccInvalidArgument, "%s: config size %zu is not a zccConfig_t",
                        fn, config->size);
-    if (config->blocking != ZCC_CONFIG_UNDEF_INT && config->blocking != 1)
-      return zcc_error(zccInvalidArgument,
-                       "%s: config blocking=%d: only blocking communicators (1) are "
-                       "supported", fn, config->blocking);
+    if (config->blocking != ZCC_CONFIG_UNDEF_INT && config->blocking != 0 &&
+        config->blocking != 1)
+      return zcc_error(zccInvalidArgument, "%s: config blocking=%d: expected 0 or 1", fn,
+                       config->blocking);
     dt = config->deviceType;
     to = config->timeoutMs;
     nm = config->commName;
@@ -232,7 +232,7 @@ static zccResult_t comm_select(struct zccComm *comm) {
  */
 static zccResult_t comm_ring(struct zccComm *comm) {
   int n = comm->nranks;
-  uint64_t *hosts = malloc(sizeof(*hosts) * (size_t)n);
+  uint64_t *hosts = calloc((size_t)n, sizeof(*hosts));
   comm->ring_order = malloc(sizeof(int) * (size_t)n);
   if (!hosts || !comm->ring_order) {
     free(hosts);
@@ -265,11 +265,10 @@ zccResult_t zcc_comm_init(struct zccComm **out, int nranks, const zccUniqueId *i
   return zcc_comm_init_watched(out, nranks, id, rank, config, fn, NULL);
 }
 
-zccResult_t zcc_comm_init_watched(struct zccComm **out, int nranks, const zccUniqueId *id,
-                                  int rank, const zccConfig_t *config, const char *fn,
-                                  const atomic_int *stop) {
-  zccResult_t res = zccSuccess;
-  if (!out) return zcc_error(zccInvalidArgument, "%s: comm is NULL", fn);
+/* The arguments' checks and the communicator's first fields: what every
+   init does before it talks to anyone. Nothing is made on an error. */
+static zccResult_t comm_shell(struct zccComm **out, int nranks, const zccUniqueId *id, int rank,
+                              const zccConfig_t *config, const char *fn, const char **name) {
   if (nranks < 1)
     return zcc_error(zccInvalidArgument, "%s: nranks %d must be at least 1", fn, nranks);
   if (rank < 0 || rank >= nranks)
@@ -279,9 +278,7 @@ zccResult_t zcc_comm_init_watched(struct zccComm **out, int nranks, const zccUni
   ZCC_CHECK(zcc_bootstrap_id_decode(id, &decoded));
   int device_type;
   int64_t timeout_ms;
-  const char *name;
-  ZCC_CHECK(zcc_config_resolve(config, &device_type, &timeout_ms, &name, fn));
-
+  ZCC_CHECK(zcc_config_resolve(config, &device_type, &timeout_ms, name, fn));
   struct zccComm *comm = calloc(1, sizeof(*comm));
   if (!comm) return zcc_error(zccSystemError, "%s: out of memory", fn);
   comm->magic = ZCC_COMM_MAGIC;
@@ -292,45 +289,142 @@ zccResult_t zcc_comm_init_watched(struct zccComm **out, int nranks, const zccUni
   comm->timeout_ms = timeout_ms;
   pthread_mutex_init(&comm->reg_lock, NULL);
   pthread_mutex_init(&comm->redop_lock, NULL);
-  zcc_log_rank = rank;
+  *out = comm;
+  return zccSuccess;
+}
 
-  /* Nobody holds the new communicator yet, so nothing else can abort its
-     rendezvous: a caller's stop flag (a split watching its parent) may. */
-  ZCC_CHECK_GOTO(zcc_bootstrap_init(id, rank, nranks, zcc_bootstrap_init_timeout_ms(),
-                                    stop ? stop : &comm->abort_flag, &comm->bootstrap),
-                 res, fail);
+/* Everything else: rendezvous, connections, plan, GPU setup. On an error
+   the communicator holds what was made, for zcc_comm_free. */
+static zccResult_t comm_build(struct zccComm *comm, const zccUniqueId *id, const char *name,
+                              const atomic_int *stop) {
+  zcc_log_rank = comm->rank;
+  /* Nobody holds a blocking init's communicator yet, so nothing else can
+     abort its rendezvous: a caller's stop flag (a split watching its
+     parent) may. A non-blocking init's caller aborts through abort_flag. */
+  ZCC_CHECK(zcc_bootstrap_init(id, comm->rank, comm->nranks, zcc_bootstrap_init_timeout_ms(),
+                               stop ? stop : &comm->abort_flag, &comm->bootstrap));
   comm->hash = zcc_bootstrap_hash(comm->bootstrap);
   memcpy(comm->secret, zcc_bootstrap_secret(comm->bootstrap), ZCC_SECRET_BYTES);
   if (name && *name)
     snprintf(comm->name, sizeof(comm->name), "%s", name);
   else
     snprintf(comm->name, sizeof(comm->name), "%016llx", (unsigned long long)comm->hash);
-  if (device_type == zccDeviceCuda) {
+  if (comm->device_type == zccDeviceCuda) {
     const zcc_device_ops_t *dev = zcc_device_cuda(); /* present: zcc_config_resolve checked */
-    ZCC_CHECK_GOTO(dev->current(&comm->device, comm->gpu_bus_id, sizeof(comm->gpu_bus_id)), res,
-                   fail);
+    ZCC_CHECK(dev->current(&comm->device, comm->gpu_bus_id, sizeof(comm->gpu_bus_id)));
     comm->dev = dev; /* its free undoes what its setup made, even in part */
   }
-  ZCC_CHECK_GOTO(zcc_transport_connect_all(comm), res, fail);
-  ZCC_CHECK_GOTO(comm_topology(comm), res, fail);
-  ZCC_CHECK_GOTO(comm_select(comm), res, fail);
+  ZCC_CHECK(zcc_transport_connect_all(comm));
+  ZCC_CHECK(comm_topology(comm));
+  ZCC_CHECK(comm_select(comm));
   comm_wait_policy(comm);
   /* The link probe runs over the connections: a host communicator's exist
      now, a GPU communicator's once its windows are mapped (setup). */
-  if (!comm->dev) ZCC_CHECK_GOTO(zcc_comm_measure(comm), res, fail);
-  if (comm->device < 0) ZCC_CHECK_GOTO(comm_ring(comm), res, fail);
+  if (!comm->dev) ZCC_CHECK(zcc_comm_measure(comm));
+  if (comm->device < 0) ZCC_CHECK(comm_ring(comm));
   zcc_trace_comm_init(comm);
-  if (comm->dev) ZCC_CHECK_GOTO(comm->dev->setup(comm), res, fail);
-  if (comm->dev) ZCC_CHECK_GOTO(zcc_comm_measure(comm), res, fail);
-  zcc_comm_register(comm);
+  if (comm->dev) ZCC_CHECK(comm->dev->setup(comm));
+  if (comm->dev) ZCC_CHECK(zcc_comm_measure(comm));
   if (comm->device >= 0)
-    ZCC_INFO(INIT, "comm %s rank %d nranks %d on GPU %d (%s) ready", comm->name, rank, nranks,
-             comm->device, comm->gpu_bus_id);
+    ZCC_INFO(INIT, "comm %s rank %d nranks %d on GPU %d (%s) ready", comm->name, comm->rank,
+             comm->nranks, comm->device, comm->gpu_bus_id);
   else
-    ZCC_INFO(INIT, "comm %s rank %d nranks %d on the host ready", comm->name, rank, nranks);
+    ZCC_INFO(INIT, "comm %s rank %d nranks %d on the host ready", comm->name, comm->rank,
+             comm->nranks);
+  return zccSuccess;
+}
+
+zccResult_t zcc_comm_init_watched(struct zccComm **out, int nranks, const zccUniqueId *id,
+                                  int rank, const zccConfig_t *config, const char *fn,
+                                  const atomic_int *stop) {
+  if (!out) return zcc_error(zccInvalidArgument, "%s: comm is NULL", fn);
+  struct zccComm *comm = NULL;
+  const char *name = NULL;
+  ZCC_CHECK(comm_shell(&comm, nranks, id, rank, config, fn, &name));
+  zccResult_t res = comm_build(comm, id, name, stop);
+  if (res != zccSuccess) {
+    zcc_comm_free(comm);
+    return res;
+  }
+  zcc_comm_register(comm);
   *out = comm;
   return zccSuccess;
+}
+
+/* ---- non-blocking init (config blocking = 0) ---- */
+
+typedef struct init_job {
+  struct zccComm *comm;
+  zccUniqueId id;
+  char name[64];
+  int has_name;
+  int device; /* the caller's current CUDA device, for a GPU communicator */
+} init_job_t;
+
+static void *init_job_main(void *arg) {
+  init_job_t *j = arg;
+  struct zccComm *comm = j->comm;
+  zccResult_t res = zccSuccess;
+  if (comm->device_type == zccDeviceCuda) res = zcc_device_cuda()->bind(j->device);
+  if (res == zccSuccess) res = comm_build(comm, &j->id, j->has_name ? j->name : NULL, NULL);
+  if (res != zccSuccess) {
+    /* Only the state: the peers learn from this rank's bootstrap closing
+       (the caller's destroy or abort frees what was made). */
+    snprintf(comm->error_msg, sizeof(comm->error_msg), "%s", zcc_last_error());
+    atomic_store(&comm->error_claim, 1);
+    atomic_store_explicit(&comm->async_error, (int)res, memory_order_release);
+    ZCC_INFO(INIT, "non-blocking init of rank %d failed: %s", comm->rank, comm->error_msg);
+  }
+  free(j);
+  atomic_store_explicit(&comm->init_pending, 0, memory_order_release);
+  return NULL;
+}
+
+/* Wait for a non-blocking init's thread (once; any caller). */
+void zcc_comm_init_join(struct zccComm *comm) {
+  if (atomic_exchange(&comm->init_thread_live, 0)) pthread_join(comm->init_thread, NULL);
+}
+
+static zccResult_t comm_init_nonblocking(struct zccComm **out, int nranks,
+                                         const zccUniqueId *id, int rank,
+                                         const zccConfig_t *config, const char *fn) {
+  if (!out) return zcc_error(zccInvalidArgument, "%s: comm is NULL", fn);
+  struct zccComm *comm = NULL;
+  const char *name = NULL;
+  ZCC_CHECK(comm_shell(&comm, nranks, id, rank, config, fn, &name));
+  init_job_t *j = calloc(1, sizeof(*j));
+  zccResult_t res = zccSuccess;
+  if (!j) {
+    res = zcc_error(zccSystemError, "%s: out of memory", fn);
+    goto fail;
+  }
+  j->comm = comm;
+  j->id = *id;
+  if (name && *name) {
+    snprintf(j->name, sizeof(j->name), "%s", name);
+    j->has_name = 1;
+  }
+  if (comm->device_type == zccDeviceCuda) {
+    char bus[32];
+    ZCC_CHECK_GOTO(zcc_device_cuda()->current(&j->device, bus, sizeof(bus)), res, fail);
+  }
+  snprintf(comm->name, sizeof(comm->name), "(rank %d, initialising)", rank);
+  atomic_store(&comm->init_pending, 1);
+  zcc_comm_register(comm);
+  int rc = pthread_create(&comm->init_thread, NULL, init_job_main, j);
+  if (rc != 0) {
+    zcc_comm_unregister(comm);
+    res = zcc_error(zccSystemError, "%s: cannot start the init thread: %s", fn, strerror(rc));
+    goto fail;
+  }
+  atomic_store(&comm->init_thread_live, 1);
+  ZCC_INFO(INIT, "%s: rank %d of %d initialises in the background (blocking=0)", fn, rank,
+           nranks);
+  *out = comm;
+  return zcc_error(zccInProgress, "%s: the communicator is being initialised (blocking=0): "
+                   "poll zccCommGetAsyncError until it is not zccInProgress", fn);
 fail:
+  free(j);
   zcc_comm_free(comm);
   return res;
 }
@@ -346,6 +440,8 @@ zccResult_t zccCommInitRank(zccComm_t *comm, int nranks, zccUniqueId commId, int
 
 zccResult_t zccCommInitRankConfig(zccComm_t *comm, int nranks, zccUniqueId commId,
                                   int rank, zccConfig_t *config) {
+  if (config && config->magic == ZCC_CONFIG_MAGIC && config->blocking == 0)
+    return comm_init_nonblocking(comm, nranks, &commId, rank, config, "zccCommInitRankConfig");
   return zcc_comm_init(comm, nranks, &commId, rank, config, "zccCommInitRankConfig");
 }
 
@@ -463,6 +559,12 @@ zccResult_t zccCommDestroy(zccComm_t comm) {
     return zcc_error(zccInvalidUsage,
                      "zccCommDestroy: comm %p is not a live communicator (destroyed, "
                      "aborted or never created)", (void *)comm);
+  if (atomic_load(&comm->init_pending)) {
+    /* A non-blocking init still running: it is stopped, not waited for. */
+    atomic_store(&comm->abort_flag, 1);
+    ZCC_INFO(INIT, "rank %d: destroy stops the communicator's non-blocking init", comm->rank);
+  }
+  zcc_comm_init_join(comm);
   stop_calls(comm);
   ZCC_INFO(INIT, "comm %s rank %d destroyed", comm->name, comm->rank);
   zcc_comm_free(comm);
@@ -476,6 +578,8 @@ zccResult_t zccCommAbort(zccComm_t comm) {
                      "zccCommAbort: comm %p is not a live communicator (destroyed, "
                      "aborted or never created)", (void *)comm);
   atomic_store(&comm->abort_flag, 1);
+  /* A non-blocking init still running gives up at its next wait. */
+  zcc_comm_init_join(comm);
   zcc_comm_set_error_msg(comm, zccRemoteError, "the communicator was aborted (zccCommAbort)");
   /* Operations this thread queued in its open group will never run. */
   int dropped = zcc_group_drop_comm(comm);
@@ -492,7 +596,13 @@ zccResult_t zccCommAbort(zccComm_t comm) {
 zccResult_t zccCommGetAsyncError(zccComm_t comm, zccResult_t *asyncError) {
   if (!asyncError)
     return zcc_error(zccInvalidArgument, "zccCommGetAsyncError: asyncError is NULL");
-  ZCC_CHECK(zcc_comm_enter(comm, "zccCommGetAsyncError", 0));
+  ZCC_CHECK(zcc_comm_enter(comm, "zccCommGetAsyncError", ZCC_ENTER_DURING_INIT));
+  if (atomic_load_explicit(&comm->init_pending, memory_order_acquire)) {
+    *asyncError = zccInProgress;
+    zcc_comm_leave(comm);
+    return zccSuccess;
+  }
+  zcc_comm_init_join(comm);
   *asyncError = (zccResult_t)atomic_load_explicit(&comm->async_error, memory_order_acquire);
   /* The cause, for zccGetLastError in this thread (it may have come from another). */
   if (*asyncError != zccSuccess) zcc_restore_last_error(comm->error_msg);
@@ -502,7 +612,7 @@ zccResult_t zccCommGetAsyncError(zccComm_t comm, zccResult_t *asyncError) {
 
 zccResult_t zccCommCount(const zccComm_t comm, int *count) {
   if (!count) return zcc_error(zccInvalidArgument, "zccCommCount: count is NULL");
-  ZCC_CHECK(zcc_comm_enter(comm, "zccCommCount", 0));
+  ZCC_CHECK(zcc_comm_enter(comm, "zccCommCount", ZCC_ENTER_DURING_INIT));
   *count = comm->nranks;
   zcc_comm_leave(comm);
   return zccSuccess;
@@ -518,7 +628,7 @@ zccResult_t zccCommCuDevice(const zccComm_t comm, int *device) {
 
 zccResult_t zccCommUserRank(const zccComm_t comm, int *rank) {
   if (!rank) return zcc_error(zccInvalidArgument, "zccCommUserRank: rank is NULL");
-  ZCC_CHECK(zcc_comm_enter(comm, "zccCommUserRank", 0));
+  ZCC_CHECK(zcc_comm_enter(comm, "zccCommUserRank", ZCC_ENTER_DURING_INIT));
   *rank = comm->rank;
   zcc_comm_leave(comm);
   return zccSuccess;

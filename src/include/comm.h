@@ -71,6 +71,11 @@ struct zccComm {
   atomic_int error_claim; /* the first setter of the error writes error_msg */
   char error_msg[256];    /* its message, written before async_error is set */
   atomic_int busy;        /* calls in flight (registry-protected entry) */
+  /* A non-blocking init (config blocking = 0) runs on its own thread:
+     pending until it has finished; live until someone joined it. */
+  atomic_int init_pending;
+  atomic_int init_thread_live;
+  pthread_t init_thread;
   /* One thread at a time issues operations (zcc_comm_enter_op): the one
      that holds it, how deep (its open groups hold it too), and for what. */
   atomic_uintptr_t owner;
@@ -137,10 +142,17 @@ void zcc_redop_free_all(struct zccComm *comm);
 /*
  * Take a reference on a live communicator for the duration of a call:
  * zccInvalidUsage (message naming `fn`) if comm is NULL, destroyed or
- * aborted. With check_error, also refuses a communicator in error state.
+ * aborted. Flags: ZCC_ENTER_CHECK_ERROR also refuses a communicator in
+ * error state; ZCC_ENTER_DURING_INIT lets the call in while a non-blocking
+ * init still runs (calls that read only what the init's caller set: rank,
+ * size, state), which every other call meets as zccInProgress.
  */
-zccResult_t zcc_comm_enter(struct zccComm *comm, const char *fn, int check_error);
+#define ZCC_ENTER_CHECK_ERROR 1
+#define ZCC_ENTER_DURING_INIT 2
+zccResult_t zcc_comm_enter(struct zccComm *comm, const char *fn, int flags);
 void zcc_comm_leave(struct zccComm *comm);
+/* Wait for a non-blocking init's thread to end, once (init.c). */
+void zcc_comm_init_join(struct zccComm *comm);
 
 /*
  * zcc_comm_enter for calls that issue operations (collectives, send and

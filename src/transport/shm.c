@@ -11,6 +11,7 @@
  * destroyed says it is gone. A peer's death is seen through a pidfd, which
  * turns readable at exit (also while the process is an unreaped zombie).
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
@@ -203,6 +204,13 @@ static zccResult_t shm_create(zcc_conn_t *conn, shm_conn_t *s) {
 
 static zccResult_t shm_attach(zcc_conn_t *conn, shm_conn_t *s) {
   int fd = shm_open(s->name, O_RDWR | O_CLOEXEC, 0600);
+  /* Only its maker unlinks it before this rank has mapped it: when it
+     frees its communicator (it aborted, gave up or exited). */
+  if (fd < 0 && errno == ENOENT)
+    return zcc_error(zccRemoteError,
+                     "shared memory %s of rank %d is gone: rank %d left while the "
+                     "communicator was being connected (aborted, gave up or exited)",
+                     s->name, conn->peer, conn->peer);
   if (fd < 0)
     return zcc_error(zccSystemError, "shm_open %s (made by rank %d) failed: %s", s->name,
                      conn->peer, strerror(errno));

@@ -59,6 +59,11 @@ static void unmap(shm_gpu_map_t *m) {
 static zccResult_t map_segment(const char *name, size_t bytes, int create, shm_gpu_map_t *m,
                                const char *who) {
   int fd = shm_open(name, O_RDWR | O_CLOEXEC | (create ? O_CREAT | O_EXCL : 0), 0600);
+  /* A peer's segment gone before we mapped it: its owner freed its
+     communicator (aborted, gave up or exited) while connecting. */
+  if (fd < 0 && !create && errno == ENOENT)
+    return zcc_error(zccRemoteError, "%s: shared memory %s is gone: its owner left while the "
+                     "communicator was being connected (aborted, gave up or exited)", who, name);
   if (fd < 0)
     return zcc_error(zccSystemError, "%s: shm_open %s failed: %s", who, name, strerror(errno));
   if (create && ftruncate(fd, (off_t)bytes) != 0) {

@@ -1073,6 +1073,67 @@ static int abortrace_rank(int rank, int nranks, const zccUniqueId *id, void *arg
   return 0;
 }
 
+/* ---- initabort: zccCommAbort racing a non-blocking init ---- */
+
+/* When rank 1 aborts its non-blocking init (ms after the call returned). */
+static const int initabort_ms[] = {0, 1, 3, 10, 30, 100};
+#define INITABORT_KINDS ((int)(sizeof(initabort_ms) / sizeof(initabort_ms[0])))
+
+static int initabort_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
+  (void)arg;
+  zt_set_tag("[initabort+%dms %s rank %d]", initabort_ms[sh->kind], sh->transport, rank);
+  double t0 = zt_now();
+  if (rank == 1) {
+    zccConfig_t cfg = ZCC_CONFIG_INITIALIZER;
+    cfg.deviceType = zccDeviceHost;
+    cfg.blocking = 0;
+    zccComm_t comm = NULL;
+    zccResult_t rc = zccCommInitRankConfig(&comm, nranks, *id, rank, &cfg);
+    ZT_CHECK(rc == zccInProgress && comm, "non-blocking init returned %s (comm %p): %s",
+             zt_rc_name(rc), (void *)comm, zccGetLastError(NULL));
+    if (!comm) return 1;
+    zt_sleep(initabort_ms[sh->kind] / 1000.0);
+    zccResult_t st = zccInternalError;
+    ZT_EXPECT_RC(zccSuccess, zccCommGetAsyncError(comm, &st));
+    sh->mark = zt_now();
+    rc = zccCommAbort(comm);
+    double dt = zt_now() - sh->mark;
+    figure(st == zccInProgress ? "abort-during-init" : "abort-after-init", dt, rc);
+    ZT_CHECK(rc == zccSuccess && dt < LIMIT_S, "abort of the init (state %s): %s after %.2f s",
+             zt_rc_name(st), zt_rc_name(rc), dt);
+    int n;
+    ZT_EXPECT_RC(zccInvalidUsage, zccCommCount(comm, &n));
+    destroy_and_rebuild(NULL, rank, nranks, "initabort");
+    return 0;
+  }
+  zccComm_t comm = NULL;
+  zccResult_t rc = zt_comm_init_host(&comm, nranks, id, rank);
+  const char *what = "init";
+  float v = 1, out = 0;
+  if (rc == zccSuccess) {
+    /* rank 1's init finished before the abort: the abort fails the next call */
+    what = "allreduce";
+    for (int i = 0; i < 100000 && zt_now() - t0 < 10; i++) {
+      rc = zccAllReduce(&v, &out, 1, zccFloat, zccSum, comm, NULL);
+      if (rc != zccSuccess) break;
+      ZT_CHECK(out == nranks, "allreduce %d: %g", i, out);
+    }
+  }
+  double now = zt_now(), dt = sh->mark > 0 ? now - sh->mark : -1;
+  figure(rc == zccTimeout ? "peer-of-aborted-init-timeout" : "peer-of-aborted-init", dt, rc);
+  zt_log("%s with a peer that aborted its init: %s %.3f s after the abort (%.3f s after the "
+         "start): \"%s\"", what, zt_rc_name(rc), dt, now - t0, zccGetLastError(NULL));
+  /* Aborted before the rendezvous completed, rank 1 is like a rank killed
+     then: the others learn it at ZCC_INIT_TIMEOUT (2 s here). After it,
+     its closed connections tell them at once. */
+  ZT_CHECK((rc == zccRemoteError && dt >= 0 && dt < LIMIT_S) ||
+               (rc == zccTimeout && strcmp(what, "init") == 0 && now - t0 < 2.0 + 1.0),
+           "%s with a peer that aborted its init: %s, %.2f s after the abort, %.2f s after "
+           "the start", what, zt_rc_name(rc), dt, now - t0);
+  destroy_and_rebuild(comm, rank, nranks, "initabort");
+  return 0;
+}
+
 /* ---- runner ---- */
 
 typedef struct {
@@ -1098,6 +1159,7 @@ static const fault_case_t cases[] = {
     {"destroy", destroy_rank, 2, "20000", 1, NULL},
     {"group", group_rank, 2, "20000", 1, NULL},
     {"abortrace", abortrace_rank, 4, "20000", ABORT_KINDS, NULL},
+    {"initabort", initabort_rank, 3, "20000", INITABORT_KINDS, NULL},
     {"fullcheck", fullcheck_rank, 2, "20000", 1, "full"},
 };
 
@@ -1173,6 +1235,7 @@ int main(int argc, char **argv) {
         if (cases[i].fn == mismatch_rank) snprintf(kind, sizeof(kind), "-%s", mm_names[k]);
         if (cases[i].fn == initdeath_rank) snprintf(kind, sizeof(kind), "+%dms", initdeath_ms[k]);
         if (cases[i].fn == abortrace_rank) snprintf(kind, sizeof(kind), "+%dms", abort_ms[k]);
+        if (cases[i].fn == initabort_rank) snprintf(kind, sizeof(kind), "+%dms", initabort_ms[k]);
         printf("case %s%s over %s: %.2f s\n", cases[i].name, kind, transports[t], zt_now() - t0);
       }
     }

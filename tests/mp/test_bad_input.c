@@ -255,8 +255,8 @@ static void test_init_args(void) {
   cfg.deviceType = -3;
   BAD(zccInvalidArgument, "device", zccCommInitRankConfig(&c, 1, id, 0, &cfg));
   cfg = (zccConfig_t)ZCC_CONFIG_INITIALIZER;
-  cfg.blocking = 0;
-  EITHER(zccInvalidArgument, zccInvalidUsage, zccCommInitRankConfig(&c, 1, id, 0, &cfg));
+  cfg.blocking = 7; /* 0 and 1 are valid (0: non-blocking init, test_core) */
+  BAD(zccInvalidArgument, "blocking", zccCommInitRankConfig(&c, 1, id, 0, &cfg));
   cfg = (zccConfig_t)ZCC_CONFIG_INITIALIZER;
   cfg.deviceType = zccDeviceHost;
   BAD(zccInvalidArgument, KW_COMM "|" KW_PTR, zccCommInitRankConfig(NULL, 1, id, 0, &cfg));

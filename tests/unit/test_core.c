@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -106,7 +108,10 @@ static void test_config_resolve(void **state) {
                    gpu ? zccSuccess : zccInvalidUsage);
   zccConfig_t e = ZCC_CONFIG_INITIALIZER;
   e.blocking = 0;
+  assert_int_equal(zcc_config_resolve(&e, &dt, &to, &nm, "t"), zccSuccess);
+  e.blocking = 7;
   assert_int_equal(zcc_config_resolve(&e, &dt, &to, &nm, "t"), zccInvalidArgument);
+  assert_non_null(strstr(zccGetLastError(NULL), "blocking=7"));
   setenv("ZCC_DEVICE", "tpu", 1);
   zcc_param_reload();
   assert_int_equal(zcc_config_resolve(NULL, &dt, &to, &nm, "t"), zccInvalidArgument);
@@ -155,6 +160,109 @@ static void test_single_rank_comm(void **state) {
   assert_int_equal(zccCommDestroy(comm), zccInvalidUsage);
 }
 
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Poll a non-blocking communicator's state until it is not zccInProgress
+   (or `limit` seconds pass); the state. */
+static zccResult_t settle(zccComm_t comm, double limit) {
+  zccResult_t st = zccInProgress;
+  double t0 = now_s();
+  while (st == zccInProgress && now_s() - t0 < limit) {
+    assert_int_equal(zccCommGetAsyncError(comm, &st), zccSuccess);
+    if (st == zccInProgress) usleep(1000);
+  }
+  return st;
+}
+
+static zccConfig_t nonblocking_host(void) {
+  zccConfig_t c = ZCC_CONFIG_INITIALIZER;
+  c.blocking = 0;
+  c.deviceType = zccDeviceHost;
+  return c;
+}
+
+/* blocking = 0: the call returns zccInProgress with the handle; the state
+   says when it is ready; then it works like any other. */
+static void test_nonblocking_init_completes(void **state) {
+  zccUniqueId id;
+  assert_int_equal(zccGetUniqueId(&id), zccSuccess);
+  zccConfig_t c = nonblocking_host();
+  c.commName = "nb1";
+  zccComm_t comm = NULL;
+  assert_int_equal(zccCommInitRankConfig(&comm, 1, id, 0, &c), zccInProgress);
+  assert_non_null(comm);
+  assert_int_equal(settle(comm, 10), zccSuccess);
+  float in[3] = {1, 2, 3}, out[3] = {0};
+  assert_int_equal(zccAllReduce(in, out, 3, zccFloat32, zccSum, comm, NULL), zccSuccess);
+  assert_memory_equal(in, out, sizeof(in));
+  assert_int_equal(zccCommDestroy(comm), zccSuccess);
+  /* bad arguments are refused at once and make nothing */
+  zccComm_t none = NULL;
+  assert_int_equal(zccCommInitRankConfig(&none, 2, id, 5, &c), zccInvalidArgument);
+  assert_null(none);
+  c.blocking = 7;
+  assert_int_equal(zccCommInitRankConfig(&none, 1, id, 0, &c), zccInvalidArgument);
+  assert_null(none);
+  c.blocking = 0;
+  assert_int_equal(zccCommInitRankConfig(NULL, 1, id, 0, &c), zccInvalidArgument);
+  assert_non_null(strstr(zccGetLastError(NULL), "comm is NULL"));
+}
+
+/* A peer that never comes: every call but the state's is refused with
+   zccInProgress, and abort or destroy stop the init at once. */
+static void test_nonblocking_init_stopped(void **state) {
+  for (int use_abort = 0; use_abort < 2; use_abort++) {
+    zccUniqueId id;
+    assert_int_equal(zccGetUniqueId(&id), zccSuccess);
+    zccConfig_t c = nonblocking_host();
+    zccComm_t comm = NULL;
+    assert_int_equal(zccCommInitRankConfig(&comm, 2, id, 0, &c), zccInProgress);
+    assert_non_null(comm);
+    float v = 1, o = 0;
+    assert_int_equal(zccAllReduce(&v, &o, 1, zccFloat32, zccSum, comm, NULL), zccInProgress);
+    assert_non_null(strstr(zccGetLastError(NULL), "still being initialised"));
+    int n = 0, r = -1;
+    assert_int_equal(zccCommCount(comm, &n), zccSuccess);
+    assert_int_equal(zccCommUserRank(comm, &r), zccSuccess);
+    assert_int_equal(n, 2);
+    assert_int_equal(r, 0);
+    zccResult_t st = zccSuccess;
+    assert_int_equal(zccCommGetAsyncError(comm, &st), zccSuccess);
+    assert_int_equal(st, zccInProgress);
+    usleep(50000);
+    double t0 = now_s();
+    assert_int_equal(use_abort ? zccCommAbort(comm) : zccCommDestroy(comm), zccSuccess);
+    assert_true(now_s() - t0 < 1.0);
+    assert_int_equal(zccCommCount(comm, &n), zccInvalidUsage);
+  }
+}
+
+/* An init that fails in the background: the state names the failure. */
+static void test_nonblocking_init_fails(void **state) {
+  setenv("ZCC_INIT_TIMEOUT", "300", 1);
+  zcc_param_reload();
+  zccUniqueId id;
+  assert_int_equal(zccGetUniqueId(&id), zccSuccess);
+  zccConfig_t c = nonblocking_host();
+  zccComm_t comm = NULL;
+  assert_int_equal(zccCommInitRankConfig(&comm, 2, id, 1, &c), zccInProgress);
+  zccResult_t st = settle(comm, 10);
+  assert_int_equal(st, zccTimeout);
+  const char *msg = zccGetLastError(NULL);
+  if (!strstr(msg, "timed out")) print_message("the state's message: %s\n", msg);
+  assert_non_null(strstr(msg, "timed out"));
+  float v = 1, o = 0;
+  assert_int_equal(zccAllReduce(&v, &o, 1, zccFloat32, zccSum, comm, NULL), zccTimeout);
+  assert_int_equal(zccCommDestroy(comm), zccSuccess);
+  unsetenv("ZCC_INIT_TIMEOUT");
+  zcc_param_reload();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_param_defaults_and_env),
@@ -163,6 +271,9 @@ int main(void) {
       cmocka_unit_test(test_config_resolve),
       cmocka_unit_test(test_registry_refuses_dead_handles),
       cmocka_unit_test(test_single_rank_comm),
+      cmocka_unit_test(test_nonblocking_init_completes),
+      cmocka_unit_test(test_nonblocking_init_stopped),
+      cmocka_unit_test(test_nonblocking_init_fails),
   };
   return cmocka_run_group_tests_name("core", tests, NULL, NULL);
 }
