@@ -107,6 +107,9 @@
 #              ZCC_TOPO_MEASURE on the GPU (p2p 2 and 4 ranks, shm 2 and 3, 5 times each;
 #              memcheck once)
 #   measure    the ZCC_TOPO_MEASURE half of verify2 alone
+#   nbinit     non-blocking init and its abort, the split init, the watchdog's link check:
+#              the quick matrix, graphs, errors, lifetime, abort, deadpeer over p2p (2 processes,
+#              3 threads), GPU shm and net (2 processes)
 # Logs go to $OUT (default ./gpu_run_out), each into logs.tar as its run ends (a
 # call cut short keeps what ran), gzipped at the end (GPU_RUN_TAR=0: left as
 # they are); each run's line prints as it ends, the summary last (summary.txt).
@@ -403,6 +406,23 @@ for phase in "$@"; do
       *) note "gnet: no run $r" ;;
       esac
     done
+    ;;
+  nbinit)
+    # 2026-12-03's host changes on the GPU: the init split in two (every GPU
+    # communicator), non-blocking init (procs: each rank's communicator through
+    # blocking = 0, after one aborted with its peer missing), the watchdog's
+    # bootstrap link check, the GPU shm "segment gone" error; over p2p, GPU shm
+    # and net.
+    export ZCC_TIMEOUT=${ZCC_TIMEOUT:-20000}
+    run nb-p2p-procs 300 "$bin/test_gpu_colls" --ranks 2 --layout procs --quick \
+      --only matrix,graphs,errors,lifetime,abort,deadpeer --replays 200
+    run nb-p2p-n3 300 "$bin/test_gpu_colls" --ranks 3 --layout threads --quick \
+      --only matrix,graphs,errors,lifetime,abort,stamps --replays 100
+    run nb-shm-procs 300 env ZCC_P2P_DISABLE=1 "$bin/test_gpu_colls" --ranks 2 --layout procs \
+      --quick --only matrix,graphs,abort,deadpeer --replays 200
+    run nb-net-procs 300 env ZCC_P2P_DISABLE=1 ZCC_SHM_DISABLE=1 ZCC_NET_PLUGIN=socket \
+      "$bin/test_gpu_colls" --ranks 2 --layout procs --quick --only matrix,abort,deadpeer
+    left=$(ls /dev/shm 2>/dev/null | grep -c zcc); note "nbinit: /dev/shm holds $left zcc segment(s) after the runs"
     ;;
   gnet-ns-mps)
     # Two processes on one GPU are time-sliced by the driver (a kernel that

@@ -675,7 +675,8 @@ static int get_id(world_t *w, zccUniqueId *id) {
 /*
  * Communicators for every local rank: zccCommInitAll (threads), or a fresh
  * id and zccCommInitRank (cuda_cfg: zccCommInitRankConfig with deviceType
- * cuda and timeout_ms if nonzero). Checks count, rank and device.
+ * cuda and timeout_ms if nonzero; cuda_cfg 2: non-blocking, polled with
+ * zccCommGetAsyncError until ready). Checks count, rank and device.
  */
 int comms_init(world_t *w, zccComm_t *comms, int cuda_cfg, int timeout_ms, const char *what) {
   zccResult_t rc;
@@ -699,7 +700,31 @@ int comms_init(world_t *w, zccComm_t *comms, int cuda_cfg, int timeout_ms, const
       cfg.deviceType = zccDeviceCuda;
       if (timeout_ms)
         cfg.timeoutMs = timeout_ms;
+      if (cuda_cfg == 2)
+        cfg.blocking = 0;
       rc = zccCommInitRankConfig(&comms[0], w->n, id, w->rk[0].rank, &cfg);
+      if (cuda_cfg == 2) {
+        /* non-blocking: zccInProgress and the handle, then the state says */
+        CHECK(rc == zccInProgress && comms[0] != NULL,
+              "%s: non-blocking zccCommInitRankConfig returned %s (comm %p), expected "
+              "zccInProgress and a handle", what, rc_name(rc), (void *)comms[0]);
+        double t0 = now_s();
+        zccResult_t st = zccInProgress;
+        while (rc == zccInProgress && comms[0] && st == zccInProgress && now_s() - t0 < 120) {
+          zccResult_t q = zccCommGetAsyncError(comms[0], &st);
+          if (q != zccSuccess)
+            st = q;
+          else if (st == zccInProgress)
+            usleep(1000);
+        }
+        if (rc == zccInProgress) {
+          if (st != zccSuccess && comms[0]) {
+            zccCommDestroy(comms[0]);
+            comms[0] = NULL;
+          }
+          rc = st;
+        }
+      }
     } else {
       rc = zccCommInitRank(&comms[0], w->n, id, w->rk[0].rank);
     }

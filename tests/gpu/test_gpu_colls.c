@@ -1144,15 +1144,54 @@ static cudaError_t stream_usable(world_t *w, int i) {
 }
 
 /* A part's communicators (timeout_ms 0: the default); 0 when every rank has them. */
-static int part_init(world_t *w, zccComm_t *comms, int timeout_ms, const char *what) {
+static int part_init_cfg(world_t *w, zccComm_t *comms, int cfg, int timeout_ms,
+                         const char *what) {
   watch(opt.step_s, "%s: init", what);
-  int ok = comms_init(w, comms, 1, timeout_ms, what) == 0;
+  int ok = comms_init(w, comms, cfg, timeout_ms, what) == 0;
   if (!agree(w, ok, what)) {
     if (ok)
       comms_free(w, comms, 1, what);
     return -1;
   }
   return 0;
+}
+
+static int part_init(world_t *w, zccComm_t *comms, int timeout_ms, const char *what) {
+  return part_init_cfg(w, comms, 1, timeout_ms, what);
+}
+
+/*
+ * A non-blocking GPU init whose peer never comes (a rank of its own
+ * rendezvous, 2 ranks): zccInProgress, calls refused with zccInProgress,
+ * zccCommAbort within 2 s; the GPU works after.
+ */
+static void init_abort_check(world_t *w, const char *what) {
+  zccUniqueId id;
+  if (zccGetUniqueId(&id) != zccSuccess) {
+    fail("%s: zccGetUniqueId: %s", what, last_err(NULL));
+    return;
+  }
+  zccConfig_t cfg = ZCC_CONFIG_INITIALIZER;
+  cfg.deviceType = zccDeviceCuda;
+  cfg.blocking = 0;
+  zccComm_t c = NULL;
+  zccResult_t rc = zccCommInitRankConfig(&c, 2, id, 0, &cfg);
+  CHECK(rc == zccInProgress && c, "%s: non-blocking init alone returned %s", what, rc_name(rc));
+  if (!c) return;
+  zccResult_t ar = zccAllReduce(w->rk[0].dsend[0], w->rk[0].drecv[0], 16, zccFloat32, zccSum, c,
+                                w->rk[0].stream);
+  CHECK(ar == zccInProgress, "%s: allreduce on a communicator still initialising: %s", what,
+        rc_name(ar));
+  sleep_s(0.05);
+  double t0 = now_s();
+  rc = zccCommAbort(c);
+  double dt = now_s() - t0;
+  CHECK(rc == zccSuccess && dt < 2.0, "%s: abort of a non-blocking init: %s after %.2f s", what,
+        rc_name(rc), dt);
+  cudaError_t ue = stream_usable(w, 0);
+  CHECK(ue == cudaSuccess, "%s: the stream after the aborted init: %s", what,
+        cudaGetErrorName(ue));
+  info("%s: non-blocking init with its peer missing: aborted in %.3f s", what, dt);
 }
 
 /* Rank 0's allreduce of count floats, alone, in a thread of its own (waiter_main). */
@@ -1173,7 +1212,10 @@ static void run_abort(world_t *w) {
   zccComm_t comms[MAX_RANKS];
   char what[64];
   snprintf(what, sizeof(what), "%s abort", w->name);
-  if (part_init(w, comms, 0, what) != 0)
+  /* procs: each rank's communicator through a non-blocking init, after one
+     aborted while its peer never came */
+  if (w->procs) init_abort_check(w, what);
+  if (part_init_cfg(w, comms, w->procs ? 2 : 1, 0, what) != 0)
     return;
   if (w->rk[0].rank == 0) {
     waiter_t a;
