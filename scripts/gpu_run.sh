@@ -62,6 +62,8 @@
 #   stamps     op stamps: GPU times (flight recorder, trace), a stuck kernel's ZCC_TIMEOUT, cost
 #   stamps-verify  colls on p2p and GPU shm, the 3-rank shm allgather sweep with graphs, 3 times
 #   measure-fit  the GPU link probe's fit: zcc_topo --measure-gpu and ZCC_TOPO_MEASURE=1, p2p and shm
+#   sig-cost   8 B allreduce eager (-g 2 and -np 2, 2 ranks on the GPU), ZCC_GPU_SIGBOARD 0 and 1
+#              alternated 3 times (the signature board's cost per call)
 #   stamp-cost  8 B allreduce in graphs: ZCC_GPU_STAMPS 0, 2 (device memory), 1, alternated
 #   trace-cost  8 B allreduce, eager and in graphs: recorder off, the default, ZCC_TRACE_FILE on,
 #              alternated 3 times (the trace's host cost per GPU operation)
@@ -107,9 +109,10 @@
 #              ZCC_TOPO_MEASURE on the GPU (p2p 2 and 4 ranks, shm 2 and 3, 5 times each;
 #              memcheck once)
 #   measure    the ZCC_TOPO_MEASURE half of verify2 alone
-#   nbinit     non-blocking init and its abort, the split init, the watchdog's link check:
-#              the quick matrix, graphs, errors, lifetime, abort, deadpeer over p2p (2 processes,
-#              3 threads), GPU shm and net (2 processes)
+#   nbinit     non-blocking init and its abort, the split init, the watchdog's link check,
+#              the signature board: the quick matrix, graphs, errors, lifetime, abort, deadpeer,
+#              mismatch over p2p (2 processes, 3 threads), GPU shm and net (2 processes); the
+#              full matrix in 2 processes
 # Logs go to $OUT (default ./gpu_run_out), each into logs.tar as its run ends (a
 # call cut short keeps what ran), gzipped at the end (GPU_RUN_TAR=0: left as
 # they are); each run's line prints as it ends, the summary last (summary.txt).
@@ -415,13 +418,15 @@ for phase in "$@"; do
     # and net.
     export ZCC_TIMEOUT=${ZCC_TIMEOUT:-20000}
     run nb-p2p-procs 300 "$bin/test_gpu_colls" --ranks 2 --layout procs --quick \
-      --only matrix,graphs,errors,lifetime,abort,deadpeer --replays 200
+      --only matrix,graphs,errors,lifetime,abort,deadpeer,mismatch --replays 200
     run nb-p2p-n3 300 "$bin/test_gpu_colls" --ranks 3 --layout threads --quick \
       --only matrix,graphs,errors,lifetime,abort,stamps --replays 100
     run nb-shm-procs 300 env ZCC_P2P_DISABLE=1 "$bin/test_gpu_colls" --ranks 2 --layout procs \
-      --quick --only matrix,graphs,abort,deadpeer --replays 200
+      --quick --only matrix,graphs,abort,deadpeer,mismatch --replays 200
     run nb-net-procs 300 env ZCC_P2P_DISABLE=1 ZCC_SHM_DISABLE=1 ZCC_NET_PLUGIN=socket \
-      "$bin/test_gpu_colls" --ranks 2 --layout procs --quick --only matrix,abort,deadpeer
+      "$bin/test_gpu_colls" --ranks 2 --layout procs --quick --only matrix,abort,deadpeer,mismatch
+    # the signature board under the full matrix (no false mismatch), 2 processes
+    run nb-p2p-procs-full 400 "$bin/test_gpu_colls" --ranks 2 --layout procs --only matrix
     left=$(ls /dev/shm 2>/dev/null | grep -c zcc); note "nbinit: /dev/shm holds $left zcc segment(s) after the runs"
     ;;
   gnet-ns-mps)
@@ -608,6 +613,19 @@ for phase in "$@"; do
           -b 8 -e 8 -w 20 -G 2000 -c 0
       done
       rm -f "$OUT"/tc/t.$i.*.json
+    done
+    ;;
+  sig-cost)
+    # The signature board's cost per GPU collective: 8 B allreduce, 2 ranks on the GPU,
+    # eager (each call posts and compares) and in graphs (replays post nothing),
+    # ZCC_GPU_SIGBOARD 0 and 1 alternated 3 times.
+    for i in 1 2 3; do
+      for m in 0 1; do
+        run "sc-eager-$m-$i" 120 env ZCC_GPU_SIGBOARD=$m "$bin/allreduce_perf" -g 2 --share-gpus 1 \
+          -b 8 -e 8 -w 200 -n 3000 -c 0
+        run "sc-eager-np-$m-$i" 120 env ZCC_GPU_SIGBOARD=$m "$bin/allreduce_perf" -np 2 \
+          --share-gpus 1 -b 8 -e 8 -w 200 -n 3000 -c 0
+      done
     done
     ;;
   stamp-cost)

@@ -11,6 +11,7 @@
 #include "debug.h"
 #include "coll.h"
 #include "planner.h"
+#include "sigboard.h"
 #include "topo.h"
 #include "trace.h"
 #include "transport.h"
@@ -170,6 +171,8 @@ void zcc_comm_free(struct zccComm *comm) {
   zcc_plan_release_spare(comm);
   /* The GPU side first: it writes the trace's last GPU spans once the device is idle. */
   if (comm->dev) comm->dev->free(comm);
+  zcc_sigboard_free(comm->sigboard); /* after the watchdog that reads it */
+  comm->sigboard = NULL;
   zcc_trace_comm_free(comm);
   /* The bootstrap first: a peer waiting in a control operation (a split,
      an init) learns at once that this rank is gone, not after the

@@ -3,12 +3,14 @@
  * plan that runs now or joins the open group.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "check.h"
 #include "coll.h"
+#include "sigboard.h"
 #include "comm.h"
 #include "debug.h"
 #include "group.h"
@@ -161,6 +163,23 @@ static zccResult_t run_coll(zcc_coll_args_t *a, zccComm_t comm, zccStream_t stre
     /* Enqueued on the stream now, also inside a group: nothing waits on the host.
        The record holds what the host knows (the enqueue); the GPU's start and
        end times are for the device side to add. */
+    /* Its number and signature go on the host's signature board first
+       (sigboard.h): a peer that made another call at this number already
+       refuses this one here, before anything is enqueued. (No algorithm:
+       the GPU path picks it alike on every rank from these fields.) */
+    zcc_op_sig_t sig = {.seq = ++comm->op_seq, .count = a->count, .coll = a->coll,
+                        .type = a->type, .op = reduces ? (int32_t)a->op : -1,
+                        .root = rooted ? a->root : -1, .algo = 0,
+                        .flags = a->scale ? ZCC_SIG_PREMUL : 0, .opno = ++comm->op_count};
+    comm->sig_hist[sig.seq % ZCC_SIG_HISTORY] = sig;
+    res = zcc_sigboard_post(comm->sigboard, &sig);
+    if (res != zccSuccess) {
+      char cause[512];
+      snprintf(cause, sizeof(cause), "%s", zcc_last_error());
+      res = zcc_error(res, "%s: %s", fn, cause);
+      zcc_comm_set_error(comm, res);
+      goto fail;
+    }
     uint64_t tid = zcc_trace_enqueue(comm, a->coll, a->count, a->count * zcc_type_size(a->type),
                                      a->type, a->op, trace_root, -1);
     a->op_id = tid;

@@ -44,6 +44,7 @@
 #include "gpu.h"
 #include "param.h"
 #include "planner.h"
+#include "sigboard.h"
 #include "socket.h"
 #include "trace.h"
 #include "transport.h"
@@ -315,6 +316,13 @@ static void *watchdog_main(void *arg) {
           zcc_comm_set_error(comm, zccRemoteError);
           break;
         }
+      }
+      /* a peer's collective that is not this rank's at the same number */
+      if (!*g->abort_host && zcc_sigboard_check(comm->sigboard) != zccSuccess) {
+        ZCC_WARN("comm %s rank %d: mismatched collectives: %s", comm->name, comm->rank,
+                 zcc_last_error());
+        zcc_comm_set_error(comm, zccInvalidUsage);
+        raise_abort(g);
       }
       /* a peer host or link gone silent (bootstrap.h), every 5th round */
       if (++link_round % 5 == 0 && !*g->abort_host &&
@@ -748,6 +756,8 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
   if (stamps == 2) ZCC_CHECK(stamps_setup_probe(comm, g));
   /* Nobody writes into a peer's window before every peer has mapped all. */
   if (n > 1) ZCC_CHECK(zcc_bootstrap_barrier(comm->bootstrap, comm->timeout_ms));
+  /* Mismatched collectives among the ranks of this host (sigboard.h). */
+  if (n > 1) ZCC_CHECK(zcc_sigboard_setup(comm, &comm->sigboard));
 
   if (pthread_create(&g->watchdog_thread, NULL, watchdog_main, comm) != 0)
     return zcc_error(zccSystemError, "init: cannot start the GPU watchdog thread");

@@ -92,6 +92,8 @@ struct zccComm {
 #define ZCC_SIG_HISTORY 16
   zcc_op_sig_t sig_hist[ZCC_SIG_HISTORY]; /* the last collectives, by seq: a
                                  late peer's record names what ran here */
+  struct zcc_sigboard *sigboard; /* GPU communicators: signatures shared with
+                                    the ranks of this host (sigboard.h) */
 
   zcc_bootstrap_t *bootstrap;
   zcc_peer_info_t *peers;          /* [nranks] */

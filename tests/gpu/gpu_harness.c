@@ -40,7 +40,8 @@
 /* ---- options ---- */
 
 static const char *const part_names[] = {"matrix", "graphs",   "errors", "lifetime",
-                                         "abort",  "deadpeer", "stamps", "stuck"};
+                                         "abort",  "deadpeer", "stamps", "stuck",
+                                         "mismatch"};
 
 options_t opt;
 
@@ -1182,7 +1183,7 @@ int parse_args(int argc, char **argv) {
       snprintf(buf, sizeof(buf), "%s", v);
       for (char *save = NULL, *p = strtok_r(buf, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
         int found = 0;
-        for (int k = 0; k < 8; k++)
+        for (int k = 0; k < (int)(sizeof(part_names) / sizeof(part_names[0])); k++)
           if (strcmp(p, part_names[k]) == 0) {
             opt.parts |= 1 << k;
             found = 1;

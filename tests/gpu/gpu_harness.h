@@ -29,8 +29,9 @@ enum {
   PART_ABORT = 16,
   PART_DEADPEER = 32,
   PART_STAMPS = 64,
-  PART_ALL = 127, /* every part but stuck (--only stuck) */
-  PART_STUCK = 128
+  PART_ALL = 127, /* every part but stuck and mismatch (--only) */
+  PART_STUCK = 128,
+  PART_MISMATCH = 256
 };
 
 typedef struct {

@@ -51,6 +51,9 @@
  *            holds each op done, with GPU start and end times inside its
  *            host window, in order (a ring's send and receive: those of
  *            their one launch).
+ *   mismatch (only with --only; procs) the ranks make different collectives at
+ *            one number (count, collective, op): zccInvalidUsage naming both
+ *            within 2 s, at the call or as the async error; the stream idle.
  *   stuck    (only with --only) rank 0 alone calls allreduce under a short
  *            ZCC_TIMEOUT (procs: 2000 ms by config; threads: the
  *            environment's, at most 20000): its stream is idle within
@@ -1571,6 +1574,81 @@ static void run_stamps(world_t *w) {
  * else zccCommDump) shows op #1 allreduce started on the GPU; every rank
  * destroys within 2 s and the stream still works.
  */
+/*
+ * mismatch (procs, --only): the two ranks make different collectives at the
+ * same number (count, collective, op). Each rank's call or its async error
+ * is zccInvalidUsage naming both calls within 2 s, the stream is idle after
+ * (waiting kernels stopped), destroy works.
+ */
+static void run_mismatch(world_t *w) {
+  if (!w->procs) {
+    info("%s mismatch: processes only (one thread issues every rank's call here)", w->name);
+    return;
+  }
+  static const char *kinds[] = {"count", "collective", "op"};
+  for (int k = 0; k < 3; k++) {
+    zccComm_t comms[MAX_RANKS];
+    char what[96];
+    snprintf(what, sizeof(what), "%s mismatch-%s", w->name, kinds[k]);
+    if (part_init(w, comms, 0, what) != 0) return;
+    rank_t *x = &w->rk[0];
+    int r = x->rank;
+    const char *mine = "", *theirs = "";
+    zccResult_t rc;
+    watch(opt.step_s, "%s: the mismatched call", what);
+    double t0 = now_s();
+    if (k == 0) {
+      size_t cnt = r == 0 ? 1024 : 2048;
+      rc = zccAllReduce(x->dsend[0], x->drecv[0], cnt, zccFloat32, zccSum, comms[0], x->stream);
+      mine = r == 0 ? "count=1024" : "count=2048";
+      theirs = r == 0 ? "count=2048" : "count=1024";
+    } else if (k == 1) {
+      if (r == 0)
+        rc = zccAllReduce(x->dsend[0], x->drecv[0], 1024, zccFloat32, zccSum, comms[0],
+                          x->stream);
+      else
+        rc = zccBroadcast(x->dsend[0], x->drecv[0], 1024, zccFloat32, 0, comms[0], x->stream);
+      mine = r == 0 ? "allreduce" : "broadcast";
+      theirs = r == 0 ? "broadcast" : "allreduce";
+    } else {
+      rc = zccAllReduce(x->dsend[0], x->drecv[0], 1024, zccFloat32, r == 0 ? zccSum : zccMax,
+                        comms[0], x->stream);
+      mine = r == 0 ? "sum" : "max";
+      theirs = r == 0 ? "max" : "sum";
+    }
+    char msg[1024] = "";
+    zccResult_t st = rc;
+    if (rc != zccSuccess) {
+      snprintf(msg, sizeof(msg), "%s", last_err(NULL));
+    } else {
+      st = zccSuccess;
+      while (st == zccSuccess && now_s() - t0 < 5.0) {
+        zccResult_t q = zccCommGetAsyncError(comms[0], &st);
+        if (q != zccSuccess) st = q;
+        if (st == zccSuccess) sleep_s(0.002);
+      }
+      if (st != zccSuccess) snprintf(msg, sizeof(msg), "%s", last_err(NULL));
+    }
+    double dt = now_s() - t0;
+    CHECK(st == zccInvalidUsage && dt < 2.0,
+          "%s: expected zccInvalidUsage within 2 s (at the call or as the async error), got "
+          "%s (call %s) after %.2f s: %s", what, rc_name(st), rc_name(rc), dt, msg);
+    CHECK(strstr(msg, mine) && strstr(msg, theirs) && strstr(msg, "op #1"),
+          "%s: the message names both calls (%s, %s) and op #1: %s", what, mine, theirs, msg);
+    watch(opt.step_s, "%s: the stream after the mismatch", what);
+    cudaError_t se = cudaStreamSynchronize(x->stream);
+    double dt_sync = now_s() - t0;
+    (void)cudaGetLastError();
+    CHECK(dt_sync < 2.0 + 2.0, "%s: the stream was idle only %.2f s after the call", what, dt_sync);
+    info("%s: %s %s after %.3f s, stream idle after %.3f s (%s): %s", what, rc_name(st),
+         rc != zccSuccess ? "at the call" : "as the async error", dt, dt_sync,
+         cudaGetErrorName(se), msg);
+    sync_all(w, what);
+    comms_free(w, comms, 1, what);
+    sync_all(w, what);
+  }
+}
+
 static void run_stuck(world_t *w) {
   zccComm_t comms[MAX_RANKS];
   char what[64];
@@ -1718,6 +1796,8 @@ static void run_world(world_t *w) {
     run_stamps(w);
   if (opt.parts & PART_STUCK)
     run_stuck(w);
+  if (opt.parts & PART_MISMATCH)
+    run_mismatch(w);
   world_free(w);
 }
 

@@ -1,0 +1,208 @@
+/*
+ * The signature board of a GPU communicator (sigboard.h): every rank posts
+ * each collective's signature into a small table in shared memory that its
+ * peers on the host map, before the collective is enqueued. The caller
+ * compares with what the peers that already made that call posted, and the
+ * GPU watchdog compares the rest as peers catch up: a mismatch is
+ * zccInvalidUsage naming both calls, and the kernels waiting on it are
+ * stopped by the abort word.
+ */
+#include "sigboard.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "bootstrap.h"
+#include "check.h"
+#include "comm.h"
+#include "debug.h"
+#include "param.h"
+
+ZCC_PARAM_INT(gpu_sigboard, "GPU_SIGBOARD", 1,
+              "1: GPU communicators compare every collective's signature with the ranks "
+              "of the host (a mismatch is zccInvalidUsage naming both calls); 0: they do not "
+              "(mismatched collectives then hang until ZCC_TIMEOUT or return wrong data)")
+
+#define SIGB_ENTRIES 1024
+#define SIGB_MAGIC 0x7a636362u
+
+/* One entry: seq 0 while it is being written (a seqlock of one writer). */
+typedef struct {
+  _Atomic uint64_t seq;
+  zcc_op_sig_t sig;
+} sigb_entry_t;
+
+typedef struct {
+  uint32_t magic;
+  uint32_t entries;
+  uint64_t pad[7];
+  sigb_entry_t e[SIGB_ENTRIES];
+} sigb_seg_t;
+
+struct zcc_sigboard {
+  int n, rank;
+  sigb_seg_t *own;
+  sigb_seg_t **peer; /* [n]: a rank of this host, mapped; NULL: elsewhere or self */
+  uint64_t *checked; /* [n]: the watchdog's last seq compared with that peer */
+  _Atomic uint64_t posted; /* the last seq posted here */
+  char name[64];
+  int unlinked;
+};
+
+static void seg_name(char *buf, size_t len, const struct zccComm *comm, int r) {
+  snprintf(buf, len, "/zcc-sig-%016llx-%d", (unsigned long long)comm->hash, r);
+}
+
+static zccResult_t seg_map(const char *name, int create, sigb_seg_t **out) {
+  int fd = shm_open(name, O_RDWR | O_CLOEXEC | (create ? O_CREAT | O_EXCL : 0), 0600);
+  if (fd < 0 && !create && errno == ENOENT)
+    return zcc_error(zccRemoteError, "signature board %s is gone: its rank left while the "
+                     "communicator was being made", name);
+  if (fd < 0) return zcc_error(zccSystemError, "shm_open %s failed: %s", name, strerror(errno));
+  if (create && ftruncate(fd, (off_t)sizeof(sigb_seg_t)) != 0) {
+    int e = errno;
+    close(fd);
+    shm_unlink(name);
+    return zcc_error(zccSystemError, "%zu bytes of shared memory (%s) failed: %s",
+                     sizeof(sigb_seg_t), name, strerror(e));
+  }
+  void *p = mmap(NULL, sizeof(sigb_seg_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) {
+    if (create) shm_unlink(name);
+    return zcc_error(zccSystemError, "mmap %s failed: %s", name, strerror(errno));
+  }
+  *out = p;
+  return zccSuccess;
+}
+
+zccResult_t zcc_sigboard_setup(struct zccComm *comm, zcc_sigboard_t **out) {
+  *out = NULL;
+  int64_t on = zcc_param_gpu_sigboard();
+  if (on != 0 && on != 1)
+    return zcc_error(zccInvalidArgument, "ZCC_GPU_SIGBOARD=%lld: expected 0 or 1",
+                     (long long)on);
+  if (!on) {
+    ZCC_INFO(INIT, "comm %s rank %d: no signature board (ZCC_GPU_SIGBOARD=0)", comm->name,
+             comm->rank);
+    return zccSuccess;
+  }
+  int n = comm->nranks, me = comm->rank;
+  zcc_sigboard_t *b = calloc(1, sizeof(*b));
+  if (!b) return zcc_error(zccSystemError, "init: out of memory");
+  b->n = n;
+  b->rank = me;
+  b->peer = calloc((size_t)n, sizeof(*b->peer));
+  b->checked = calloc((size_t)n, sizeof(*b->checked));
+  zccResult_t res = zccSuccess;
+  if (!b->peer || !b->checked) {
+    res = zcc_error(zccSystemError, "init: out of memory");
+    goto fail;
+  }
+  seg_name(b->name, sizeof(b->name), comm, me);
+  ZCC_CHECK_GOTO(seg_map(b->name, 1, &b->own), res, fail);
+  b->own->magic = SIGB_MAGIC;
+  b->own->entries = SIGB_ENTRIES;
+  /* Every board exists before anyone maps a peer's; every peer has mapped
+     this one before its name goes. */
+  ZCC_CHECK_GOTO(zcc_bootstrap_barrier(comm->bootstrap, comm->timeout_ms), res, fail);
+  uint64_t host = comm->peers[me].host_hash;
+  for (int r = 0; r < n; r++) {
+    if (r == me || comm->peers[r].host_hash != host) continue;
+    char name[64];
+    seg_name(name, sizeof(name), comm, r);
+    ZCC_CHECK_GOTO(seg_map(name, 0, &b->peer[r]), res, fail);
+    if (b->peer[r]->magic != SIGB_MAGIC || b->peer[r]->entries != SIGB_ENTRIES) {
+      res = zcc_error(zccInternalError, "signature board %s has an unexpected layout", name);
+      goto fail;
+    }
+  }
+  ZCC_CHECK_GOTO(zcc_bootstrap_barrier(comm->bootstrap, comm->timeout_ms), res, fail);
+  shm_unlink(b->name);
+  b->unlinked = 1;
+  *out = b;
+  return zccSuccess;
+fail:
+  zcc_sigboard_free(b);
+  return res;
+}
+
+void zcc_sigboard_free(zcc_sigboard_t *b) {
+  if (!b) return;
+  if (b->own) {
+    if (!b->unlinked) shm_unlink(b->name);
+    munmap(b->own, sizeof(sigb_seg_t));
+  }
+  for (int r = 0; b->peer && r < b->n; r++)
+    if (b->peer[r]) munmap(b->peer[r], sizeof(sigb_seg_t));
+  free(b->peer);
+  free(b->checked);
+  free(b);
+}
+
+/* A board's signature of call seq: 1 read, 0 not posted yet (or being
+   written), -1 overwritten (a whole table ahead: nothing to compare). */
+static int read_entry(const sigb_seg_t *s, uint64_t seq, zcc_op_sig_t *out) {
+  sigb_entry_t *e = (sigb_entry_t *)&s->e[seq % SIGB_ENTRIES];
+  uint64_t a = atomic_load_explicit(&e->seq, memory_order_acquire);
+  if (a < seq) return 0;
+  if (a > seq) return -1;
+  memcpy(out, &e->sig, sizeof(*out));
+  atomic_thread_fence(memory_order_acquire);
+  return atomic_load_explicit(&e->seq, memory_order_relaxed) == seq ? 1 : 0;
+}
+
+static zccResult_t mismatch(const zcc_op_sig_t *mine, int me, const zcc_op_sig_t *theirs,
+                            int r) {
+  char m[160], t[160];
+  zcc_opsig_describe(mine, 0, m, sizeof(m));
+  zcc_opsig_describe(theirs, 0, t, sizeof(t));
+  return zcc_error(zccInvalidUsage, "rank %d called %s as op #%" PRIu64 " where rank %d called "
+                   "%s as op #%" PRIu64, r, t, theirs->seq, me, m, mine->seq);
+}
+
+zccResult_t zcc_sigboard_post(zcc_sigboard_t *b, const zcc_op_sig_t *sig) {
+  if (!b) return zccSuccess;
+  sigb_entry_t *e = &b->own->e[sig->seq % SIGB_ENTRIES];
+  atomic_store_explicit(&e->seq, 0, memory_order_relaxed);
+  atomic_thread_fence(memory_order_release);
+  memcpy(&e->sig, sig, sizeof(*sig));
+  atomic_store_explicit(&e->seq, sig->seq, memory_order_release);
+  atomic_store_explicit(&b->posted, sig->seq, memory_order_release);
+  /* Peers that made this call already: compare now, before it runs. */
+  for (int r = 0; r < b->n; r++) {
+    if (!b->peer[r]) continue;
+    zcc_op_sig_t theirs;
+    if (read_entry(b->peer[r], sig->seq, &theirs) == 1 && !zcc_opsig_same(sig, &theirs))
+      return mismatch(sig, b->rank, &theirs, r);
+  }
+  return zccSuccess;
+}
+
+zccResult_t zcc_sigboard_check(zcc_sigboard_t *b) {
+  if (!b) return zccSuccess;
+  uint64_t upto = atomic_load_explicit(&b->posted, memory_order_acquire);
+  for (int r = 0; r < b->n; r++) {
+    if (!b->peer[r]) continue;
+    while (b->checked[r] < upto) {
+      uint64_t seq = b->checked[r] + 1;
+      zcc_op_sig_t theirs;
+      int got = read_entry(b->peer[r], seq, &theirs);
+      if (got == 0) break; /* not posted yet */
+      if (got == 1) {
+        zcc_op_sig_t mine;
+        if (read_entry(b->own, seq, &mine) == 1 && !zcc_opsig_same(&mine, &theirs))
+          return mismatch(&mine, b->rank, &theirs, r);
+      }
+      b->checked[r] = seq;
+    }
+  }
+  return zccSuccess;
+}
