@@ -961,11 +961,14 @@ unlock:
 
 /* How long a peer that never connected to us must stay gone (see take). */
 #define GONE_GRACE_MS 1000
+/* take's connection to a silent peer: how long it may try. */
+#define PROBE_MS 2000
 
 static zccResult_t take(zcc_bootstrap_t *b, int peer, int kind, int tag,
                         void *data, size_t bytes, const zcc_wait_t *w) {
   zccResult_t res = zccSuccess;
-  int64_t gone_since = 0;
+  int64_t gone_since = 0, start = zcc_now_ns();
+  int probed = 0, refused = 0;
   pthread_mutex_lock(&b->qlock);
   for (;;) {
     msg_t *prev = NULL, *m = b->head;
@@ -1015,7 +1018,7 @@ static zccResult_t take(zcc_bootstrap_t *b, int peer, int kind, int tag,
        counts only while no connection from it turns up for a grace
        period. (A peer that did connect is judged by that connection's
        end, above, which the listener sees after the last message.) */
-    if (!b->in_seen[peer] && out_closed(b, peer)) {
+    if (!b->in_seen[peer] && (refused || out_closed(b, peer))) {
       int64_t now = zcc_now_ns();
       if (gone_since == 0) gone_since = now;
       if (now - gone_since >= GONE_GRACE_MS * 1000000LL) {
@@ -1033,6 +1036,26 @@ static zccResult_t take(zcc_bootstrap_t *b, int peer, int kind, int tag,
       snprintf(doing, sizeof(doing), "bootstrap recv from rank %d tag %d", peer,
                tag);
       return zcc_bootstrap_error_in(res, doing);
+    }
+    /* Waiting on a peer with no connection either way (not a ring
+       neighbour, and it never spoke to us): nothing would tell us if it
+       left. After a slice, connect to it once: a refusal says it left
+       (every rank listens from before the rendezvous until it frees its
+       bootstrap), and a connection made is one whose end we can watch. */
+    if (!probed && peer != b->rank && !b->in_seen[peer] &&
+        zcc_now_ns() - start >= SLICE_MS * 1000000LL) {
+      probed = 1;
+      pthread_mutex_unlock(&b->qlock);
+      out_conn_t *o = &b->out[peer];
+      pthread_mutex_lock(&o->lock);
+      if (o->fd < 0) {
+        zcc_wait_t pw = zcc_wait_in(PROBE_MS, b->abort, "bootstrap probe");
+        if (out_connect(b, peer, &pw) == zccRemoteError) refused = 1;
+        zcc_clear_last_error();
+      }
+      pthread_mutex_unlock(&o->lock);
+      pthread_mutex_lock(&b->qlock);
+      continue;
     }
     int64_t until = zcc_now_ns() + zcc_wait_poll_ms(w, SLICE_MS) * 1000000LL;
     struct timespec ts = {until / 1000000000LL, until % 1000000000LL};

@@ -481,6 +481,41 @@ static void test_unconnected_peer_leaves(void **state) {
   expect_all_ok(ctx, 3);
 }
 
+/* Ring of 4 (0 -> 1 -> 2 -> 3 -> 0): rank 0 and rank 2 have no connection
+   either way. Rank 2 leaving must still fail rank 0's wait for it: rank 0
+   connects to it to see, and is refused. */
+static void body_silent_peer_leaves(rank_ctx_t *c) {
+  zcc_bootstrap_t *b = cur_b;
+  int v = 0;
+  if (c->rank == 2) {
+    usleep(200000);
+    return;
+  }
+  if (c->rank != 0) {
+    zccResult_t res = zcc_bootstrap_recv(b, 0, 9, &v, sizeof(v), 10000);
+    RANK_CHECK(c, res == zccSuccess, "recv from rank 0 returned %d", res);
+    return;
+  }
+  int64_t t0 = zcc_now_ns();
+  zccResult_t res = zcc_bootstrap_recv(b, 2, 2, &v, sizeof(v), 10000);
+  int64_t dt = zcc_now_ns() - t0;
+  RANK_CHECK(c, res == zccRemoteError, "recv from a departed peer returned %d", res);
+  RANK_CHECK(c, strstr(zcc_last_error(), "rank 2") != NULL, "error: %s", zcc_last_error());
+  RANK_CHECK(c, dt < 2000000000LL, "took %lld ms", (long long)(dt / 1000000));
+  for (int r = 1; r < 4; r += 2) {
+    res = zcc_bootstrap_send(b, r, 9, &v, sizeof(v), 5000);
+    RANK_CHECK(c, res == zccSuccess, "send to rank %d returned %d", r, res);
+  }
+}
+
+static void test_silent_peer_leaves(void **state) {
+  zccUniqueId id;
+  rank_ctx_t ctx[4];
+  make_root(&id);
+  run_ranks(&id, 4, NULL, 4, 5000, body_silent_peer_leaves, ctx);
+  expect_all_ok(ctx, 4);
+}
+
 static void body_stranger_at_rank(rank_ctx_t *c) {
   zcc_bootstrap_t *b = cur_b;
   /* a connection that never authenticates must not block messages */
@@ -578,6 +613,7 @@ int main(void) {
       cmocka_unit_test(test_inconsistent_ranks),
       cmocka_unit_test(test_peer_closes_mid_recv),
       cmocka_unit_test(test_unconnected_peer_leaves),
+      cmocka_unit_test(test_silent_peer_leaves),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
