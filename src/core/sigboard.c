@@ -107,12 +107,38 @@ zccResult_t zcc_sigboard_setup(struct zccComm *comm, zcc_sigboard_t **out) {
     goto fail;
   }
   seg_name(b->name, sizeof(b->name), comm, me);
-  ZCC_CHECK_GOTO(seg_map(b->name, 1, &b->own), res, fail);
-  b->own->magic = SIGB_MAGIC;
-  b->own->entries = SIGB_ENTRIES;
-  /* Every board exists before anyone maps a peer's; every peer has mapped
-     this one before its name goes. */
-  ZCC_CHECK_GOTO(zcc_bootstrap_barrier(comm->bootstrap, comm->timeout_ms), res, fail);
+  /* Every board exists before anyone maps a peer's (the allgather), and
+     every peer has mapped this one before its name goes (the barrier). A
+     host without POSIX shared memory (no /dev/shm) still gets its
+     communicator: every rank learns that some board is missing, and the
+     communicator goes without (a warning says so). */
+  int32_t *made = calloc((size_t)n, sizeof(*made));
+  if (!made) {
+    res = zcc_error(zccSystemError, "init: out of memory");
+    goto fail;
+  }
+  char why[256] = "";
+  if (seg_map(b->name, 1, &b->own) == zccSuccess) {
+    b->own->magic = SIGB_MAGIC;
+    b->own->entries = SIGB_ENTRIES;
+    made[me] = 1;
+  } else {
+    snprintf(why, sizeof(why), "%s", zcc_last_error());
+  }
+  res = zcc_bootstrap_allgather(comm->bootstrap, made, sizeof(*made), comm->timeout_ms);
+  int missing = -1;
+  for (int r = 0; res == zccSuccess && r < n && missing < 0; r++)
+    if (!made[r]) missing = r;
+  free(made);
+  if (res != zccSuccess) goto fail;
+  if (missing >= 0) {
+    ZCC_WARN("comm %s rank %d: rank %d could not make its signature board%s%s; mismatched "
+             "collectives are not detected on this communicator", comm->name, me, missing,
+             missing == me ? ": " : "", missing == me ? why : "");
+    zcc_sigboard_free(b);
+    zcc_clear_last_error();
+    return zccSuccess;
+  }
   uint64_t host = comm->peers[me].host_hash;
   for (int r = 0; r < n; r++) {
     if (r == me || comm->peers[r].host_hash != host) continue;

@@ -8,6 +8,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/mman.h>
 
 #include <cmocka.h>
 
@@ -15,6 +18,8 @@
 #include "cudawrap.h"
 #include "debug.h"
 #include "param.h"
+#include "sigboard.h"
+#include "coll.h"
 #include "zcc.h"
 
 ZCC_PARAM_INT(test_int, "TEST_UNIT_INT", 42, "unit-test integer")
@@ -263,6 +268,93 @@ static void test_nonblocking_init_fails(void **state) {
   zcc_param_reload();
 }
 
+
+/* ---- the signature board (sigboard.h), on host communicators ---- */
+
+typedef struct {
+  zccComm_t comm;
+  zcc_sigboard_t *b;
+  zccResult_t res;
+} board_arg_t;
+
+static void *board_setup_main(void *p) {
+  board_arg_t *a = p;
+  a->res = zcc_sigboard_setup(a->comm, &a->b);
+  return NULL;
+}
+
+static void boards_make(zccComm_t *comms, board_arg_t *a) {
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++) {
+    a[i] = (board_arg_t){comms[i], NULL, zccInternalError};
+    assert_int_equal(pthread_create(&t[i], NULL, board_setup_main, &a[i]), 0);
+  }
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  assert_int_equal(a[0].res, zccSuccess);
+  assert_int_equal(a[1].res, zccSuccess);
+}
+
+static zcc_op_sig_t sig_of(uint64_t seq, int coll, uint64_t count, int op) {
+  zcc_op_sig_t s = {.seq = seq, .count = count, .coll = coll, .type = zccFloat32, .op = op,
+                    .root = -1, .algo = 0, .flags = 0, .opno = seq};
+  return s;
+}
+
+static void test_sigboard(void **state) {
+  setenv("ZCC_DEVICE", "host", 1);
+  zcc_param_reload();
+  zccComm_t comms[2];
+  assert_int_equal(zccCommInitAll(comms, 2, NULL), zccSuccess);
+  board_arg_t a[2];
+  boards_make(comms, a);
+  assert_non_null(a[0].b);
+  assert_non_null(a[1].b);
+  /* the same call: no word */
+  zcc_op_sig_t s0 = sig_of(1, ZCC_COLL_ALLREDUCE, 10, zccSum);
+  assert_int_equal(zcc_sigboard_post(a[0].b, &s0), zccSuccess);
+  assert_int_equal(zcc_sigboard_post(a[1].b, &s0), zccSuccess);
+  assert_int_equal(zcc_sigboard_check(a[0].b), zccSuccess);
+  assert_int_equal(zcc_sigboard_check(a[1].b), zccSuccess);
+  /* a peer ahead: nothing to compare yet */
+  zcc_op_sig_t s1 = sig_of(2, ZCC_COLL_ALLREDUCE, 10, zccSum);
+  assert_int_equal(zcc_sigboard_post(a[1].b, &s1), zccSuccess);
+  assert_int_equal(zcc_sigboard_check(a[1].b), zccSuccess);
+  /* the later caller is refused at the post, naming both calls */
+  zcc_op_sig_t s2 = sig_of(2, ZCC_COLL_ALLREDUCE, 20, zccSum);
+  assert_int_equal(zcc_sigboard_post(a[0].b, &s2), zccInvalidUsage);
+  const char *m = zccGetLastError(NULL);
+  assert_non_null(strstr(m, "rank 1 called allreduce(count=10"));
+  assert_non_null(strstr(m, "rank 0 called allreduce(count=20"));
+  assert_non_null(strstr(m, "op #2"));
+  /* ... and the earlier one's check finds it */
+  assert_int_equal(zcc_sigboard_check(a[1].b), zccInvalidUsage);
+  assert_non_null(strstr(zccGetLastError(NULL), "rank 0 called allreduce(count=20"));
+  zcc_sigboard_free(a[0].b);
+  zcc_sigboard_free(a[1].b);
+  /* without a board on one rank (here its name is taken), no rank has one */
+  char name[64];
+  snprintf(name, sizeof(name), "/zcc-sig-%016llx-1", (unsigned long long)comms[0]->hash);
+  int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+  assert_true(fd >= 0);
+  close(fd);
+  boards_make(comms, a);
+  assert_null(a[0].b);
+  assert_null(a[1].b);
+  shm_unlink(name);
+  /* none left behind */
+  snprintf(name, sizeof(name), "/dev/shm/zcc-sig-%016llx-0", (unsigned long long)comms[0]->hash);
+  assert_int_equal(access(name, F_OK), -1);
+  /* off */
+  setenv("ZCC_GPU_SIGBOARD", "0", 1);
+  zcc_param_reload();
+  boards_make(comms, a);
+  assert_null(a[0].b);
+  unsetenv("ZCC_GPU_SIGBOARD");
+  unsetenv("ZCC_DEVICE");
+  zcc_param_reload();
+  for (int i = 0; i < 2; i++) assert_int_equal(zccCommDestroy(comms[i]), zccSuccess);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_param_defaults_and_env),
@@ -274,6 +366,7 @@ int main(void) {
       cmocka_unit_test(test_nonblocking_init_completes),
       cmocka_unit_test(test_nonblocking_init_stopped),
       cmocka_unit_test(test_nonblocking_init_fails),
+      cmocka_unit_test(test_sigboard),
   };
   return cmocka_run_group_tests_name("core", tests, NULL, NULL);
 }
