@@ -185,15 +185,6 @@ static int read_entry(const sigb_seg_t *s, uint64_t seq, zcc_op_sig_t *out) {
   return atomic_load_explicit(&e->seq, memory_order_relaxed) == seq ? 1 : 0;
 }
 
-static zccResult_t mismatch(const zcc_op_sig_t *mine, int me, const zcc_op_sig_t *theirs,
-                            int r) {
-  char m[160], t[160];
-  zcc_opsig_describe(mine, 0, m, sizeof(m));
-  zcc_opsig_describe(theirs, 0, t, sizeof(t));
-  return zcc_error(zccInvalidUsage, "rank %d called %s as op #%" PRIu64 " where rank %d called "
-                   "%s as op #%" PRIu64, r, t, theirs->seq, me, m, mine->seq);
-}
-
 zccResult_t zcc_sigboard_post(zcc_sigboard_t *b, const zcc_op_sig_t *sig) {
   if (!b) return zccSuccess;
   sigb_entry_t *e = &b->own->e[sig->seq % SIGB_ENTRIES];
@@ -207,7 +198,7 @@ zccResult_t zcc_sigboard_post(zcc_sigboard_t *b, const zcc_op_sig_t *sig) {
     if (!b->peer[r]) continue;
     zcc_op_sig_t theirs;
     if (read_entry(b->peer[r], sig->seq, &theirs) == 1 && !zcc_opsig_same(sig, &theirs))
-      return mismatch(sig, b->rank, &theirs, r);
+      return zcc_opsig_mismatch(&theirs, 0, r, sig, 0, b->rank);
   }
   return zccSuccess;
 }
@@ -225,7 +216,7 @@ zccResult_t zcc_sigboard_check(zcc_sigboard_t *b) {
       if (got == 1) {
         zcc_op_sig_t mine;
         if (read_entry(b->own, seq, &mine) == 1 && !zcc_opsig_same(&mine, &theirs))
-          return mismatch(&mine, b->rank, &theirs, r);
+          return zcc_opsig_mismatch(&theirs, 0, r, &mine, 0, b->rank);
       }
       b->checked[r] = seq;
     }

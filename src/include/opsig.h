@@ -53,6 +53,11 @@ void zcc_opsig_p2p(zcc_op_sig_t *s, uint64_t seq);
 /* The same call: every field but opno (the algorithm too). */
 int zcc_opsig_same(const zcc_op_sig_t *a, const zcc_op_sig_t *b);
 
+/* zccInvalidUsage: "rank <peer> called <theirs> as op #N where rank <me>
+   called <mine> as op #M" (the bytes: for zcc_opsig_describe). */
+zccResult_t zcc_opsig_mismatch(const zcc_op_sig_t *theirs, uint64_t theirs_bytes, int peer,
+                               const zcc_op_sig_t *mine, uint64_t mine_bytes, int me);
+
 /* "broadcast(root=1, count=1000, float32)", "send of 4000 bytes", ... */
 void zcc_opsig_describe(const zcc_op_sig_t *s, uint64_t bytes, char *buf, size_t len);
 

@@ -28,6 +28,16 @@ void zcc_opsig_describe(const zcc_op_sig_t *s, uint64_t bytes, char *buf, size_t
            root, s->count, type, op);
 }
 
+zccResult_t zcc_opsig_mismatch(const zcc_op_sig_t *theirs, uint64_t theirs_bytes, int peer,
+                               const zcc_op_sig_t *mine, uint64_t mine_bytes, int me) {
+  char t[128], m[128];
+  zcc_opsig_describe(theirs, theirs_bytes, t, sizeof(t));
+  zcc_opsig_describe(mine, mine_bytes, m, sizeof(m));
+  return zcc_error(zccInvalidUsage,
+                   "rank %d called %s as op #%" PRIu64 " where rank %d called %s as op #%" PRIu64,
+                   peer, t, theirs->seq, me, m, mine->seq);
+}
+
 void zcc_opsig_p2p(zcc_op_sig_t *s, uint64_t seq) {
   memset(s, 0, sizeof(*s));
   s->seq = seq;
@@ -73,15 +83,14 @@ zccResult_t zcc_wire_hdr_check(const zcc_wire_hdr_t *got, const zcc_op_sig_t *mi
   zcc_op_sig_t none;
   memset(&none, 0, sizeof(none));
   if (!mine) mine = &none;
-  char theirs_s[128], mine_s[128];
   if (!same_call(&got->sig, mine)) {
-    zcc_opsig_describe(&got->sig, got->bytes, theirs_s, sizeof(theirs_s));
-    zcc_opsig_describe(mine, bytes, mine_s, sizeof(mine_s));
     const zcc_op_sig_t *then = &comm->sig_hist[got->sig.seq % ZCC_SIG_HISTORY];
     if (got->sig.seq != mine->seq && got->sig.seq && then->seq == got->sig.seq &&
         mine->coll != ZCC_COLL_SENDRECV && got->sig.coll != ZCC_COLL_SENDRECV) {
       /* Out of step: the peer's call is one this rank already made. */
-      char then_s[128];
+      char theirs_s[128], mine_s[128], then_s[128];
+      zcc_opsig_describe(&got->sig, got->bytes, theirs_s, sizeof(theirs_s));
+      zcc_opsig_describe(mine, bytes, mine_s, sizeof(mine_s));
       zcc_opsig_describe(then, 0, then_s, sizeof(then_s));
       return zcc_error(zccInvalidUsage,
                        "rank %d called %s as op #%" PRIu64 " where rank %d called %s as op "
@@ -89,9 +98,7 @@ zccResult_t zcc_wire_hdr_check(const zcc_wire_hdr_t *got, const zcc_op_sig_t *mi
                        peer, theirs_s, got->sig.seq, me, then_s, then->seq, me, mine->seq,
                        mine_s);
     }
-    return zcc_error(zccInvalidUsage,
-                     "rank %d called %s as op #%" PRIu64 " where rank %d called %s as op #%" PRIu64,
-                     peer, theirs_s, got->sig.seq, me, mine_s, mine->seq);
+    return zcc_opsig_mismatch(&got->sig, got->bytes, peer, mine, bytes, me);
   }
   if (got->pseq != pseq || got->bytes != bytes) {
     if (mine->coll == ZCC_COLL_SENDRECV)
