@@ -767,6 +767,25 @@ zccResult_t zcc_bootstrap_peer_check(zcc_bootstrap_t *b, int peer) {
   return zccSuccess;
 }
 
+zccResult_t zcc_bootstrap_any_gone(zcc_bootstrap_t *b) {
+  if (!b) return zccSuccess;
+  for (int p = 0; p < b->nranks; p++) {
+    if (p == b->rank) continue;
+    pthread_mutex_lock(&b->qlock);
+    int gone = in_closed(b, p);
+    pthread_mutex_unlock(&b->qlock);
+    if (gone || out_closed(b, p))
+      return zcc_error(zccRemoteError,
+                       "rank %d closed its bootstrap connection (it exited or gave up)", p);
+  }
+  return zccSuccess;
+}
+
+/* How long a peer that never connected to us must stay gone (see take). */
+#define GONE_GRACE_MS 1000
+/* A connection to a silent peer (take, ring_link): how long it may try. */
+#define PROBE_MS 2000
+
 /*
  * Link the ring before init goes on: connect to the next rank, and wait
  * (within the init deadline) for the previous one's connection. From then
@@ -786,6 +805,8 @@ static zccResult_t ring_link(zcc_bootstrap_t *b, const zcc_wait_t *w) {
     snprintf(doing, sizeof(doing), "bootstrap: linking to rank %d", next);
     return zcc_bootstrap_error_in(res, doing);
   }
+  int64_t start = zcc_now_ns();
+  int probed = prev == next; /* 2 ranks: prev's end is next's, watched above */
   pthread_mutex_lock(&b->qlock);
   while (!b->in_seen[prev]) {
     res = zcc_wait_check(w);
@@ -793,6 +814,30 @@ static zccResult_t ring_link(zcc_bootstrap_t *b, const zcc_wait_t *w) {
       res = zcc_error(zccRemoteError,
                       "bootstrap: rank %d closed its connection while the ring was being "
                       "linked (it exited or gave up)", next);
+    if (res == zccSuccess && probed && out_closed(b, prev))
+      res = zcc_error(zccRemoteError, "bootstrap: rank %d closed its bootstrap (it exited or "
+                      "gave up)", prev);
+    /* prev is slow, or left after the rendezvous: after a slice, connect
+       to it once. Its listener is up until it frees its bootstrap, so a
+       refusal means it left (and a connection made is one whose end we
+       watch); a rank that left fails this init whatever it had sent. */
+    if (res == zccSuccess && !probed && zcc_now_ns() - start >= SLICE_MS * 1000000LL) {
+      probed = 1;
+      pthread_mutex_unlock(&b->qlock);
+      out_conn_t *o = &b->out[prev];
+      pthread_mutex_lock(&o->lock);
+      if (o->fd < 0) {
+        zcc_wait_t pw = zcc_wait_in(PROBE_MS, b->abort, "bootstrap probe");
+        if (out_connect(b, prev, &pw) == zccRemoteError)
+          res = zcc_error(zccRemoteError, "bootstrap: rank %d's listener refused a connection "
+                          "(it exited or gave up)", prev);
+        else
+          zcc_clear_last_error();
+      }
+      pthread_mutex_unlock(&o->lock);
+      pthread_mutex_lock(&b->qlock);
+      if (res == zccSuccess) continue;
+    }
     if (res != zccSuccess) {
       pthread_mutex_unlock(&b->qlock);
       char doing[128];
@@ -959,10 +1004,6 @@ unlock:
   return zcc_bootstrap_error_in(res, doing);
 }
 
-/* How long a peer that never connected to us must stay gone (see take). */
-#define GONE_GRACE_MS 1000
-/* take's connection to a silent peer: how long it may try. */
-#define PROBE_MS 2000
 
 static zccResult_t take(zcc_bootstrap_t *b, int peer, int kind, int tag,
                         void *data, size_t bytes, const zcc_wait_t *w) {

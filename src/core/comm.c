@@ -1,6 +1,7 @@
 /* The registry of live communicators, call references, and error state. */
 #include "comm.h"
 #include "devops.h"
+#include "opsig.h"
 
 #include <sched.h>
 #include <stdio.h>
@@ -126,7 +127,7 @@ void zcc_comm_leave_op(struct zccComm *comm) {
     /* Still the owner: tell the peers what another thread's abort or
        destroy could not while this thread was sending. */
     if (atomic_exchange(&comm->fail_deferred, 0)) {
-      char last[256];
+      char last[1024];
       snprintf(last, sizeof(last), "%s", zcc_last_error());
       zcc_transport_fail_all(comm);
       zcc_restore_last_error(last);
@@ -153,17 +154,39 @@ void zcc_comm_set_error_msg(struct zccComm *comm, zccResult_t res, const char *m
   if (res == zccSuccess) res = zccInternalError;
   if (atomic_compare_exchange_strong(&comm->error_claim, &expected, 1)) {
     snprintf(comm->error_msg, sizeof(comm->error_msg), "%s", msg && *msg ? msg : "no message");
+    int noted = 0;
+    if (atomic_compare_exchange_strong(&comm->cause_claim, &noted, 2)) {
+      comm->fail_origin = comm->rank;
+      /* the wire's text is at most ZCC_WIRE_FAIL_TEXT bytes: the message's start */
+      snprintf(comm->fail_text, sizeof(comm->fail_text), "%.*s",
+               (int)sizeof(comm->fail_text) - 1, comm->error_msg);
+    } else {
+      while (atomic_load_explicit(&comm->cause_claim, memory_order_acquire) != 3) sched_yield();
+      comm->fail_origin = comm->cause_origin;
+      snprintf(comm->fail_text, sizeof(comm->fail_text), "%s", comm->cause_text);
+    }
     comm->fail_opno = atomic_load(&comm->ops_done) + 1;
     atomic_store_explicit(&comm->async_error, (int)res, memory_order_release);
     ZCC_INFO(COLL, "communicator %s rank %d enters error state: %s: %s", comm->name,
              comm->rank, zccGetErrorString(res), comm->error_msg);
     /* The caller's last error stays the cause, whatever these meet. */
-    char last[256];
+    char last[1024];
     snprintf(last, sizeof(last), "%s", zcc_last_error());
     zcc_trace_on_error(comm, res); /* from the thread that found the error */
     zcc_transport_fail_all(comm);
     zcc_restore_last_error(last);
   }
+}
+
+_Static_assert(sizeof(((struct zccComm *)0)->fail_text) == ZCC_WIRE_FAIL_TEXT,
+               "fail_text holds a failure record's text");
+
+void zcc_comm_note_cause(struct zccComm *comm, int origin, const char *text) {
+  int expected = 0;
+  if (!comm || !atomic_compare_exchange_strong(&comm->cause_claim, &expected, 1)) return;
+  comm->cause_origin = origin;
+  snprintf(comm->cause_text, sizeof(comm->cause_text), "%s", text ? text : "");
+  atomic_store_explicit(&comm->cause_claim, 3, memory_order_release);
 }
 
 void zcc_comm_free(struct zccComm *comm) {

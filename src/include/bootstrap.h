@@ -95,6 +95,14 @@ zccResult_t zcc_bootstrap_recv(zcc_bootstrap_t *b, int peer, int tag, void *data
  * to this rank closed, or the one this rank opened to it did. Never blocks.
  */
 zccResult_t zcc_bootstrap_peer_check(zcc_bootstrap_t *b, int peer);
+/*
+ * The same for every peer with a connection either way (the ring's
+ * neighbours at least): for waits in which any member's departure dooms
+ * the wait, such as a transport's connect phase, where a rank waits for a
+ * peer it has no bootstrap connection to while a neighbour that failed
+ * has closed its own. Never blocks.
+ */
+zccResult_t zcc_bootstrap_any_gone(zcc_bootstrap_t *b);
 
 /*
  * zccRemoteError, naming the peer, once a bootstrap connection of this rank

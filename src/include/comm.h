@@ -69,7 +69,20 @@ struct zccComm {
   atomic_int abort_flag;  /* set by zccCommAbort: waits give up */
   atomic_int async_error; /* first error met; collectives refuse after it */
   atomic_int error_claim; /* the first setter of the error writes error_msg */
-  char error_msg[256];    /* its message, written before async_error is set */
+  char error_msg[1024];   /* its message, written before async_error is set */
+  /*
+   * What the peers are told of the error (the transports' failure records):
+   * the rank it began on (fail_origin) and that rank's own message, so that
+   * a failure passed along a ring reads "rank 2 gave up ... after rank 0's
+   * error (<rank 0's message>)", not a message nested once per rank. Set
+   * with the error; from the cause a peer's record gave (zcc_comm_note_cause)
+   * when that came first.
+   */
+  int fail_origin;
+  char fail_text[512]; /* ZCC_WIRE_FAIL_TEXT */
+  atomic_int cause_claim;
+  int cause_origin;
+  char cause_text[512];
   atomic_int busy;        /* calls in flight (registry-protected entry) */
   /* A non-blocking init (config blocking = 0) runs on its own thread:
      pending until it has finished; live until someone joined it. */
@@ -186,6 +199,12 @@ int zcc_comm_is_live(const struct zccComm *comm);
 void zcc_comm_set_error(struct zccComm *comm, zccResult_t res);
 /* The same with an explicit message. */
 void zcc_comm_set_error_msg(struct zccComm *comm, zccResult_t res, const char *msg);
+/*
+ * A peer's failure record said the error began on rank `origin` with
+ * message `text`: the first such note becomes this communicator's cause
+ * for its own peers if its error is set afterwards.
+ */
+void zcc_comm_note_cause(struct zccComm *comm, int origin, const char *text);
 
 /* Build a communicator (the body of zccCommInitRankConfig). */
 zccResult_t zcc_comm_init(struct zccComm **out, int nranks, const zccUniqueId *id,

@@ -45,7 +45,22 @@ typedef struct zcc_wire_hdr {
 
 #define ZCC_WIRE_DATA 0x7a636431u
 #define ZCC_WIRE_FAIL 0x7a636446u
-#define ZCC_WIRE_FAIL_TEXT 256 /* bytes of the cause after a ZCC_WIRE_FAIL record */
+#define ZCC_WIRE_FAIL_TEXT 512 /* bytes of the cause after a ZCC_WIRE_FAIL record */
+/* A ZCC_WIRE_FAIL record's sig.root: the rank the failure began on, plus 1
+   (0: the sender itself). Its text is that rank's message. */
+
+struct zccComm;
+/*
+ * The error for a failure record from rank `peer` (pid: 0 if not known)
+ * with code `code`, beginning on rank `origin` (-1: the peer) with message
+ * `text`: zccInvalidUsage if the peer gave up over a usage error (a
+ * mismatch), else zccRemoteError, reading "rank 1 (pid 7) gave up on the
+ * communicator (invalid usage: ...)" or "... gave up on the communicator
+ * after rank 0's error (...)". Notes the cause on comm
+ * (zcc_comm_note_cause), so that this rank passes on the origin's message.
+ */
+zccResult_t zcc_peer_failed_error(struct zccComm *comm, int peer, int pid, int32_t code,
+                                  int origin, const char *text);
 
 /* The signature of point-to-point transfers after collective number `seq`. */
 void zcc_opsig_p2p(zcc_op_sig_t *s, uint64_t seq);

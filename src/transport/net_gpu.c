@@ -429,6 +429,7 @@ static zccResult_t net_conn_start(struct zccComm *comm) {
       asked |= 1u << c->peer;
       ZCC_CHECK(zcc_bootstrap_peer_check(comm->bootstrap, c->peer));
     }
+    ZCC_CHECK(zcc_bootstrap_any_gone(comm->bootstrap)); /* a neighbour's failure dooms init */
     if (!moved) {
       struct timespec ts = {0, 50000};
       nanosleep(&ts, NULL);

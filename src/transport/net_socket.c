@@ -233,7 +233,9 @@ static zccResult_t sock_connect(zcc_conn_t *conn, zcc_connect_phase_t phase) {
   zcc_wait_t w = zcc_wait_in(zcc_transport_connect_timeout_ms(), &comm->abort_flag,
                              "socket connect");
   if (conn->peer < comm->rank) {
-    ZCC_CHECK(zcc_socket_connect(&comm->peers[conn->peer].net_addr, &s->fd, &w));
+    /* Its listener was up before it gave out the address (sock_comm_setup):
+       a refusal means it left, not that it is late. */
+    ZCC_CHECK(zcc_socket_connect_listening(&comm->peers[conn->peer].net_addr, &s->fd, &w));
     ZCC_CHECK(zcc_socket_auth_client(s->fd, comm->secret, comm->hash, &w));
     hello_t h = {HELLO_MAGIC, comm->hash, comm->rank, conn->peer};
     ZCC_CHECK(zcc_socket_send_all(s->fd, &h, sizeof(h), &w));
@@ -241,6 +243,7 @@ static zccResult_t sock_connect(zcc_conn_t *conn, zcc_connect_phase_t phase) {
     while (st->pending[conn->peer] < 0) {
       ZCC_CHECK(zcc_wait_check(&w));
       ZCC_CHECK(zcc_bootstrap_peer_check(comm->bootstrap, conn->peer));
+      ZCC_CHECK(zcc_bootstrap_any_gone(comm->bootstrap)); /* init is doomed */
       /* In slices, so that the peer's death is seen while waiting. */
       ZCC_CHECK(accept_some(comm, st, 100));
     }
@@ -316,10 +319,8 @@ static zccResult_t peer_failed(zcc_conn_t *conn, sock_conn_t *s, const char *tex
   if (len > have && zcc_socket_recv_all(s->fd, text + have, len - have, &w) != zccSuccess)
     len = have;
   text[len] = '\0';
-  zccResult_t code = (zccResult_t)s->in_hdr.code;
-  return zcc_error(code == zccInvalidUsage ? zccInvalidUsage : zccRemoteError,
-                   "rank %d gave up on the communicator (%s%s%s)", conn->peer,
-                   zccGetErrorString(code), len ? ": " : "", text);
+  return zcc_peer_failed_error(conn->comm, conn->peer, 0, (int32_t)s->in_hdr.code,
+                               s->in_hdr.sig.root - 1, text);
 }
 
 /*
@@ -528,7 +529,8 @@ static void sock_fail(zcc_conn_t *conn) {
     rec.h.magic = ZCC_WIRE_FAIL;
     rec.h.code = (uint32_t)atomic_load(&conn->comm->async_error);
     rec.h.pseq = conn->comm->fail_opno;
-    snprintf(rec.text, sizeof(rec.text), "%s", conn->comm->error_msg);
+    rec.h.sig.root = conn->comm->fail_origin + 1;
+    snprintf(rec.text, sizeof(rec.text), "%s", conn->comm->fail_text);
     rec.h.bytes = strlen(rec.text);
     /* A plain send: the thread's last error must stay the original one. */
     size_t len = sizeof(rec.h) + (size_t)rec.h.bytes;

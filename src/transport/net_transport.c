@@ -441,6 +441,7 @@ static zccResult_t net_connect_all(struct zccComm *comm, net_state_t *st) {
       net_conn_t *c = conn && conn->ops == &zcc_transport_net ? conn->priv : NULL;
       if (c && !c->recv_comm) ZCC_CHECK(zcc_bootstrap_peer_check(comm->bootstrap, j));
     }
+    ZCC_CHECK(zcc_bootstrap_any_gone(comm->bootstrap)); /* a neighbour's failure dooms init */
     if (!moved) pause_briefly();
   }
   st->connected = 1;
@@ -462,10 +463,8 @@ static zccResult_t peer_failed(zcc_conn_t *conn, const char *rec, size_t bytes) 
   if (len > ZCC_WIRE_FAIL_TEXT) len = ZCC_WIRE_FAIL_TEXT;
   memcpy(text, rec + sizeof(h), len);
   text[len] = '\0';
-  zccResult_t code = (zccResult_t)h.code;
-  return zcc_error(code == zccInvalidUsage ? zccInvalidUsage : zccRemoteError,
-                   "rank %d gave up on the communicator (%s%s%s)", conn->peer,
-                   zccGetErrorString(code), len ? ": " : "", text);
+  return zcc_peer_failed_error(conn->comm, conn->peer, 0, (int32_t)h.code, h.sig.root - 1,
+                               text);
 }
 
 static zccResult_t send_progress(zcc_conn_t *conn, net_state_t *st, net_conn_t *c,
@@ -724,7 +723,8 @@ static void net_fail(zcc_conn_t *conn) {
   h.code = (uint32_t)atomic_load(&conn->comm->async_error);
   h.pseq = conn->comm->fail_opno;
   char text[ZCC_WIRE_FAIL_TEXT];
-  snprintf(text, sizeof(text), "%s", conn->comm->error_msg);
+  h.sig.root = conn->comm->fail_origin + 1;
+  snprintf(text, sizeof(text), "%s", conn->comm->fail_text);
   h.bytes = strlen(text);
   memcpy(buf, &h, sizeof(h));
   memcpy(buf + sizeof(h), text, (size_t)h.bytes);

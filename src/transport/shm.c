@@ -75,6 +75,7 @@ typedef struct shm_header {
   int32_t fail_code[2];             /* SHM_FAILED: the side's error */
   uint64_t fail_opno[2];            /* SHM_FAILED: its first operation that did not
                                        complete; its bytes from there on are void */
+  int32_t fail_origin[2];           /* SHM_FAILED: the rank its failure began on */
   char fail_msg[2][ZCC_WIRE_FAIL_TEXT];
   shm_fifo_t fifo[2];               /* [0]: lower -> higher, [1]: higher -> lower */
 } shm_header_t;
@@ -96,6 +97,7 @@ typedef struct shm_conn {
   atomic_int *my_failed, *peer_failed;
   int32_t *my_code, *peer_code;
   uint64_t *my_fail_opno, *peer_fail_opno;
+  int32_t *my_origin, *peer_origin;
   char *my_msg, *peer_msg;
   uint64_t send_pseq, recv_pseq; /* point-to-point messages each way */
   pid_t peer_pid;
@@ -129,6 +131,8 @@ static void bind_views(shm_conn_t *s) {
   s->peer_fail_opno = &h->fail_opno[1 - me];
   s->peer_code = &h->fail_code[1 - me];
   s->my_msg = h->fail_msg[me];
+  s->my_origin = &h->fail_origin[me];
+  s->peer_origin = &h->fail_origin[1 - me];
   s->peer_msg = h->fail_msg[1 - me];
 }
 
@@ -309,12 +313,10 @@ static zccResult_t peer_failed(zcc_conn_t *conn, shm_conn_t *s) {
   char msg[ZCC_WIRE_FAIL_TEXT];
   memcpy(msg, s->peer_msg, sizeof(msg));
   msg[sizeof(msg) - 1] = '\0';
-  /* A peer that gave up over a usage error (a mismatch) makes it one here too. */
-  zccResult_t code = (zccResult_t)*s->peer_code;
-  return zcc_error(code == zccInvalidUsage ? zccInvalidUsage : zccRemoteError,
-                   "rank %d (pid %d) gave up on the communicator (%s%s%s)",
-                   conn->peer, (int)s->peer_pid, zccGetErrorString((zccResult_t)*s->peer_code),
-                   msg[0] ? ": " : "", msg);
+  int origin = *s->peer_origin;
+  if (origin < 0 || origin >= conn->comm->nranks) origin = conn->peer;
+  return zcc_peer_failed_error(conn->comm, conn->peer, (int)s->peer_pid, *s->peer_code, origin,
+                               msg);
 }
 
 static zccResult_t peer_gone(zcc_conn_t *conn, shm_conn_t *s) {
@@ -458,7 +460,8 @@ static void shm_fail(zcc_conn_t *conn) {
   struct zccComm *comm = conn->comm;
   *s->my_code = atomic_load(&comm->async_error);
   *s->my_fail_opno = comm->fail_opno;
-  snprintf(s->my_msg, ZCC_WIRE_FAIL_TEXT, "%s", comm->error_msg);
+  *s->my_origin = comm->fail_origin;
+  snprintf(s->my_msg, ZCC_WIRE_FAIL_TEXT, "%s", comm->fail_text);
   atomic_store_explicit(s->my_failed, SHM_FAILED, memory_order_release);
 }
 

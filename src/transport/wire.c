@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "coll.h"
+#include "comm.h"
 #include "debug.h"
 #include "opsig.h"
 #include "reduce.h"
@@ -67,6 +68,19 @@ static int same_call(const zcc_op_sig_t *a, const zcc_op_sig_t *b) {
 
 int zcc_opsig_same(const zcc_op_sig_t *a, const zcc_op_sig_t *b) {
   return same_call(a, b) && a->algo == b->algo;
+}
+
+zccResult_t zcc_peer_failed_error(struct zccComm *comm, int peer, int pid, int32_t code,
+                                  int origin, const char *text) {
+  if (origin < 0 || !comm || origin >= comm->nranks) origin = peer;
+  if (!text) text = "";
+  zcc_comm_note_cause(comm, origin, text);
+  char who[64] = "", after[48] = "";
+  if (pid > 0) snprintf(who, sizeof(who), " (pid %d)", pid);
+  if (origin != peer) snprintf(after, sizeof(after), " after rank %d's error", origin);
+  return zcc_error(code == zccInvalidUsage ? zccInvalidUsage : zccRemoteError,
+                   "rank %d%s gave up on the communicator%s (%s%s%s)", peer, who, after,
+                   zccGetErrorString((zccResult_t)code), text[0] ? ": " : "", text);
 }
 
 zccResult_t zcc_wire_hdr_check(const zcc_wire_hdr_t *got, const zcc_op_sig_t *mine,
