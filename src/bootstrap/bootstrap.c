@@ -874,7 +874,7 @@ zccResult_t zcc_bootstrap_init(const zccUniqueId *id, int rank, int nranks,
   zccResult_t res;
   int root_fd = -1;
   char buf[ZCC_SOCKADDR_STRLEN];
-  zcc_wait_t w = zcc_wait_in(timeout_ms, abort, "bootstrap init");
+  zcc_wait_t w = zcc_wait_in(timeout_ms, abort, "bootstrap init (ZCC_INIT_TIMEOUT)");
   ZCC_CHECK_GOTO(zcc_socket_connect(&u.root, &root_fd, &w), res, fail);
   ZCC_CHECK_GOTO(zcc_socket_auth_client(root_fd, u.secret,
                                         b->hash ^ ROOT_CONTEXT_SALT, &w),

@@ -294,8 +294,10 @@ static void test_missing_rank_times_out(void **state) {
   int64_t t0 = zcc_now_ns();
   run_ranks(&id, 3, NULL, 2, 800, NULL, ctx);
   int64_t dt = zcc_now_ns() - t0;
-  for (int i = 0; i < 2; i++)
+  for (int i = 0; i < 2; i++) {
     assert_int_equal(ctx[i].init_res, zccTimeout);
+    assert_non_null(strstr(ctx[i].err, "ZCC_INIT_TIMEOUT")); /* names what to raise */
+  }
   assert_true(dt >= 750000000LL && dt < 3000000000LL);
 }
 
@@ -318,6 +320,8 @@ static void test_root_init_timeout(void **state) {
   run_ranks(&id, 3, (const int[]){2}, 1, 500, NULL, ctx);
   assert_true(ctx[0].init_res == zccTimeout ||
               ctx[0].init_res == zccRemoteError);
+  /* a timeout names the parameter that sets it */
+  if (ctx[0].init_res == zccTimeout) assert_non_null(strstr(ctx[0].err, "ZCC_INIT_TIMEOUT"));
   assert_true(zcc_now_ns() - t0 < 1500000000LL);
 }
 
