@@ -113,6 +113,9 @@
 #              the signature board: the quick matrix, graphs, errors, lifetime, abort, deadpeer,
 #              mismatch over p2p (2 processes, 3 threads), GPU shm and net (2 processes); the
 #              full matrix in 2 processes
+#   leaks      lifetime, abort and stuck (and mismatch in processes), 2 ranks, threads over
+#              p2p, GPU shm and net, processes over p2p and GPU shm: descriptors, threads,
+#              pinned host memory (the driver's mappings) and /dev/shm/zcc-* unchanged
 # Logs go to $OUT (default ./gpu_run_out), each into logs.tar as its run ends (a
 # call cut short keeps what ran), gzipped at the end (GPU_RUN_TAR=0: left as
 # they are); each run's line prints as it ends, the summary last (summary.txt).
@@ -121,8 +124,11 @@ set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 root=$(cd "$(dirname "$0")/.." && pwd)
 carry=${ZCC_CARRY:-$root/.devcarry}
-# Carried as one archive (scripts/gpu_pack.sh makes .devcarry.tgz): unpack it.
-if [ ! -d "$carry" ] && [ -f "$root/.devcarry.tgz" ]; then
+# Carried as one archive (scripts/gpu_pack.sh makes .devcarry.tgz): unpack it,
+# every call (a warm device machine keeps the last call's .devcarry/, which
+# would run the previous build's programs).
+if [ -z "${ZCC_CARRY:-}" ] && [ -f "$root/.devcarry.tgz" ]; then
+  rm -rf "$carry"
   tar xzf "$root/.devcarry.tgz" -C "$root"
 fi
 OUT=${OUT:-$PWD/gpu_run_out}
@@ -428,6 +434,27 @@ for phase in "$@"; do
     # the signature board under the full matrix (no false mismatch), 2 processes
     run nb-p2p-procs-full 400 "$bin/test_gpu_colls" --ranks 2 --layout procs --only matrix
     left=$(ls /dev/shm 2>/dev/null | grep -c zcc); note "nbinit: /dev/shm holds $left zcc segment(s) after the runs"
+    ;;
+  leaks)
+    # The fault parts (abort, stuck, and mismatch in processes) and the 20
+    # init/destroy cycles leave descriptors, threads, pinned host memory
+    # (the driver's mappings) and /dev/shm/zcc-* as they were: threads
+    # over p2p, GPU shm and net; processes over p2p and GPU shm (nbinit runs
+    # processes over net).
+    export ZCC_TIMEOUT=3000
+    nv=(ZCC_P2P_DISABLE=1 ZCC_SHM_DISABLE=1 ZCC_NET_PLUGIN=socket)
+    run leaks-p2p-threads 200 "$bin/test_gpu_colls" --ranks 2 --layout threads \
+      --only lifetime,abort,stuck
+    run leaks-shm-threads 200 env ZCC_P2P_DISABLE=1 "$bin/test_gpu_colls" --ranks 2 \
+      --layout threads --only lifetime,abort,stuck
+    run leaks-net-threads 200 env "${nv[@]}" "$bin/test_gpu_colls" --ranks 2 --layout threads \
+      --only lifetime,abort,stuck
+    run leaks-p2p-procs 200 "$bin/test_gpu_colls" --ranks 2 --layout procs \
+      --only lifetime,abort,stuck,mismatch
+    run leaks-shm-procs 200 env ZCC_P2P_DISABLE=1 "$bin/test_gpu_colls" --ranks 2 \
+      --layout procs --only lifetime,abort,stuck,mismatch
+    left=$(ls /dev/shm 2>/dev/null | grep -c zcc); note "leaks: /dev/shm holds $left zcc segment(s) after the runs"
+    unset ZCC_TIMEOUT
     ;;
   gnet-ns-mps)
     # Two processes on one GPU are time-sliced by the driver (a kernel that

@@ -921,6 +921,8 @@ zccResult_t zcc_bootstrap_init(const zccUniqueId *id, int rank, int nranks,
 fail:
   zcc_socket_close(&root_fd);
   bootstrap_destroy(b);
+  /* if this process serves the root, the rendezvous cannot complete now */
+  zcc_bootstrap_root_abandon(zcc_bootstrap_id_hash(&u) ^ ROOT_CONTEXT_SALT, rank);
   return res;
 }
 

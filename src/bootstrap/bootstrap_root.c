@@ -254,6 +254,13 @@ static void root_end(root_t *r) {
 /* The service: every root of the process, one poll loop. */
 static pthread_mutex_t svc_lock = PTHREAD_MUTEX_INITIALIZER;
 static root_t *svc_roots;  /* added by zcc_bootstrap_create_root */
+/* Rendezvous given up by a rank of this process (zcc_bootstrap_root_abandon). */
+typedef struct abandon {
+  struct abandon *next;
+  uint64_t context;
+  int rank;
+} abandon_t;
+static abandon_t *svc_abandons;
 static int svc_running;
 static int svc_kick[2] = {-1, -1}; /* a root was added: poll again */
 
@@ -272,8 +279,36 @@ static void *root_service(void *arg) {
       r->next = mine;
       mine = r;
     }
-    if (!mine) {
-      svc_running = 0; /* the next root starts a new service */
+    abandon_t *ab = svc_abandons;
+    svc_abandons = NULL;
+    pthread_mutex_unlock(&svc_lock);
+    /* a root whose rendezvous a rank of this process gave up ends now */
+    for (root_t **link = &mine; *link;) {
+      root_t *r = *link;
+      const abandon_t *a = ab;
+      while (a && a->context != r->context) a = a->next;
+      if (!a) {
+        link = &r->next;
+        continue;
+      }
+      char msg[REPLY_MSG_BYTES];
+      snprintf(msg, sizeof(msg), "rank %d gave up the rendezvous (its init failed or was "
+               "aborted): it cannot complete", a->rank);
+      root_fail(r, -1, zccRemoteError, msg);
+      *link = r->next;
+      root_end(r);
+    }
+    while (ab) {
+      abandon_t *next = ab->next;
+      free(ab);
+      ab = next;
+    }
+    pthread_mutex_lock(&svc_lock);
+    if (!mine && !svc_roots) {
+      svc_running = 0; /* the next root starts a new service, and pipe */
+      close(svc_kick[0]);
+      close(svc_kick[1]);
+      svc_kick[0] = svc_kick[1] = -1;
       pthread_mutex_unlock(&svc_lock);
       break;
     }
@@ -349,6 +384,23 @@ static void *root_service(void *arg) {
   return NULL;
 }
 
+void zcc_bootstrap_root_abandon(uint64_t context, int rank) {
+  pthread_mutex_lock(&svc_lock);
+  if (svc_running) { /* else this process serves no root */
+    abandon_t *a = malloc(sizeof(*a));
+    if (a) {
+      *a = (abandon_t){svc_abandons, context, rank};
+      svc_abandons = a;
+      char c = 1;
+      ssize_t w;
+      do {
+        w = write(svc_kick[1], &c, 1);
+      } while (w < 0 && errno == EINTR);
+    }
+  }
+  pthread_mutex_unlock(&svc_lock);
+}
+
 /* fork: the child has no service thread; the parent's roots stay the parent's. */
 static void svc_before_fork(void) { pthread_mutex_lock(&svc_lock); }
 static void svc_after_fork_parent(void) { pthread_mutex_unlock(&svc_lock); }
@@ -356,6 +408,7 @@ static void svc_after_fork_child(void) {
   pthread_mutex_init(&svc_lock, NULL);
   svc_running = 0;
   svc_roots = NULL;
+  svc_abandons = NULL; /* the parent's requests (leaked in the child: a few bytes) */
   if (svc_kick[0] >= 0) {
     close(svc_kick[0]);
     close(svc_kick[1]);

@@ -48,6 +48,16 @@ zccResult_t zcc_bootstrap_create_root(zccUniqueId *id, const zcc_sockaddr_t *add
                                       const zcc_sockaddr_t *advertise,
                                       const uint8_t *secret);
 
+/*
+ * Rank `rank` of this process gave up its rendezvous on the id whose root
+ * context is `context` (its init failed or was aborted): if this process
+ * serves that id's root, the root ends now, telling the ranks waiting on
+ * it (zccRemoteError), instead of waiting for ZCC_INIT_TIMEOUT with its
+ * listener and threads. A root in another process is not affected (it
+ * forgets a rank that left and waits on). Never blocks.
+ */
+void zcc_bootstrap_root_abandon(uint64_t context, int rank);
+
 /* ZCC_INIT_TIMEOUT: how long a rendezvous may take, in ms (<= 0: forever). */
 int64_t zcc_bootstrap_init_timeout_ms(void);
 

@@ -945,9 +945,63 @@ static int count_threads(void) {
   return t;
 }
 
+/*
+ * Pinned host memory, seen from outside zcc: the driver maps each page-
+ * locked allocation (cudaHostAlloc) into the process as a shared mapping
+ * that /proc/self/maps lists as "/dev/zero (deleted)" (driver 580 on the
+ * H200 host; pinprobe in docs/perf/h200x1.md), or of /dev/nvidia* on
+ * others; run_lifetime checks that 8 MiB of cudaHostAlloc shows. The
+ * shared-memory segments zcc registers with cuMemHostRegister are
+ * mappings of /dev/shm/zcc-*, which stay while mapped. (A registration of
+ * memory that stays mapped shows nowhere: not in VmPin or VmLck either.)
+ * Counts of both, and the pinned mappings' size.
+ */
+static void count_maps(int *pin_maps, long *pin_kib, int *shm_maps) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  char line[512];
+  *pin_maps = *shm_maps = 0;
+  *pin_kib = 0;
+  if (!f) {
+    *pin_maps = *shm_maps = -1;
+    return;
+  }
+  while (fgets(line, sizeof(line), f)) {
+    unsigned long lo, hi;
+    int path = 0;
+    if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %n", &lo, &hi, &path) < 2 || path == 0)
+      continue;
+    const char *name = line + path, *perms = strchr(line, ' ');
+    int shared = perms && perms[4] == 's';
+    if (strncmp(name, "/dev/nvidia", 11) == 0 ||
+        (shared && strncmp(name, "/dev/zero (deleted)", 19) == 0)) {
+      (*pin_maps)++;
+      *pin_kib += (long)((hi - lo) / 1024);
+    } else if (strncmp(name, "/dev/shm/zcc-", 13) == 0) {
+      (*shm_maps)++;
+    }
+  }
+  fclose(f);
+}
+
+/* Entries /dev/shm/zcc-* (every process's: the host's ranks are in step). */
+static int count_shm_files(void) {
+  DIR *d = opendir("/dev/shm");
+  int n = 0;
+  struct dirent *e;
+  if (!d)
+    return -1;
+  while ((e = readdir(d)))
+    if (strncmp(e->d_name, "zcc-", 4) == 0)
+      n++;
+  closedir(d);
+  return n;
+}
+
 typedef struct {
   size_t free_mem[MAX_RANKS];
   int fds, threads;
+  int pin_maps, shm_maps, shm_files;
+  long pin_kib;
 } usage_t;
 
 static void measure(world_t *w, usage_t *u) {
@@ -960,13 +1014,49 @@ static void measure(world_t *w, usage_t *u) {
   }
   u->fds = count_fds();
   u->threads = count_threads();
+  count_maps(&u->pin_maps, &u->pin_kib, &u->shm_maps);
+  u->shm_files = count_shm_files();
 }
 
 static int usage_same(world_t *w, const usage_t *a, const usage_t *b) {
   for (int i = 0; i < w->nlocal; i++)
     if (b->free_mem[i] + MEM_SLACK < a->free_mem[i])
       return 0;
-  return a->fds == b->fds && a->threads == b->threads;
+  return a->fds == b->fds && a->threads == b->threads && a->pin_maps == b->pin_maps &&
+         a->pin_kib == b->pin_kib && a->shm_maps == b->shm_maps && a->shm_files == b->shm_files;
+}
+
+/* The host-side counts: the same after as before, or a failed check naming what grew. */
+static void usage_check(world_t *w, const usage_t *before, const usage_t *after,
+                        const char *what) {
+  CHECK(before->fds == after->fds && before->threads == after->threads,
+        "%s (rank %d's process): open descriptors %d -> %d, threads %d -> %d", what,
+        w->rk[0].rank, before->fds, after->fds, before->threads, after->threads);
+  CHECK(before->pin_maps == after->pin_maps && before->pin_kib == after->pin_kib,
+        "%s (rank %d's process): pinned host memory (driver mappings) %d mappings "
+        "of %ld KiB -> %d mappings of %ld KiB", what, w->rk[0].rank, before->pin_maps,
+        before->pin_kib, after->pin_maps, after->pin_kib);
+  CHECK(before->shm_maps == after->shm_maps && before->shm_files == after->shm_files,
+        "%s (rank %d's process): /dev/shm/zcc-* mapped %d -> %d, entries %d -> %d", what,
+        w->rk[0].rank, before->shm_maps, after->shm_maps, before->shm_files, after->shm_files);
+  if (w->rk[0].rank == 0)
+    info("%s: descriptors %d, threads %d, pinned mappings %d (%ld KiB), /dev/shm/zcc-* mapped "
+         "%d, entries %d; after: %d, %d, %d (%ld KiB), %d, %d", what, before->fds,
+         before->threads, before->pin_maps, before->pin_kib, before->shm_maps,
+         before->shm_files, after->fds, after->threads, after->pin_maps, after->pin_kib,
+         after->shm_maps, after->shm_files);
+}
+
+/* Measure into *after until it matches *before or 5 s have passed (threads
+   and descriptors may take a moment to go: a thread's exit after its join). */
+static void measure_settled(world_t *w, const usage_t *before, usage_t *after) {
+  double t1 = now_s();
+  do {
+    measure(w, after);
+    if (usage_same(w, before, after))
+      break;
+    sleep_s(0.1);
+  } while (now_s() - t1 < 5);
 }
 
 /* init, zccMemAlloc + register, allreduce (registered, in place) + allgather (plain), check, undo
@@ -1061,6 +1151,30 @@ static void lifetime_cycle(world_t *w, int cyc) {
 static void run_lifetime(world_t *w) {
   usage_t before, after;
   double t0 = now_s();
+  {
+    /* The pinned count must see pinned memory: 8 MiB of cudaHostAlloc. */
+    int m0, m1, s0, s1;
+    long k0, k1;
+    void *p = NULL;
+    setdev(w, 0);
+    count_maps(&m0, &k0, &s0);
+    CK(cudaHostAlloc(&p, 8 * MIB, cudaHostAllocMapped | cudaHostAllocPortable));
+    count_maps(&m1, &k1, &s1);
+    CHECK(k1 - k0 >= 8 * 1024,
+          "%s lifetime: 8 MiB of cudaHostAlloc at %p moved the pinned mappings from %d (%ld KiB) "
+          "to %d (%ld KiB): the count cannot see pinned memory", w->name, p, m0, k0, m1, k1);
+    if (k1 - k0 < 8 * 1024) { /* what the maps say of it */
+      FILE *f = fopen("/proc/self/maps", "r");
+      char line[512];
+      while (f && fgets(line, sizeof(line), f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && (uintptr_t)p >= lo && (uintptr_t)p < hi)
+          info("the allocation's mapping: %s", line);
+      }
+      if (f) fclose(f);
+    }
+    CK(cudaFreeHost(p));
+  }
   lifetime_cycle(w, 0); /* warm-up: lazily loaded code, driver pools */
   sync_all(w, "lifetime");
   measure(w, &before);
@@ -1068,14 +1182,7 @@ static void run_lifetime(world_t *w) {
   for (int cyc = 1; cyc <= LIFETIME_CYCLES; cyc++)
     lifetime_cycle(w, cyc);
   sync_all(w, "lifetime");
-  /* Threads and descriptors may take a moment to go (a thread's exit after its join). */
-  double t1 = now_s();
-  do {
-    measure(w, &after);
-    if (usage_same(w, &before, &after))
-      break;
-    sleep_s(0.1);
-  } while (now_s() - t1 < 5);
+  measure_settled(w, &before, &after);
   for (int i = 0; i < w->nlocal; i++)
     CHECK(after.free_mem[i] + MEM_SLACK >= before.free_mem[i],
           "%s lifetime: GPU %d: free device memory %.1f MiB before %d init/destroy cycles, "
@@ -1083,14 +1190,9 @@ static void run_lifetime(world_t *w) {
           w->name, w->rk[i].dev, (double)before.free_mem[i] / (double)MIB, LIFETIME_CYCLES,
           (double)after.free_mem[i] / (double)MIB,
           ((double)before.free_mem[i] - (double)after.free_mem[i]) / (double)MIB, MEM_SLACK / MIB);
-  CHECK(before.fds == after.fds,
-        "%s lifetime (rank %d's process): %d open file descriptors "
-        "before %d init/destroy cycles, %d after",
-        w->name, w->rk[0].rank, before.fds, LIFETIME_CYCLES, after.fds);
-  CHECK(before.threads == after.threads,
-        "%s lifetime (rank %d's process): %d threads before "
-        "%d init/destroy cycles, %d after",
-        w->name, w->rk[0].rank, before.threads, LIFETIME_CYCLES, after.threads);
+  char what[96];
+  snprintf(what, sizeof(what), "%s lifetime, %d init/destroy cycles", w->name, LIFETIME_CYCLES);
+  usage_check(w, &before, &after, what);
   if (w->rk[0].rank == 0)
     info("%s lifetime: %d cycles in %.1f s", w->name, LIFETIME_CYCLES + 1, now_s() - t0);
 }
@@ -1790,6 +1892,14 @@ static void run_world(world_t *w) {
   world_free_set1(w);
   if (opt.parts & PART_LIFETIME)
     run_lifetime(w);
+  /* The fault parts leave the host's counts as they found them. */
+  usage_t before, after;
+  int faults = (opt.parts & (PART_ABORT | PART_STUCK | PART_MISMATCH)) != 0;
+  if (faults) {
+    sync_all(w, "faults");
+    measure(w, &before);
+    sync_all(w, "faults");
+  }
   if (opt.parts & PART_ABORT)
     run_abort(w);
   if (opt.parts & PART_STAMPS)
@@ -1798,6 +1908,13 @@ static void run_world(world_t *w) {
     run_stuck(w);
   if (opt.parts & PART_MISMATCH)
     run_mismatch(w);
+  if (faults) {
+    sync_all(w, "faults");
+    measure_settled(w, &before, &after);
+    char what[96];
+    snprintf(what, sizeof(what), "%s after the fault parts (abort, stuck, mismatch)", w->name);
+    usage_check(w, &before, &after, what);
+  }
   world_free(w);
 }
 

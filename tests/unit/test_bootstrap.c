@@ -366,26 +366,48 @@ static void test_unused_ids_are_cheap(void **state) {
   assert_true(threads2 <= threads0);
 }
 
+/*
+ * Rank 0 of 3 aborts its init while rank 1 waits and rank 2 never comes.
+ * The root is this process's: it ends at once, telling rank 1, and takes
+ * its listener and the service thread with it (not after ZCC_INIT_TIMEOUT).
+ */
 static void test_abort_during_init(void **state) {
+  int threads0 = count_entries("task"), fds0 = count_entries("fd");
   zccUniqueId id;
   make_root(&id);
   atomic_int flag;
   atomic_init(&flag, 0);
-  rank_ctx_t c;
-  memset(&c, 0, sizeof(c));
-  c.id = id;
-  c.rank = 0;
-  c.nranks = 2;
-  c.timeout_ms = 20000;
-  c.abort = &flag;
-  pthread_t t;
-  assert_int_equal(pthread_create(&t, NULL, rank_main, &c), 0);
+  rank_ctx_t c[2];
+  memset(c, 0, sizeof(c));
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++) {
+    c[i].id = id;
+    c[i].rank = i;
+    c[i].nranks = 3;
+    c[i].timeout_ms = 20000;
+    c[i].abort = i == 0 ? &flag : NULL;
+    assert_int_equal(pthread_create(&t[i], NULL, rank_main, &c[i]), 0);
+  }
   usleep(200000);
   atomic_store(&flag, 1);
   int64_t t0 = zcc_now_ns();
-  pthread_join(t, NULL);
-  assert_int_equal(c.init_res, zccRemoteError);
+  pthread_join(t[0], NULL);
+  assert_int_equal(c[0].init_res, zccRemoteError);
   assert_true(zcc_now_ns() - t0 < 1000000000LL);
+  pthread_join(t[1], NULL);
+  int64_t dt = zcc_now_ns() - t0;
+  print_message("rank 1, %.3f s after rank 0's abort: %s\n", dt / 1e9, c[1].err);
+  assert_int_equal(c[1].init_res, zccRemoteError);
+  assert_non_null(strstr(c[1].err, "rank 0 gave up the rendezvous"));
+  assert_true(dt < 1000000000LL);
+  int threads = count_entries("task"), fds = count_entries("fd");
+  for (int k = 0; k < 20 && (threads > threads0 || fds > fds0); k++) {
+    usleep(50000);
+    threads = count_entries("task");
+    fds = count_entries("fd");
+  }
+  print_message("threads %d -> %d, fds %d -> %d\n", threads0, threads, fds0, fds);
+  assert_true(threads <= threads0 && fds <= fds0);
 }
 
 static void test_inconsistent_ranks(void **state) {
