@@ -768,16 +768,7 @@ zccResult_t zcc_bootstrap_peer_check(zcc_bootstrap_t *b, int peer) {
 }
 
 zccResult_t zcc_bootstrap_any_gone(zcc_bootstrap_t *b) {
-  if (!b) return zccSuccess;
-  for (int p = 0; p < b->nranks; p++) {
-    if (p == b->rank) continue;
-    pthread_mutex_lock(&b->qlock);
-    int gone = in_closed(b, p);
-    pthread_mutex_unlock(&b->qlock);
-    if (gone || out_closed(b, p))
-      return zcc_error(zccRemoteError,
-                       "rank %d closed its bootstrap connection (it exited or gave up)", p);
-  }
+  for (int p = 0; b && p < b->nranks; p++) ZCC_CHECK(zcc_bootstrap_peer_check(b, p));
   return zccSuccess;
 }
 

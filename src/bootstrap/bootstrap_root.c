@@ -384,6 +384,15 @@ static void *root_service(void *arg) {
   return NULL;
 }
 
+/* Make the service poll again (a root or a request was added); svc_lock held. */
+static void svc_wake(void) {
+  char c = 1;
+  ssize_t w;
+  do {
+    w = write(svc_kick[1], &c, 1);
+  } while (w < 0 && errno == EINTR);
+}
+
 void zcc_bootstrap_root_abandon(uint64_t context, int rank) {
   pthread_mutex_lock(&svc_lock);
   if (svc_running) { /* else this process serves no root */
@@ -391,11 +400,7 @@ void zcc_bootstrap_root_abandon(uint64_t context, int rank) {
     if (a) {
       *a = (abandon_t){svc_abandons, context, rank};
       svc_abandons = a;
-      char c = 1;
-      ssize_t w;
-      do {
-        w = write(svc_kick[1], &c, 1);
-      } while (w < 0 && errno == EINTR);
+      svc_wake();
     }
   }
   pthread_mutex_unlock(&svc_lock);
@@ -446,11 +451,7 @@ static zccResult_t service_add(root_t *r) {
   }
   r->next = svc_roots;
   svc_roots = r;
-  char c = 1;
-  ssize_t w;
-  do {
-    w = write(svc_kick[1], &c, 1);
-  } while (w < 0 && errno == EINTR);
+  svc_wake();
   pthread_mutex_unlock(&svc_lock);
   return zccSuccess;
 }

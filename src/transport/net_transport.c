@@ -746,7 +746,17 @@ static void net_free(zcc_conn_t *conn) {
        mismatched call's own record names both calls on the peer). */
     char saved[1024];
     snprintf(saved, sizeof(saved), "%s", zcc_last_error());
-    fail_deliver(st, c, shared_ms(&st->linger_deadline_ns, zcc_param_net_linger_ms()));
+    /* A failure record, and the failed call's messages after a mismatch
+       (they name this rank's call), get ZCC_NET_LINGER_MS. The messages of
+       a call that failed otherwise tell the peer only that this rank left,
+       which the close says as well: no longer than the error's own delivery
+       deadline (a peer waiting for the rest of that transfer would wait out
+       ZCC_NET_LINGER_MS too). */
+    int err = atomic_load(&conn->comm->async_error);
+    if (!c->fail_pending && err != zccSuccess && err != zccInvalidUsage)
+      fail_deliver(st, c, shared_ms(&st->fail_deadline_ns, 200));
+    else
+      fail_deliver(st, c, shared_ms(&st->linger_deadline_ns, zcc_param_net_linger_ms()));
     zcc_restore_last_error(saved);
   }
   if (st) {

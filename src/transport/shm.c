@@ -319,9 +319,14 @@ static zccResult_t peer_failed(zcc_conn_t *conn, shm_conn_t *s) {
                                msg);
 }
 
+static const shm_desc_t *recv_desc(shm_conn_t *s);
+
 static zccResult_t peer_gone(zcc_conn_t *conn, shm_conn_t *s) {
   int st = atomic_load_explicit(s->peer_failed, memory_order_acquire);
   if (st == SHM_FAILED) return peer_failed(conn, s);
+  /* A peer that completed its sends and then destroyed the communicator
+     left them in the FIFO (written before it said so): take them first. */
+  if (st == SHM_GONE && recv_desc(s) != NULL) return zccSuccess;
   if (st == SHM_GONE)
     return zcc_error(zccRemoteError, "rank %d (pid %d) destroyed the communicator",
                      conn->peer, (int)s->peer_pid);
