@@ -151,7 +151,8 @@ static zccResult_t comm_topology(struct zccComm *comm) {
 ZCC_PARAM_INT(spin_us, "SPIN_US", -1,
               "host communicators: us a waiting rank polls without giving up its core before "
               "it yields or sleeps; -1: 20000 when each rank of the host is bound to CPUs of "
-              "its own (mpirun, allreduce_perf --bind core), else 0 (a few polls)")
+              "its own (mpirun, allreduce_perf --bind core), else 0 (64 polls; none where the "
+              "host has more ranks than CPUs)")
 ZCC_PARAM_INT(yield_us, "YIELD_US", -1,
               "host communicators: us a waiting rank then polls with sched_yield before it "
               "sleeps 50 us between polls; -1: 0 for ranks bound to CPUs of their own (a "
@@ -197,10 +198,15 @@ static void comm_wait_policy(struct zccComm *comm) {
   int64_t spin = zcc_param_spin_us(), yield = zcc_param_yield_us();
   comm->spin_ns = (spin >= 0 ? spin : bound ? 20000 : 0) * 1000;
   comm->yield_ns = (yield >= 0 ? yield : bound ? 0 : 2000) * 1000;
+  /* With more ranks than CPUs the peer waited for is likely waiting for
+     this core: 64 polls before the first yield cost 8 ranks 35 us per 8 B
+     allreduce against 12-16 us yielding at once (docs/perf/host.md). */
+  comm->wait_polls = comm->oversubscribed ? 1 : 64;
   ZCC_INFO(INIT, "comm %s rank %d: %d rank(s) on this host, %d CPU(s) for them, %s: waits "
-           "spin %lld us, yield %lld us, then sleep", comm->name, comm->rank, local, ncpu,
-           bound ? "each bound to its own" : "sharing them", (long long)(comm->spin_ns / 1000),
-           (long long)(comm->yield_ns / 1000));
+           "spin %lld us, yield %lld us, then sleep; the clock read every %u poll(s)",
+           comm->name, comm->rank, local, ncpu, bound ? "each bound to its own" : "sharing them",
+           (long long)(comm->spin_ns / 1000), (long long)(comm->yield_ns / 1000),
+           comm->wait_polls);
 }
 
 static zccResult_t comm_select(struct zccComm *comm) {

@@ -240,10 +240,12 @@ zccResult_t zcc_exec_chains(zcc_plan_t **chains, int nchains) {
   int64_t idle_since = 0;
   /* the most cautious policy of the communicators driven (comm->spin_ns, init.c) */
   int64_t spin_ns = INT64_MAX, yield_ns = 0;
+  unsigned polls = 64; /* idle polls between clock reads: a power of 2 */
   for (int i = 0; i < nchains; i++)
     if (cs[i].comm) {
       if (cs[i].comm->spin_ns < spin_ns) spin_ns = cs[i].comm->spin_ns;
       if (cs[i].comm->yield_ns > yield_ns) yield_ns = cs[i].comm->yield_ns;
+      if (cs[i].comm->wait_polls < polls) polls = cs[i].comm->wait_polls;
     }
   if (spin_ns == INT64_MAX) spin_ns = 0;
   int phase = 0; /* of a wait: 0 spin, 1 yield, 2 sleep */
@@ -274,7 +276,8 @@ zccResult_t zcc_exec_chains(zcc_plan_t **chains, int nchains) {
      * another core comes within microseconds), then yield, then sleep, so
      * that a slow peer never costs a core for long. The clock is read every
      * 64 polls only (the wait's start is a read the recorder made, or the
-     * first of those).
+     * first of those); every poll where ranks outnumber CPUs, whose waits
+     * yield from the second poll on.
      */
     if (moved_any) {
       idle = 0;
@@ -282,7 +285,7 @@ zccResult_t zcc_exec_chains(zcc_plan_t **chains, int nchains) {
     } else {
       if (idle++ == 0) {
         idle_since = read;
-      } else if ((idle & 63) == 0) {
+      } else if ((idle & (polls - 1)) == 0) {
         int64_t now = zcc_now_ns();
         if (!idle_since) idle_since = now - 1;
         for (int i = 0; i < nchains; i++)

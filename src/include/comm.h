@@ -129,6 +129,8 @@ struct zccComm {
   struct zcc_planner *planner;     /* its plan on that graph, or NULL */
   struct zcc_select_cache *select; /* what runs: the planner's context and kept choices */
   int64_t spin_ns, yield_ns;       /* host waits: spin, then yield, then sleep (exec/host.c) */
+  unsigned wait_polls;             /* idle polls between the wait's clock reads: 64, or 1 where
+                                      ranks outnumber CPUs (they yield at once) */
   int oversubscribed;              /* more ranks on this host than CPUs for them (init.c) */
   struct zcc_trace *trace;      /* flight recorder and trace (trace.h); NULL: off */
 
