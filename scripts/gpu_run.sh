@@ -466,8 +466,14 @@ for phase in "$@"; do
     mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
     if nvidia-cuda-mps-control -d; then
       note "gnet-ns-mps: MPS server started"
-      run gnet-ns-mps 600 bash "$root/tests/net/gpu_hosts.sh" "$bin" "$carry/lib" \
-        "$OUT/gnet-ns-mps" ${GNET_NS_PHASES:-perf}
+      # GNET_MPS_SIGBOARD: ZCC_GPU_SIGBOARD values to run it with, in turn
+      # (the signature exchange's cost across the namespaces: "1 0 1 0")
+      k=0
+      for sb in ${GNET_MPS_SIGBOARD:-1}; do
+        k=$((k + 1))
+        run "gnet-ns-mps-sb$sb-$k" 600 env ZCC_GPU_SIGBOARD=$sb bash "$root/tests/net/gpu_hosts.sh" \
+          "$bin" "$carry/lib" "$OUT/gnet-ns-mps/sb$sb-$k" ${GNET_NS_PHASES:-perf}
+      done
       echo quit | nvidia-cuda-mps-control
       tar czf "$OUT/gnet-ns-mps.tgz" -C "$OUT" gnet-ns-mps && rm -rf "$OUT/gnet-ns-mps"
     else

@@ -49,7 +49,9 @@ typedef struct {
 struct zcc_sigboard {
   int n, rank;
   sigb_seg_t *own;
-  sigb_seg_t **peer; /* [n]: a rank of this host, mapped; NULL: elsewhere or self */
+  sigb_seg_t **peer; /* [n]: a rank of this host, mapped; a rank on another host that
+                        a network connection reaches, its mirror; NULL: self, or none */
+  char *mirror;      /* [n]: 1 where peer[r] is a mirror (private memory, zcc_sigboard_put) */
   uint64_t *checked; /* [n]: the watchdog's last seq compared with that peer */
   _Atomic uint64_t posted; /* the last seq posted here */
   char name[64];
@@ -101,8 +103,9 @@ zccResult_t zcc_sigboard_setup(struct zccComm *comm, zcc_sigboard_t **out) {
   b->rank = me;
   b->peer = calloc((size_t)n, sizeof(*b->peer));
   b->checked = calloc((size_t)n, sizeof(*b->checked));
+  b->mirror = calloc((size_t)n, 1);
   zccResult_t res = zccSuccess;
-  if (!b->peer || !b->checked) {
+  if (!b->peer || !b->checked || !b->mirror) {
     res = zcc_error(zccSystemError, "init: out of memory");
     goto fail;
   }
@@ -141,6 +144,16 @@ zccResult_t zcc_sigboard_setup(struct zccComm *comm, zcc_sigboard_t **out) {
   }
   uint64_t host = comm->peers[me].host_hash;
   for (int r = 0; r < n; r++) {
+    if (r != me && comm->peers[r].host_hash != host && comm->conns && comm->conns[r]) {
+      /* on another host, connected: the network proxy fills its mirror */
+      b->peer[r] = calloc(1, sizeof(sigb_seg_t));
+      if (!b->peer[r]) {
+        res = zcc_error(zccSystemError, "init: out of memory");
+        goto fail;
+      }
+      b->mirror[r] = 1;
+      continue;
+    }
     if (r == me || comm->peers[r].host_hash != host) continue;
     char name[64];
     seg_name(name, sizeof(name), comm, r);
@@ -166,8 +179,12 @@ void zcc_sigboard_free(zcc_sigboard_t *b) {
     if (!b->unlinked) shm_unlink(b->name);
     munmap(b->own, sizeof(sigb_seg_t));
   }
-  for (int r = 0; b->peer && r < b->n; r++)
-    if (b->peer[r]) munmap(b->peer[r], sizeof(sigb_seg_t));
+  for (int r = 0; b->peer && r < b->n; r++) {
+    if (!b->peer[r]) continue;
+    if (b->mirror && b->mirror[r]) free(b->peer[r]);
+    else munmap(b->peer[r], sizeof(sigb_seg_t));
+  }
+  free(b->mirror);
   free(b->peer);
   free(b->checked);
   free(b);
@@ -185,13 +202,34 @@ static int read_entry(const sigb_seg_t *s, uint64_t seq, zcc_op_sig_t *out) {
   return atomic_load_explicit(&e->seq, memory_order_relaxed) == seq ? 1 : 0;
 }
 
-zccResult_t zcc_sigboard_post(zcc_sigboard_t *b, const zcc_op_sig_t *sig) {
-  if (!b) return zccSuccess;
-  sigb_entry_t *e = &b->own->e[sig->seq % SIGB_ENTRIES];
+/* The one writer of s: seq 0 while the signature is written. */
+static void write_entry(sigb_seg_t *s, const zcc_op_sig_t *sig) {
+  sigb_entry_t *e = &s->e[sig->seq % SIGB_ENTRIES];
   atomic_store_explicit(&e->seq, 0, memory_order_relaxed);
   atomic_thread_fence(memory_order_release);
   memcpy(&e->sig, sig, sizeof(*sig));
   atomic_store_explicit(&e->seq, sig->seq, memory_order_release);
+}
+
+uint64_t zcc_sigboard_posted(const zcc_sigboard_t *b) {
+  return b ? atomic_load_explicit(&b->posted, memory_order_acquire) : 0;
+}
+
+int zcc_sigboard_own(const zcc_sigboard_t *b, uint64_t seq, zcc_op_sig_t *out) {
+  return b ? read_entry(b->own, seq, out) : 0;
+}
+
+int zcc_sigboard_mirrors(const zcc_sigboard_t *b, int peer) {
+  return b && peer >= 0 && peer < b->n && b->mirror[peer];
+}
+
+void zcc_sigboard_put(zcc_sigboard_t *b, int peer, const zcc_op_sig_t *sig) {
+  if (zcc_sigboard_mirrors(b, peer) && sig->seq) write_entry(b->peer[peer], sig);
+}
+
+zccResult_t zcc_sigboard_post(zcc_sigboard_t *b, const zcc_op_sig_t *sig) {
+  if (!b) return zccSuccess;
+  write_entry(b->own, sig);
   atomic_store_explicit(&b->posted, sig->seq, memory_order_release);
   /* Peers that made this call already: compare now, before it runs. */
   for (int r = 0; r < b->n; r++) {

@@ -308,12 +308,16 @@ static void *watchdog_main(void *arg) {
       for (int r = 0; r < comm->nranks; r++) {
         zcc_conn_t *c = comm->conns[r];
         if (!c || !c->ops->gpu->check || zcc_peer_same_process(self, &comm->peers[r])) continue;
-        if (c->ops->gpu->check(c) != zccSuccess) {
-          ZCC_WARN("comm %s rank %d: rank %d (pid %d) died; its collectives fail with "
-                   "zccRemoteError",
-                   comm->name, comm->rank, r, comm->peers[r].pid);
+        zccResult_t cr = c->ops->gpu->check(c);
+        if (cr != zccSuccess) {
+          /* a peer that died, or one that says it failed (zccInvalidUsage
+             for a mismatch it found: net_gpu.c's failure notices) */
+          if (cr != zccInvalidUsage) cr = zccRemoteError;
+          ZCC_WARN("comm %s rank %d: rank %d (pid %d) is gone or failed; its collectives "
+                   "fail with %s: %s", comm->name, comm->rank, r, comm->peers[r].pid,
+                   zccGetErrorString(cr), zcc_last_error());
           raise_abort(g);
-          zcc_comm_set_error(comm, zccRemoteError);
+          zcc_comm_set_error(comm, cr);
           break;
         }
       }
@@ -756,8 +760,14 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
   if (stamps == 2) ZCC_CHECK(stamps_setup_probe(comm, g));
   /* Nobody writes into a peer's window before every peer has mapped all. */
   if (n > 1) ZCC_CHECK(zcc_bootstrap_barrier(comm->bootstrap, comm->timeout_ms));
-  /* Mismatched collectives among the ranks of this host (sigboard.h). */
-  if (n > 1) ZCC_CHECK(zcc_sigboard_setup(comm, &comm->sigboard));
+  /* Mismatched collectives among the ranks of this host, and with those on
+     other hosts that the network proxy reaches (sigboard.h). The proxy runs
+     already: it reads the board once it is published. */
+  if (n > 1) {
+    zcc_sigboard_t *board = NULL;
+    ZCC_CHECK(zcc_sigboard_setup(comm, &board));
+    __atomic_store_n(&comm->sigboard, board, __ATOMIC_RELEASE);
+  }
 
   if (pthread_create(&g->watchdog_thread, NULL, watchdog_main, comm) != 0)
     return zcc_error(zccSystemError, "init: cannot start the GPU watchdog thread");

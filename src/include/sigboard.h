@@ -8,7 +8,11 @@
  * the peers that already made that call (the call is then refused, nothing
  * enqueued); the GPU watchdog compares the rest every round as peers catch
  * up, puts the communicator in error and raises the abort word. Either way
- * zccInvalidUsage names both calls. Ranks on other hosts are not compared.
+ * zccInvalidUsage names both calls. A rank on another host that a network
+ * connection reaches has a mirror in private memory instead, which the GPU
+ * network proxy fills with what that rank's proxy sends (transport/net_gpu.c);
+ * ranks on other hosts reached by no connection are compared by the ranks
+ * between (every pair of neighbours agreeing means every rank does).
  */
 #ifndef ZCC_SIGBOARD_H_
 #define ZCC_SIGBOARD_H_
@@ -29,5 +33,14 @@ zccResult_t zcc_sigboard_post(zcc_sigboard_t *b, const zcc_op_sig_t *sig);
 
 /* Compare with what peers posted since the last check (one thread). */
 zccResult_t zcc_sigboard_check(zcc_sigboard_t *b);
+
+/* For the network proxy: the last seq posted here; this rank's signature of
+   seq (1 read, 0 not posted or being written, -1 overwritten: a whole table
+   behind); whether peer has a mirror; and a peer's signature into its
+   mirror (one writer: the proxy; ignored without a mirror). */
+uint64_t zcc_sigboard_posted(const zcc_sigboard_t *b);
+int zcc_sigboard_own(const zcc_sigboard_t *b, uint64_t seq, zcc_op_sig_t *out);
+int zcc_sigboard_mirrors(const zcc_sigboard_t *b, int peer);
+void zcc_sigboard_put(zcc_sigboard_t *b, int peer, const zcc_op_sig_t *sig);
 
 #endif

@@ -26,11 +26,23 @@
  * watchdog's check reports it: the abort word stops waiting kernels and the
  * communicator is in error. The grace lets a rank whose peer has finished
  * and closed first take what already landed.
+ *
+ * Beside the connectors, each pair of ranks that any connector joins has a
+ * signature connection each way (key SIG_KEY, messages of sigmsg_t): the
+ * proxy sends the collectives' signatures its rank posts on the signature
+ * board to a peer on another host, whose proxy puts them in that board's
+ * mirror of this rank (sigboard.h), so that a mismatched collective across
+ * hosts is zccInvalidUsage naming both calls, as on one host. Once its
+ * communicator is in error, the proxy sends each peer a failure notice
+ * (code, the rank the failure began on, its message) and sends nothing
+ * more: the peers' watchdogs stop their kernels at once with that error,
+ * where they would otherwise wait for ZCC_TIMEOUT.
  */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +53,9 @@
 #include "cudawrap.h"
 #include "debug.h"
 #include "net.h"
+#include "opsig.h"
 #include "param.h"
+#include "sigboard.h"
 #include "transport.h"
 #include "wait.h"
 
@@ -73,10 +87,31 @@ typedef struct ghello {
   uint32_t pad;
 } ghello_t;
 
+/* A signature connection's message: signatures, or the sender's failure. */
+#define SIG_KEY 0xffffffffu
+#define SIGMSG_MAGIC 0x7a63736du
+#define SIGMSG_MAX 64
+enum { SIGMSG_SIGS = 1, SIGMSG_FAIL = 2 };
+typedef struct sigmsg {
+  uint32_t magic;
+  uint32_t kind;
+  uint32_t n;     /* SIGS: signatures that follow */
+  int32_t code;   /* FAIL: the sender's error */
+  int32_t origin; /* FAIL: the rank the failure began on */
+  uint32_t pad[3];
+  union {
+    zcc_op_sig_t sig[SIGMSG_MAX];
+    char text[ZCC_WIRE_FAIL_TEXT]; /* FAIL: that rank's message */
+  } u;
+} sigmsg_t;
+#define SIGMSG_HDR offsetof(sigmsg_t, u)
+
 typedef struct gconn {
   int peer;
   uint32_t key;
   int is_send;
+  int sig;       /* a signature connection: host memory of one sigmsg_t, no GPU side */
+  uint64_t sent; /* sig send: the last seq in a message posted (done: its failure notice went) */
   int nslots;
   size_t slot_bytes;
   char *host;    /* flag page + FIFO, pinned */
@@ -109,9 +144,11 @@ struct zcc_net_gpu {
   atomic_int stop;
   atomic_int failed;
   int fail_peer;
-  int64_t fail_ns;
-  char fail_msg[512];
+  int fail_code;   /* what the watchdog's check returns */
+  int64_t fail_ns; /* a peer's failure notice: far enough back to need no grace */
+  char fail_msg[1024];
   int released;
+  int sig_added; /* the signature connections are made (sig_conns_add) */
 };
 
 typedef struct zcc_net_gpu net_gpu_t;
@@ -151,15 +188,11 @@ static void net_win_free(struct zccComm *comm) {
   nc->gpu->win = NULL;
 }
 
-static zccResult_t net_conn_bind(zcc_conn_t *conn, uint32_t key, int is_send, int nslots,
-                                 size_t slot_bytes, zcc_dev_conn_t *out) {
-  struct zccComm *comm = conn->comm;
-  zcc_net_comm_t *nc = NULL;
-  net_gpu_t *st = NULL;
-  ZCC_CHECK(state(comm, &nc, &st));
-  if (nslots < 2 || nslots > MAX_SLOTS || slot_bytes == 0 || slot_bytes > (1u << 30))
-    return zcc_error(zccInvalidArgument, "net: %d GPU connector slots of %zu bytes (2 to %d "
-                     "slots, at most 1 GiB each)", nslots, slot_bytes, MAX_SLOTS);
+/* A new connection of this rank's (no plug-in side yet): a connector's
+   flag page and FIFO pinned and mapped into the GPU, or a signature
+   connection's message in plain host memory. */
+static zccResult_t conn_add(struct zccComm *comm, net_gpu_t *st, int peer, uint32_t key,
+                            int is_send, int sig, size_t bytes, gconn_t **out) {
   if (st->nconns == st->cap) {
     int cap = st->cap ? 2 * st->cap : 16;
     gconn_t **a = realloc(st->conns, sizeof(*a) * (size_t)cap);
@@ -169,39 +202,76 @@ static zccResult_t net_conn_bind(zcc_conn_t *conn, uint32_t key, int is_send, in
   }
   gconn_t *c = calloc(1, sizeof(*c));
   if (!c) return zcc_error(zccSystemError, "net: out of memory");
-  c->peer = conn->peer;
+  c->peer = peer;
   c->key = key;
   c->is_send = is_send;
-  c->nslots = nslots;
-  c->slot_bytes = slot_bytes;
-  c->bytes = FLAG_PAGE + (size_t)nslots * slot_bytes;
-  c->host = aligned_alloc(4096, c->bytes);
+  c->sig = sig;
+  c->bytes = bytes;
+  c->host = aligned_alloc(4096, (bytes + 4095) & ~(size_t)4095);
   if (!c->host) {
-    size_t bytes = c->bytes;
     free(c);
     return zcc_error(zccSystemError, "net: out of memory for a %zu-byte GPU connector", bytes);
   }
-  memset(c->host, 0, FLAG_PAGE);
-  void *dev = NULL;
-  zccResult_t res = zcc_cuda_host_register(c->host, c->bytes, &dev);
-  if (res != zccSuccess) {
-    char why[400];
-    snprintf(why, sizeof(why), "%s", zcc_last_error());
-    size_t bytes = c->bytes;
-    free(c->host);
-    free(c);
-    return zcc_error(res, "comm %s rank %d: cannot pin a %zu-byte GPU connector to rank %d: %s",
-                     comm->name, comm->rank, bytes, conn->peer, why);
+  memset(c->host, 0, sig ? bytes : FLAG_PAGE);
+  if (!sig) {
+    void *dev = NULL;
+    zccResult_t res = zcc_cuda_host_register(c->host, c->bytes, &dev);
+    if (res != zccSuccess) {
+      char why[400];
+      snprintf(why, sizeof(why), "%s", zcc_last_error());
+      free(c->host);
+      free(c);
+      return zcc_error(res, "comm %s rank %d: cannot pin a %zu-byte GPU connector to rank %d: "
+                       "%s", comm->name, comm->rank, bytes, peer, why);
+    }
+    c->dev = dev;
   }
-  c->dev = dev;
-  memcpy(c->handle, comm->peers[conn->peer].net_handle, ZCC_NET_HANDLE_BYTES);
+  memcpy(c->handle, comm->peers[peer].net_handle, ZCC_NET_HANDLE_BYTES);
   st->conns[st->nconns++] = c;
+  *out = c;
+  return zccSuccess;
+}
+
+static zccResult_t net_conn_bind(zcc_conn_t *conn, uint32_t key, int is_send, int nslots,
+                                 size_t slot_bytes, zcc_dev_conn_t *out) {
+  struct zccComm *comm = conn->comm;
+  zcc_net_comm_t *nc = NULL;
+  net_gpu_t *st = NULL;
+  ZCC_CHECK(state(comm, &nc, &st));
+  if (nslots < 2 || nslots > MAX_SLOTS || slot_bytes == 0 || slot_bytes > (1u << 30))
+    return zcc_error(zccInvalidArgument, "net: %d GPU connector slots of %zu bytes (2 to %d "
+                     "slots, at most 1 GiB each)", nslots, slot_bytes, MAX_SLOTS);
+  gconn_t *c = NULL;
+  ZCC_CHECK(conn_add(comm, st, conn->peer, key, is_send, 0,
+                     FLAG_PAGE + (size_t)nslots * slot_bytes, &c));
+  c->nslots = nslots;
+  c->slot_bytes = slot_bytes;
   out->fifo = c->dev + FLAG_PAGE;
   out->ready = (uint32_t *)(c->dev + OFF_READY);
   out->freed = (uint32_t *)(c->dev + OFF_FREED);
   out->sizes = is_send ? (uint32_t *)(c->dev + OFF_SIZES) : NULL;
   conn->priv = st;
   return zccSuccess;
+}
+
+/* A signature connection each way with every peer a connector joins this
+   rank to (a connector's far end has one toward this rank: both sides make
+   the same pairs). */
+static zccResult_t sig_conns_add(struct zccComm *comm, net_gpu_t *st) {
+  char *seen = calloc((size_t)comm->nranks, 1);
+  if (!seen) return zcc_error(zccSystemError, "net: out of memory");
+  zccResult_t res = zccSuccess;
+  int n = st->nconns;
+  for (int i = 0; i < n && res == zccSuccess; i++) {
+    int p = st->conns[i]->peer;
+    if (seen[p]) continue;
+    seen[p] = 1;
+    gconn_t *c = NULL;
+    res = conn_add(comm, st, p, SIG_KEY, 1, 1, sizeof(sigmsg_t), &c);
+    if (res == zccSuccess) res = conn_add(comm, st, p, SIG_KEY, 0, 1, sizeof(sigmsg_t), &c);
+  }
+  free(seen);
+  return res;
 }
 
 /* The connector a hello names (a receive side not yet connected), or NULL. */
@@ -314,9 +384,16 @@ static zccResult_t connect_pass(struct zccComm *comm, zcc_net_comm_t *nc, net_gp
 
 static void record_failure(struct zccComm *comm, net_gpu_t *st, const gconn_t *c) {
   if (atomic_load(&st->failed)) return;
-  snprintf(st->fail_msg, sizeof(st->fail_msg),
-           "comm %s rank %d: the network connection %s rank %d (GPU connector %u) failed: %s",
-           comm->name, comm->rank, c->is_send ? "to" : "from", c->peer, c->key, zcc_last_error());
+  if (c->sig)
+    snprintf(st->fail_msg, sizeof(st->fail_msg),
+             "comm %s rank %d: the network connection %s rank %d (signatures) failed: %s",
+             comm->name, comm->rank, c->is_send ? "to" : "from", c->peer, zcc_last_error());
+  else
+    snprintf(st->fail_msg, sizeof(st->fail_msg),
+             "comm %s rank %d: the network connection %s rank %d (GPU connector %u) failed: %s",
+             comm->name, comm->rank, c->is_send ? "to" : "from", c->peer, c->key,
+             zcc_last_error());
+  st->fail_code = zccRemoteError;
   st->fail_peer = c->peer;
   st->fail_ns = zcc_now_ns();
   atomic_store_explicit(&st->failed, 1, memory_order_release);
@@ -380,6 +457,97 @@ static zccResult_t drive_recv(zcc_net_comm_t *nc, gconn_t *c, int *moved) {
   return zccSuccess;
 }
 
+/*
+ * A signature connection's send side: once the last message went, the next
+ * one: this rank's failure notice when its communicator is in error (then
+ * nothing more), else the signatures posted since (to a peer on another
+ * host: one on this host reads the board itself).
+ */
+static zccResult_t drive_sig_send(struct zccComm *comm, zcc_net_comm_t *nc, gconn_t *c,
+                                  int *moved) {
+  if (c->req[0]) {
+    int done = 0;
+    ZCC_CHECK(nc->net->test(c->req[0], &done, NULL));
+    if (!done) return zccSuccess;
+    c->req[0] = NULL;
+    *moved = 1;
+  }
+  if (c->done) return zccSuccess; /* the failure notice went */
+  sigmsg_t *m = (sigmsg_t *)c->host;
+  size_t bytes = 0;
+  uint64_t upto = c->sent;
+  if (atomic_load_explicit(&comm->async_error, memory_order_acquire) != zccSuccess) {
+    m->kind = SIGMSG_FAIL;
+    m->code = atomic_load(&comm->async_error);
+    m->origin = comm->fail_origin;
+    snprintf(m->u.text, sizeof(m->u.text), "%s", comm->fail_text);
+    bytes = SIGMSG_HDR + strlen(m->u.text) + 1;
+  } else {
+    const zcc_sigboard_t *b = __atomic_load_n(&comm->sigboard, __ATOMIC_ACQUIRE);
+    uint64_t posted = zcc_sigboard_posted(b);
+    if (posted <= c->sent || comm->peers[c->peer].host_hash == comm->peers[comm->rank].host_hash)
+      return zccSuccess;
+    uint32_t k = 0;
+    for (uint64_t seq = c->sent + 1; seq <= posted && k < SIGMSG_MAX; seq++) {
+      int got = zcc_sigboard_own(b, seq, &m->u.sig[k]);
+      if (got == 0) break; /* being written */
+      upto = seq;
+      if (got == 1) k++; /* -1: overwritten, a table behind; nothing to compare */
+    }
+    if (upto == c->sent) return zccSuccess;
+    m->kind = SIGMSG_SIGS;
+    m->n = k;
+    bytes = SIGMSG_HDR + (size_t)k * sizeof(zcc_op_sig_t);
+  }
+  m->magic = SIGMSG_MAGIC;
+  ZCC_CHECK(nc->net->isend(c->comm, m, bytes, c->mh, &c->req[0]));
+  if (!c->req[0]) return zccSuccess; /* the receiver's clear-to-send is not here yet */
+  if (m->kind == SIGMSG_FAIL) c->done = 1;
+  else c->sent = upto;
+  *moved = 1;
+  return zccSuccess;
+}
+
+/* Its receive side: signatures into the board's mirror of the peer; a failure
+   notice becomes this proxy's failure, reported without the grace. */
+static zccResult_t drive_sig_recv(struct zccComm *comm, zcc_net_comm_t *nc, net_gpu_t *st,
+                                  gconn_t *c, int *moved) {
+  sigmsg_t *m = (sigmsg_t *)c->host;
+  if (!c->req[0]) {
+    ZCC_CHECK(nc->net->irecv(c->comm, m, sizeof(*m), c->mh, &c->req[0]));
+    if (!c->req[0]) return zccSuccess;
+    *moved = 1;
+  }
+  int done = 0;
+  size_t got = 0;
+  ZCC_CHECK(nc->net->test(c->req[0], &done, &got));
+  if (!done) return zccSuccess;
+  c->req[0] = NULL;
+  *moved = 1;
+  if (got < SIGMSG_HDR || m->magic != SIGMSG_MAGIC ||
+      (m->kind == SIGMSG_SIGS && (m->n > SIGMSG_MAX ||
+                                  got != SIGMSG_HDR + (size_t)m->n * sizeof(zcc_op_sig_t))) ||
+      (m->kind != SIGMSG_SIGS && m->kind != SIGMSG_FAIL))
+    return zcc_error(zccInternalError, "net: rank %d sent a %zu-byte signature message that "
+                     "is not one (magic 0x%08x, kind %u)", c->peer, got, m->magic, m->kind);
+  if (m->kind == SIGMSG_SIGS) {
+    zcc_sigboard_t *b = __atomic_load_n(&comm->sigboard, __ATOMIC_ACQUIRE);
+    for (uint32_t k = 0; k < m->n; k++) zcc_sigboard_put(b, c->peer, &m->u.sig[k]);
+    return zccSuccess;
+  }
+  m->u.text[sizeof(m->u.text) - 1] = '\0';
+  if (atomic_load(&st->failed)) return zccSuccess;
+  zccResult_t res = zcc_peer_failed_error(comm, c->peer, comm->peers[c->peer].pid, m->code,
+                                          m->origin, m->u.text);
+  snprintf(st->fail_msg, sizeof(st->fail_msg), "%s", zcc_last_error());
+  st->fail_code = res;
+  st->fail_peer = c->peer;
+  st->fail_ns = zcc_now_ns() - zcc_param_net_gpu_grace_ms() * 1000000;
+  atomic_store_explicit(&st->failed, 1, memory_order_release);
+  ZCC_INFO(NET, "comm %s rank %d: %s", comm->name, comm->rank, st->fail_msg);
+  return zccSuccess;
+}
+
 static void *proxy_main(void *arg) {
   struct zccComm *comm = arg;
   zcc_net_comm_t *nc = zcc_net_comm_of(comm);
@@ -390,7 +558,9 @@ static void *proxy_main(void *arg) {
     for (int i = 0; i < st->nconns; i++) {
       gconn_t *c = st->conns[i];
       if (c->dead) continue;
-      zccResult_t res = c->is_send ? drive_send(nc, c, &moved) : drive_recv(nc, c, &moved);
+      zccResult_t res = c->sig ? (c->is_send ? drive_sig_send(comm, nc, c, &moved)
+                                             : drive_sig_recv(comm, nc, st, c, &moved))
+                      : c->is_send ? drive_send(nc, c, &moved) : drive_recv(nc, c, &moved);
       if (res != zccSuccess) {
         c->dead = 1;
         record_failure(comm, st, c);
@@ -412,6 +582,10 @@ static zccResult_t net_conn_start(struct zccComm *comm) {
   net_gpu_t *st = NULL;
   ZCC_CHECK(state(comm, &nc, &st));
   if (st->proxy_started) return zccSuccess;
+  if (!st->sig_added) {
+    ZCC_CHECK(sig_conns_add(comm, st));
+    st->sig_added = 1;
+  }
   zcc_wait_t w = zcc_wait_in(zcc_transport_connect_timeout_ms(), &comm->abort_flag,
                              "net GPU connect");
   int64_t t0 = zcc_now_ns();
@@ -444,9 +618,12 @@ static zccResult_t net_conn_start(struct zccComm *comm) {
     return zcc_error(zccSystemError, "comm %s rank %d: cannot start the GPU network proxy "
                      "thread", comm->name, comm->rank);
   st->proxy_started = 1;
-  ZCC_INFO(NET, "comm %s rank %d: %d GPU connector(s) over plug-in %s up in %.1f ms; proxy "
-           "started; FIFOs in pinned host memory (host staging: this version does not use "
-           "GPUDirect RDMA)", comm->name, comm->rank, st->nconns, nc->net->name,
+  int nsig = 0;
+  for (int i = 0; i < st->nconns; i++) nsig += st->conns[i]->sig;
+  ZCC_INFO(NET, "comm %s rank %d: %d GPU connector(s) and %d signature connection(s) over "
+           "plug-in %s up in %.1f ms; proxy started; FIFOs in pinned host memory (host "
+           "staging: this version does not use GPUDirect RDMA)", comm->name, comm->rank,
+           st->nconns - nsig, nsig, nc->net->name,
            (double)(zcc_now_ns() - t0) / 1e6);
   return zccSuccess;
 }
@@ -458,7 +635,7 @@ static zccResult_t net_gpu_check(zcc_conn_t *conn) {
       st->fail_peer != conn->peer)
     return zccSuccess;
   if ((zcc_now_ns() - st->fail_ns) / 1000000 < zcc_param_net_gpu_grace_ms()) return zccSuccess;
-  return zcc_error(zccRemoteError, "%s", st->fail_msg);
+  return zcc_error((zccResult_t)st->fail_code, "%s", st->fail_msg);
 }
 
 /* Stop the proxy and release every connector (the device idle). */
@@ -477,7 +654,7 @@ static void teardown(zcc_net_comm_t *nc, net_gpu_t *st) {
       if (c->is_send) nc->net->close_send(c->comm);
       else nc->net->close_recv(c->comm);
     }
-    zcc_cuda_host_unregister(c->host);
+    if (!c->sig) zcc_cuda_host_unregister(c->host);
     free(c->host);
     free(c);
   }

@@ -8,12 +8,16 @@
 #
 #   phase matrix    test_gpu_colls --netns (procs layout): the collective
 #                   matrix (quick) with exact checks and 1000 graph replays,
-#                   socket plug-in; the ranks' logs name net for the pair
+#                   and mismatched collectives (count, collective, op: each
+#                   rank's error names both calls, its signature having
+#                   crossed between the namespaces), socket plug-in; the
+#                   ranks' logs name net for the pair
 #   phase ib        the same (200 replays) with the ib plug-in on the fake
 #                   verbs provider (libzcc_fakeverbs.so beside libzcc)
 #   phase mixed     4 ranks, 0 and 2 in A, 1 and 3 in B: pairs of one namespace
 #                   over p2p, pairs across over net (the connector kernels on
-#                   rings that cross between the namespaces); matrix and graphs
+#                   rings that cross between the namespaces); matrix, graphs
+#                   and the mismatches (rank 0 against the other three)
 #   phase kill      test_gpu_colls' deadpeer part across the namespaces: rank
 #                   1 exits after one allreduce; rank 0's next one ends with
 #                   an error within 30 s (ZCC_TIMEOUT=5000)
@@ -23,7 +27,7 @@
 #   phase perf      plain TCP (tcp_pair), then allreduce across the namespaces
 #                   with host communicators and with GPU communicators, both
 #                   over the net transport's socket plug-in, 8 B..GPU_HOSTS_MAX
-#                   (default 256M)
+#                   (default 256M), GPU_HOSTS_ITERS iterations (default 20)
 #
 # Usage: gpu_hosts.sh BIN_DIR LIB_DIR OUT_DIR [PHASE...]   (root; needs ip)
 # Prints "gpu_hosts: N passed, M failed" last; exit 1 on a failure, and 0
@@ -105,17 +109,17 @@ for phase in $PHASES; do
   case $phase in
   matrix)
     gpu_colls matrix ${GPU_HOSTS_TO:-600} ZCC_TIMEOUT=20000 ZCC_NET_PLUGIN=socket -- --quick \
-      --only matrix,graphs,errors --replays 1000 ;;
+      --only matrix,graphs,errors,mismatch --replays 1000 ;;
   ib)
     if [ -e "$FV" ]; then
       gpu_colls ib ${GPU_HOSTS_TO:-600} ZCC_TIMEOUT=20000 ZCC_NET_PLUGIN=ib ZCC_IBV_LIBRARY="$FV" -- --quick \
-        --only matrix,graphs --replays 200
+        --only matrix,graphs,mismatch --replays 200
     else
       log "ib: no $FV: skipped"
     fi ;;
   mixed)
-    gpu_colls mixed ${GPU_HOSTS_TO:-600} ZCC_TIMEOUT=20000 ZCC_NET_PLUGIN=socket -- --quick --only matrix,graphs \
-      --replays 100 --ranks 4
+    gpu_colls mixed ${GPU_HOSTS_TO:-600} ZCC_TIMEOUT=20000 ZCC_NET_PLUGIN=socket -- --quick \
+      --only matrix,graphs,mismatch --replays 100 --ranks 4
     if grep -q "via p2p" "$OUT/mixed.log"; then pass; else fail "mixed: no rank logged 'via p2p'"; fi ;;
   kill)
     gpu_colls kill 120 ZCC_NET_PLUGIN=socket -- --only deadpeer ;;
@@ -147,7 +151,7 @@ for phase in $PHASES; do
     ip netns exec "$NSB" env LD_LIBRARY_PATH="$LDP" "$BIN/tcp_pair" --connect "$IPA:23600" \
       -b 8 -e "$max" -f 4 -n 20 > /dev/null 2>&1
     wait $srv
-    PERF_ARGS="-b 8 -e $max -f 4 -n 20 -w 5 -c 1"
+    PERF_ARGS="-b 8 -e $max -f 4 -n ${GPU_HOSTS_ITERS:-20} -w 5 -c 1"
     for kind in host gpu; do
       dev=cuda
       [ $kind = host ] && dev=host

@@ -355,6 +355,60 @@ static void test_sigboard(void **state) {
   for (int i = 0; i < 2; i++) assert_int_equal(zccCommDestroy(comms[i]), zccSuccess);
 }
 
+/* A peer on another host (made so by its host hash here): the board keeps a
+   mirror of it, which the GPU network proxy fills (zcc_sigboard_put). */
+static void test_sigboard_mirror(void **state) {
+  setenv("ZCC_DEVICE", "host", 1);
+  zcc_param_reload();
+  zccComm_t comms[2];
+  assert_int_equal(zccCommInitAll(comms, 2, NULL), zccSuccess);
+  uint64_t h0 = comms[0]->peers[1].host_hash, h1 = comms[1]->peers[0].host_hash;
+  comms[0]->peers[1].host_hash ^= 1;
+  comms[1]->peers[0].host_hash ^= 1;
+  board_arg_t a[2];
+  boards_make(comms, a);
+  assert_true(zcc_sigboard_mirrors(a[0].b, 1));
+  assert_true(zcc_sigboard_mirrors(a[1].b, 0));
+  assert_false(zcc_sigboard_mirrors(a[0].b, 0));
+  assert_false(zcc_sigboard_mirrors(a[0].b, 2));
+  /* what this rank posted, for the proxy to send */
+  zcc_op_sig_t s1 = sig_of(1, ZCC_COLL_ALLREDUCE, 10, zccSum), got;
+  assert_int_equal(zcc_sigboard_posted(a[0].b), 0);
+  assert_int_equal(zcc_sigboard_own(a[0].b, 1, &got), 0);
+  assert_int_equal(zcc_sigboard_post(a[0].b, &s1), zccSuccess);
+  assert_int_equal(zcc_sigboard_posted(a[0].b), 1);
+  assert_int_equal(zcc_sigboard_own(a[0].b, 1, &got), 1);
+  assert_int_equal(got.count, 10);
+  /* the other "host" does not see it until it is put in its mirror */
+  assert_int_equal(zcc_sigboard_post(a[1].b, &s1), zccSuccess);
+  assert_int_equal(zcc_sigboard_check(a[1].b), zccSuccess);
+  zcc_sigboard_put(a[1].b, 0, &s1);
+  assert_int_equal(zcc_sigboard_check(a[1].b), zccSuccess);
+  /* a different call put there: the check names both */
+  zcc_op_sig_t s2 = sig_of(2, ZCC_COLL_ALLREDUCE, 10, zccMax);
+  zcc_op_sig_t s2b = sig_of(2, ZCC_COLL_ALLREDUCE, 10, zccSum);
+  assert_int_equal(zcc_sigboard_post(a[1].b, &s2b), zccSuccess);
+  zcc_sigboard_put(a[1].b, 0, &s2);
+  assert_int_equal(zcc_sigboard_check(a[1].b), zccInvalidUsage);
+  assert_non_null(strstr(zccGetLastError(NULL), "rank 0 called allreduce(count=10, float32, max)"));
+  /* one already put: the later caller is refused at its post */
+  zcc_op_sig_t s3 = sig_of(3, ZCC_COLL_BROADCAST, 10, -1);
+  zcc_op_sig_t s3b = sig_of(3, ZCC_COLL_ALLREDUCE, 10, zccSum);
+  zcc_sigboard_put(a[1].b, 0, &s3);
+  assert_int_equal(zcc_sigboard_post(a[1].b, &s3b), zccInvalidUsage);
+  assert_non_null(strstr(zccGetLastError(NULL), "op #3"));
+  /* puts for a rank without a mirror change nothing */
+  zcc_sigboard_put(a[0].b, 0, &s3);
+  assert_int_equal(zcc_sigboard_check(a[0].b), zccSuccess);
+  zcc_sigboard_free(a[0].b);
+  zcc_sigboard_free(a[1].b);
+  comms[0]->peers[1].host_hash = h0;
+  comms[1]->peers[0].host_hash = h1;
+  unsetenv("ZCC_DEVICE");
+  zcc_param_reload();
+  for (int i = 0; i < 2; i++) assert_int_equal(zccCommDestroy(comms[i]), zccSuccess);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_param_defaults_and_env),
@@ -367,6 +421,7 @@ int main(void) {
       cmocka_unit_test(test_nonblocking_init_stopped),
       cmocka_unit_test(test_nonblocking_init_fails),
       cmocka_unit_test(test_sigboard),
+      cmocka_unit_test(test_sigboard_mirror),
   };
   return cmocka_run_group_tests_name("core", tests, NULL, NULL);
 }
