@@ -912,8 +912,11 @@ zccResult_t zcc_bootstrap_init(const zccUniqueId *id, int rank, int nranks,
 fail:
   zcc_socket_close(&root_fd);
   bootstrap_destroy(b);
-  /* if this process serves the root, the rendezvous cannot complete now */
-  zcc_bootstrap_root_abandon(zcc_bootstrap_id_hash(&u) ^ ROOT_CONTEXT_SALT, rank);
+  /* If this process serves the root, the rendezvous cannot complete now.
+     A timeout is the root's own deadline as well: the other ranks time out
+     with it, and say so (zccTimeout, not this rank's departure). */
+  if (res != zccTimeout)
+    zcc_bootstrap_root_abandon(zcc_bootstrap_id_hash(&u) ^ ROOT_CONTEXT_SALT, rank);
   return res;
 }
 

@@ -390,7 +390,10 @@ zcc_op_rec_t *zcc_trace_rec(struct zccComm *comm, uint64_t id) {
   zcc_trace_t *t = comm->trace;
   if (!t || !id)
     return NULL;
-  zcc_op_rec_t *r = slot(t, id);
+  /* Nearly every lookup is of the newest record: no division for it. */
+  zcc_op_rec_t *r = LD(t->last);
+  if (!r || LD(r->id) != id)
+    r = slot(t, id);
   return LD(r->id) == id ? r : NULL;
 }
 
@@ -399,9 +402,16 @@ uint64_t zcc_trace_enqueue(struct zccComm *comm, int coll, size_t count,
   zcc_trace_t *t = comm->trace;
   if (!t)
     return 0;
-  /* Only the issuing thread writes; dumps in other threads read it. */
-  uint64_t id = __atomic_add_fetch(&t->next, 1, __ATOMIC_RELAXED);
-  zcc_op_rec_t *r = slot(t, id);
+  /* Only the issuing thread writes (one thread at a time per communicator);
+     dumps in other threads read it. Its ring index runs beside the id (no
+     division), and t->next moves once the record is whole. */
+  uint64_t id = LD(t->next) + 1;
+  zcc_op_rec_t *r = &t->one;
+  if (t->ring) {
+    r = &t->ring[t->wpos];
+    if (++t->wpos == t->cap)
+      t->wpos = 0;
+  }
   /* Readers skip a record whose id is 0 or changes while they read it. */
   __atomic_store_n(&r->id, 0, __ATOMIC_RELEASE);
   ST(r->seq, coll == ZCC_COLL_SENDRECV ? ++t->p2p_seq : ++t->coll_seq);
@@ -429,6 +439,8 @@ uint64_t zcc_trace_enqueue(struct zccComm *comm, int coll, size_t count,
   ST(r->gpu_id, id);
   ST(r->pred_ns, 0);
   __atomic_store_n(&r->id, id, __ATOMIC_RELEASE);
+  ST(t->last, r);
+  __atomic_store_n(&t->next, id, __ATOMIC_RELEASE);
   return id;
 }
 

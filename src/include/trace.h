@@ -75,6 +75,8 @@ typedef struct zcc_trace {
   zcc_op_rec_t *ring; /* [cap]; NULL: recorder off (trace only) */
   uint32_t cap;
   uint64_t next; /* records made (the id of the newest) */
+  uint32_t wpos; /* the issuing thread's: ring index of the next record */
+  zcc_op_rec_t *last; /* the newest record (lookups by id try it first) */
   uint64_t coll_seq, p2p_seq;
   zcc_trace_file_t *file; /* NULL: ZCC_TRACE_FILE off */
   zcc_op_rec_t one;       /* the record when the ring is off */
