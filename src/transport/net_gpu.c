@@ -382,22 +382,24 @@ static zccResult_t connect_pass(struct zccComm *comm, zcc_net_comm_t *nc, net_gp
 
 /* ---- the proxy ---- */
 
-static void record_failure(struct zccComm *comm, net_gpu_t *st, const gconn_t *c) {
-  if (atomic_load(&st->failed)) return;
-  if (c->sig)
-    snprintf(st->fail_msg, sizeof(st->fail_msg),
-             "comm %s rank %d: the network connection %s rank %d (signatures) failed: %s",
-             comm->name, comm->rank, c->is_send ? "to" : "from", c->peer, zcc_last_error());
-  else
-    snprintf(st->fail_msg, sizeof(st->fail_msg),
-             "comm %s rank %d: the network connection %s rank %d (GPU connector %u) failed: %s",
-             comm->name, comm->rank, c->is_send ? "to" : "from", c->peer, c->key,
-             zcc_last_error());
-  st->fail_code = zccRemoteError;
-  st->fail_peer = c->peer;
-  st->fail_ns = zcc_now_ns();
+/* The proxy's first failure, its message in fail_msg: what the watchdog's
+   check reports for `peer` from at_ns on (plus the grace, net_gpu_check). */
+static void failure_publish(net_gpu_t *st, int peer, int code, int64_t at_ns) {
+  st->fail_code = code;
+  st->fail_peer = peer;
+  st->fail_ns = at_ns;
   atomic_store_explicit(&st->failed, 1, memory_order_release);
   ZCC_INFO(NET, "%s", st->fail_msg);
+}
+
+static void record_failure(struct zccComm *comm, net_gpu_t *st, const gconn_t *c) {
+  if (atomic_load(&st->failed)) return;
+  char what[32] = "signatures";
+  if (!c->sig) snprintf(what, sizeof(what), "GPU connector %u", c->key);
+  snprintf(st->fail_msg, sizeof(st->fail_msg),
+           "comm %s rank %d: the network connection %s rank %d (%s) failed: %s", comm->name,
+           comm->rank, c->is_send ? "to" : "from", c->peer, what, zcc_last_error());
+  failure_publish(st, c->peer, zccRemoteError, zcc_now_ns());
 }
 
 /* Post the slots the kernel has published; free those that went. */
@@ -540,11 +542,8 @@ static zccResult_t drive_sig_recv(struct zccComm *comm, zcc_net_comm_t *nc, net_
   zccResult_t res = zcc_peer_failed_error(comm, c->peer, comm->peers[c->peer].pid, m->code,
                                           m->origin, m->u.text);
   snprintf(st->fail_msg, sizeof(st->fail_msg), "%s", zcc_last_error());
-  st->fail_code = res;
-  st->fail_peer = c->peer;
-  st->fail_ns = zcc_now_ns() - zcc_param_net_gpu_grace_ms() * 1000000;
-  atomic_store_explicit(&st->failed, 1, memory_order_release);
-  ZCC_INFO(NET, "comm %s rank %d: %s", comm->name, comm->rank, st->fail_msg);
+  /* the peer says it failed: no grace */
+  failure_publish(st, c->peer, res, zcc_now_ns() - zcc_param_net_gpu_grace_ms() * 1000000);
   return zccSuccess;
 }
 
