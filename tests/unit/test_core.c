@@ -20,6 +20,7 @@
 #include "param.h"
 #include "sigboard.h"
 #include "coll.h"
+#include "wait.h"
 #include "zcc.h"
 
 ZCC_PARAM_INT(test_int, "TEST_UNIT_INT", 42, "unit-test integer")
@@ -126,6 +127,57 @@ static void test_config_resolve(void **state) {
   assert_int_equal(dt, zccDeviceHost);
   unsetenv("ZCC_DEVICE");
   zcc_param_reload();
+}
+
+/*
+ * zcc_now_ns (misc/clock.c) against clock_gettime(CLOCK_MONOTONIC) for
+ * 300 ms in two threads: past the time-stamp counter's calibration and
+ * several of its refreshes where the kernel keeps time with the counter.
+ * Every read lies between a real read before and one after it (2 us of
+ * slack for the line's error) and never goes back within a thread.
+ */
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+typedef struct clock_run {
+  long reads, outside, back;
+  int64_t worst_ns;
+} clock_run_t;
+
+static void *clock_follow(void *arg) {
+  clock_run_t *r = arg;
+  int64_t end = mono_ns() + 300000000LL, prev = 0;
+  while (mono_ns() < end) {
+    int64_t a = mono_ns(), t = zcc_now_ns(), b = mono_ns();
+    int64_t off = t < a ? a - t : t > b ? t - b : 0;
+    if (off > r->worst_ns) r->worst_ns = off;
+    if (off > 2000) r->outside++;
+    if (t < prev) r->back++;
+    prev = t;
+    r->reads++;
+  }
+  return NULL;
+}
+
+static void test_clock_follows_monotonic(void **state) {
+  (void)state;
+  clock_run_t runs[2] = {{0}};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, clock_follow, &runs[1]), 0);
+  clock_follow(&runs[0]);
+  assert_int_equal(pthread_join(th, NULL), 0);
+  for (int i = 0; i < 2; i++) {
+    print_message("clock %s, thread %d: %ld reads, worst %lld ns outside the real "
+                  "reads around it, %ld outside 2 us, %ld back\n",
+                  zcc_clock_name(), i, runs[i].reads, (long long)runs[i].worst_ns,
+                  runs[i].outside, runs[i].back);
+    assert_true(runs[i].reads > 1000);
+    assert_int_equal(runs[i].outside, 0);
+    assert_int_equal(runs[i].back, 0);
+  }
 }
 
 static void test_registry_refuses_dead_handles(void **state) {
@@ -416,6 +468,7 @@ int main(void) {
       cmocka_unit_test(test_error_strings),
       cmocka_unit_test(test_config_resolve),
       cmocka_unit_test(test_registry_refuses_dead_handles),
+      cmocka_unit_test(test_clock_follows_monotonic),
       cmocka_unit_test(test_single_rank_comm),
       cmocka_unit_test(test_nonblocking_init_completes),
       cmocka_unit_test(test_nonblocking_init_stopped),
