@@ -117,7 +117,7 @@ zccResult_t zcc_comm_enter_op(struct zccComm *comm, const char *fn) {
                      "thread at a time", fn, comm->name, other ? other : "a call");
   }
   comm->owner_depth = 1;
-  atomic_store(&comm->owner_fn, fn);
+  atomic_store_explicit(&comm->owner_fn, fn, memory_order_release); /* for messages only */
   return zccSuccess;
 }
 
@@ -126,7 +126,8 @@ void zcc_comm_leave_op(struct zccComm *comm) {
       --comm->owner_depth == 0) {
     /* Still the owner: tell the peers what another thread's abort or
        destroy could not while this thread was sending. */
-    if (atomic_exchange(&comm->fail_deferred, 0)) {
+    if (atomic_load_explicit(&comm->fail_deferred, memory_order_acquire) &&
+        atomic_exchange(&comm->fail_deferred, 0)) {
       char last[1024];
       snprintf(last, sizeof(last), "%s", zcc_last_error());
       zcc_transport_fail_all(comm);
