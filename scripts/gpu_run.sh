@@ -57,6 +57,9 @@
 #              matrix with 2 and 3 ranks in threads (default and tree), 2 in processes with
 #              1000 graph replays, the ib plug-in on the fake verbs provider, a dead peer, the
 #              log naming net; allreduce over it against host communicators over net/socket
+#   gate       the signature gate across two namespaces: mismatches GATE_ROUNDS (10) times
+#              with ZCC_GPU_SIG_GATE 0 and 1 (outputs untouched with it), and its cost on
+#              8 B..64 KiB allreduce across them (gate off/on alternated)
 #   gnet-ns    tests/net/gpu_hosts.sh: two network namespaces on the one GPU (carried ip)
 #   gnet-ns-mps its perf phase under an MPS server (two processes on one GPU at once)
 #   stamps     op stamps: GPU times (flight recorder, trace), a stuck kernel's ZCC_TIMEOUT, cost
@@ -480,6 +483,24 @@ for phase in "$@"; do
       note "gnet-ns-mps: no MPS server could start"
     fi
     unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    ;;
+  gate)
+    # The kernels' signature gate across the namespaces (sigboard.h): the mismatch part
+    # GATE_ROUNDS times without the gate (its outputs may be written) and with it (never),
+    # then allreduce 8 B..64 KiB across them with the gate off and on, alternated twice.
+    command -v ip >/dev/null || export PATH=$carry/iproute:$PATH
+    for on in 0 1; do
+      run "gate-mismatch-$on" 900 env GPU_HOSTS_GATE=$on GPU_HOSTS_MISMATCH_ROUNDS=${GATE_ROUNDS:-10} \
+        bash "$root/tests/net/gpu_hosts.sh" "$bin" "$carry/lib" "$OUT/gate-$on" mismatch
+    done
+    for i in 1 2; do
+      for on in 0 1; do
+        run "gate-perf-$on-$i" 600 env ZCC_GPU_SIG_GATE=$on GPU_HOSTS_MAX=64K \
+          GPU_HOSTS_ITERS=${GATE_ITERS:-500} bash "$root/tests/net/gpu_hosts.sh" "$bin" \
+          "$carry/lib" "$OUT/gate-perf-$on-$i" perf
+      done
+    done
+    tar czf "$OUT/gate.tgz" -C "$OUT" $(cd "$OUT" && ls -d gate-* 2>/dev/null) && rm -rf "$OUT"/gate-*/
     ;;
   gnet-ns)
     command -v ip >/dev/null || export PATH=$carry/iproute:$PATH

@@ -183,6 +183,7 @@ static zccResult_t run_coll(zcc_coll_args_t *a, zccComm_t comm, zccStream_t stre
     uint64_t tid = zcc_trace_enqueue(comm, a->coll, a->count, a->count * zcc_type_size(a->type),
                                      a->type, a->op, trace_root, -1);
     a->op_id = tid;
+    a->sig_seq = sig.seq;
     res = comm->dev->coll(comm, a, stream, fn);
     zcc_trace_finish_id(comm, tid, res);
     goto fail;
@@ -227,40 +228,46 @@ fail:
 zccResult_t zccAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                          zccDataType_t datatype, zccRedOp_t op, zccComm_t comm,
                          zccStream_t stream) {
-  zcc_coll_args_t a = {ZCC_COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0, 0, 0, NULL, 0, 0};
+  zcc_coll_args_t a = {.coll = ZCC_COLL_ALLREDUCE, .sendbuf = sendbuff, .recvbuf = recvbuff,
+                       .count = count, .type = datatype, .op = op, .root = 0};
   return run_coll(&a, comm, stream, "zccAllReduce");
 }
 
 zccResult_t zccBroadcast(const void *sendbuff, void *recvbuff, size_t count,
                          zccDataType_t datatype, int root, zccComm_t comm,
                          zccStream_t stream) {
-  zcc_coll_args_t a = {ZCC_COLL_BROADCAST, sendbuff, recvbuff, count, datatype, zccSum, root, 0, 0, NULL, 0, 0};
+  zcc_coll_args_t a = {.coll = ZCC_COLL_BROADCAST, .sendbuf = sendbuff, .recvbuf = recvbuff,
+                       .count = count, .type = datatype, .op = zccSum, .root = root};
   return run_coll(&a, comm, stream, "zccBroadcast");
 }
 
 zccResult_t zccReduce(const void *sendbuff, void *recvbuff, size_t count,
                       zccDataType_t datatype, zccRedOp_t op, int root, zccComm_t comm,
                       zccStream_t stream) {
-  zcc_coll_args_t a = {ZCC_COLL_REDUCE, sendbuff, recvbuff, count, datatype, op, root, 0, 0, NULL, 0, 0};
+  zcc_coll_args_t a = {.coll = ZCC_COLL_REDUCE, .sendbuf = sendbuff, .recvbuf = recvbuff,
+                       .count = count, .type = datatype, .op = op, .root = root};
   return run_coll(&a, comm, stream, "zccReduce");
 }
 
 zccResult_t zccAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
                          zccDataType_t datatype, zccComm_t comm, zccStream_t stream) {
-  zcc_coll_args_t a = {ZCC_COLL_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, zccSum, 0, 0, 0, NULL, 0, 0};
+  zcc_coll_args_t a = {.coll = ZCC_COLL_ALLGATHER, .sendbuf = sendbuff, .recvbuf = recvbuff,
+                       .count = sendcount, .type = datatype, .op = zccSum, .root = 0};
   return run_coll(&a, comm, stream, "zccAllGather");
 }
 
 zccResult_t zccReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
                              zccDataType_t datatype, zccRedOp_t op, zccComm_t comm,
                              zccStream_t stream) {
-  zcc_coll_args_t a = {ZCC_COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, 0, 0, 0, NULL, 0, 0};
+  zcc_coll_args_t a = {.coll = ZCC_COLL_REDUCESCATTER, .sendbuf = sendbuff, .recvbuf = recvbuff,
+                       .count = recvcount, .type = datatype, .op = op, .root = 0};
   return run_coll(&a, comm, stream, "zccReduceScatter");
 }
 
 zccResult_t zccAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
                         zccDataType_t datatype, zccComm_t comm, zccStream_t stream) {
-  zcc_coll_args_t a = {ZCC_COLL_ALLTOALL, sendbuff, recvbuff, count, datatype, zccSum, 0, 0, 0, NULL, 0, 0};
+  zcc_coll_args_t a = {.coll = ZCC_COLL_ALLTOALL, .sendbuf = sendbuff, .recvbuf = recvbuff,
+                       .count = count, .type = datatype, .op = zccSum, .root = 0};
   return run_coll(&a, comm, stream, "zccAlltoAll");
 }
 

@@ -53,6 +53,10 @@ struct zcc_sigboard {
                         a network connection reaches, its mirror; NULL: self, or none */
   char *mirror;      /* [n]: 1 where peer[r] is a mirror (private memory, zcc_sigboard_put) */
   uint64_t *checked; /* [n]: the watchdog's last seq compared with that peer */
+  /* The proxy's (one thread): per mirrored peer, the last seq its proxy
+     covered, and the last seq found equal to this rank's; the gate word. */
+  uint64_t *upto, *agreed;
+  uint64_t *gate, gate_at;
   _Atomic uint64_t posted; /* the last seq posted here */
   char name[64];
   int unlinked;
@@ -104,8 +108,10 @@ zccResult_t zcc_sigboard_setup(struct zccComm *comm, zcc_sigboard_t **out) {
   b->peer = calloc((size_t)n, sizeof(*b->peer));
   b->checked = calloc((size_t)n, sizeof(*b->checked));
   b->mirror = calloc((size_t)n, 1);
+  b->upto = calloc((size_t)n, sizeof(*b->upto));
+  b->agreed = calloc((size_t)n, sizeof(*b->agreed));
   zccResult_t res = zccSuccess;
-  if (!b->peer || !b->checked || !b->mirror) {
+  if (!b->peer || !b->checked || !b->mirror || !b->upto || !b->agreed) {
     res = zcc_error(zccSystemError, "init: out of memory");
     goto fail;
   }
@@ -187,6 +193,8 @@ void zcc_sigboard_free(zcc_sigboard_t *b) {
   free(b->mirror);
   free(b->peer);
   free(b->checked);
+  free(b->upto);
+  free(b->agreed);
   free(b);
 }
 
@@ -227,10 +235,54 @@ void zcc_sigboard_put(zcc_sigboard_t *b, int peer, const zcc_op_sig_t *sig) {
   if (zcc_sigboard_mirrors(b, peer) && sig->seq) write_entry(b->peer[peer], sig);
 }
 
+void zcc_sigboard_put_upto(zcc_sigboard_t *b, int peer, uint64_t upto) {
+  if (zcc_sigboard_mirrors(b, peer) && upto > b->upto[peer]) b->upto[peer] = upto;
+}
+
+int zcc_sigboard_gate_set(zcc_sigboard_t *b, uint64_t *word) {
+  if (!b) return 0;
+  for (int r = 0; r < b->n; r++)
+    if (b->mirror[r]) {
+      b->gate = word;
+      return 1;
+    }
+  return 0;
+}
+
+int zcc_sigboard_gate_advance(zcc_sigboard_t *b) {
+  if (!b || !b->gate) return 0;
+  uint64_t posted = atomic_load_explicit(&b->posted, memory_order_acquire), v = posted;
+  if (posted <= b->gate_at) return 0;
+  for (int r = 0; r < b->n; r++) {
+    if (!b->peer[r]) continue;
+    uint64_t a = b->agreed[r];
+    while (a < posted && (!b->mirror[r] || a < b->upto[r])) {
+      uint64_t seq = a + 1;
+      zcc_op_sig_t theirs, mine;
+      int got = read_entry(b->peer[r], seq, &theirs);
+      if (got == 0 && !b->mirror[r]) break; /* a rank of this host, not there yet */
+      /* else not 1: the peer's proxy skipped it, or this one is a whole
+         table behind: nothing to compare, as in zcc_sigboard_check */
+      if (got == 1 && read_entry(b->own, seq, &mine) == 1 && !zcc_opsig_same(&mine, &theirs))
+        break; /* never: the checks report it and the abort word frees the kernels */
+      a = seq;
+    }
+    b->agreed[r] = a;
+    if (a < v) v = a;
+  }
+  if (v <= b->gate_at) return 0;
+  b->gate_at = v;
+  __atomic_store_n(b->gate, v, __ATOMIC_RELEASE);
+  return 1;
+}
+
 zccResult_t zcc_sigboard_post(zcc_sigboard_t *b, const zcc_op_sig_t *sig) {
   if (!b) return zccSuccess;
   write_entry(b->own, sig);
   atomic_store_explicit(&b->posted, sig->seq, memory_order_release);
+  /* Before reading the peers' entries: of two ranks posting at once, at
+     least one then sees the other's (a store then a load, as Dekker's). */
+  atomic_thread_fence(memory_order_seq_cst);
   /* Peers that made this call already: compare now, before it runs. */
   for (int r = 0; r < b->n; r++) {
     if (!b->peer[r]) continue;

@@ -41,6 +41,8 @@ struct ConnParams {
   char *out;
   const volatile uint32_t *abort_flag;
   zcc_dev_stamp_t stamp;
+  const volatile uint64_t *sig_gate; // NULL, or wait for it to reach sig_seq first
+  uint64_t sig_seq;
   size_t unit;  // bytes of the message, or of one rank's block
   size_t slot;  // slot bytes
   int nslots;
@@ -274,7 +276,7 @@ template <typename T, typename Op> ZD_INLINE void ring_kernel_body(const ConnPar
 template <typename T, typename Op>
 __global__ void __launch_bounds__(ZD_CONN_THREADS) ring_kernel(ConnParams p) {
   const uint64_t stamp_entry = zd_stamp_enter(p.stamp);
-  ring_kernel_body<T, Op>(p);
+  if (zd_sig_gate(p.sig_gate, p.sig_seq, p.abort_flag)) ring_kernel_body<T, Op>(p);
   zd_stamp_exit(p.stamp, stamp_entry);
 }
 
@@ -330,7 +332,7 @@ template <typename T, typename Op> ZD_INLINE void tree_kernel_body(const ConnPar
 template <typename T, typename Op>
 __global__ void __launch_bounds__(ZD_CONN_THREADS) tree_kernel(ConnParams p) {
   const uint64_t stamp_entry = zd_stamp_enter(p.stamp);
-  tree_kernel_body<T, Op>(p);
+  if (zd_sig_gate(p.sig_gate, p.sig_seq, p.abort_flag)) tree_kernel_body<T, Op>(p);
   zd_stamp_exit(p.stamp, stamp_entry);
 }
 
@@ -499,6 +501,8 @@ int conn_prepare(const zcc_dev_conn_args_t *a, ConnParams *p) {
   p->out = (char *)a->output;
   p->abort_flag = a->abort_flag;
   p->stamp = a->stamp;
+  p->sig_gate = a->sig_gate;
+  p->sig_seq = a->sig_seq;
   p->unit = a->count * es;
   p->slot = h->slot_bytes;
   p->nslots = h->nslots;

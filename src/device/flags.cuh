@@ -28,6 +28,34 @@ ZD_INLINE uint32_t zd_ld_acquire_sys(const uint32_t *p) {
   return v;
 }
 
+ZD_INLINE uint64_t zd_ld_acquire_sys64(const volatile uint64_t *p) {
+  uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// A collective's gate (device.h, zcc_dev_conn_args_t.sig_gate): the block
+// waits until the network proxy's agreement word reaches seq. false when
+// the abort word was raised first: the block then touches no connector.
+ZD_INLINE bool zd_sig_gate(const volatile uint64_t *gate, uint64_t seq,
+                           const volatile uint32_t *abort_flag) {
+  if (!gate) return true;
+  __shared__ int s_open;
+  if (threadIdx.x == 0) {
+    int open = 1;
+    unsigned spins = 0;
+    while (zd_ld_acquire_sys64(gate) < seq) {
+      if (abort_flag && (++spins & 63u) == 0 && *abort_flag) {
+        open = 0;
+        break;
+      }
+    }
+    s_open = open;
+  }
+  __syncthreads();
+  return s_open != 0;
+}
+
 // Spin until *p has reached v (modulo 2^32), or the abort flag is raised.
 ZD_INLINE void zd_wait_reach(const uint32_t *p, uint32_t v, const volatile uint32_t *abort_flag) {
   unsigned spins = 0;

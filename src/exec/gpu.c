@@ -316,6 +316,8 @@ static zccResult_t conn_coll(struct zccComm *comm, const zcc_coll_args_t *x, cud
   a.op = x->op;
   a.root = x->root;
   a.abort_flag = g->abort_dev;
+  a.sig_gate = g->sig_gate_dev;
+  a.sig_seq = x->sig_seq;
   ZCC_INFO(COLL, "%s %zu bytes: %s over connectors, %d channel(s), no copy", fn, bytes,
            a.coll == ZCC_DEV_CONN_TREE_ALLREDUCE ? "tree" : "ring", zcc_dev_conn_channels(&a));
   a.stamp = zcc_gpu_stamp(g);
@@ -383,6 +385,8 @@ static zccResult_t conn_premul(struct zccComm *comm, const zcc_coll_args_t *x, c
   a.op = x->op;
   a.root = x->root;
   a.abort_flag = g->abort_dev;
+  a.sig_gate = g->sig_gate_dev;
+  a.sig_seq = x->sig_seq;
   size_t npieces = 0;
   for (size_t off = 0; off < bytes; off += piece, npieces++) {
     size_t n = bytes - off < piece ? bytes - off : piece;

@@ -61,6 +61,12 @@ ZCC_PARAM_INT(gpu_conn_bytes, "GPU_CONN_BYTES", 1 << 20,
               "bytes of each GPU connector FIFO (ring and tree kernels), split into "
               "ZCC_GPU_CONN_SLOTS slots")
 ZCC_PARAM_INT(gpu_conn_slots, "GPU_CONN_SLOTS", 4, "slots per GPU connector FIFO (2 to 64)")
+ZCC_PARAM_INT(gpu_sig_gate, "GPU_SIG_GATE", 1,
+              "1: connector kernels of a GPU communicator with ranks on other hosts wait, "
+              "before they take a byte, until the network proxy found the collective's "
+              "signature equal on those ranks (sigboard.h); 0: they do not (for measuring it: "
+              "a mismatch is then still an error, but may complete on the other call's data "
+              "first)")
 ZCC_PARAM_INT(gpu_stamps, "GPU_STAMPS", 1,
               "1: kernels stamp when the GPU ran each operation (the flight recorder's and "
               "the trace's GPU times, and the watchdog's ZCC_TIMEOUT for a launch whose peers "
@@ -186,6 +192,10 @@ int zcc_gpu_op_times(struct zccComm *comm, uint64_t id, int64_t *start_ns, int64
   }
   return 1;
 }
+
+/* The abort word's allocation (64 bytes): the abort word at 0, the signature
+   gate (8 bytes) here. */
+#define ABORT_GATE_OFF 32
 
 /* CLOCK_MONOTONIC minus %globaltimer: the smallest difference between the
    host's clock and a GPU time the host has just read, from a kernel that
@@ -718,8 +728,8 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
   CUDA_TRY(cudaDeviceSynchronize(), comm);
   void *ab = NULL;
   CUDA_TRY(cudaHostAlloc(&ab, 64, cudaHostAllocMapped | cudaHostAllocPortable), comm);
+  memset(ab, 0, 64);
   g->abort_host = ab;
-  *g->abort_host = 0;
   void *abd = NULL;
   CUDA_TRY(cudaHostGetDevicePointer(&abd, ab, 0), comm);
   g->abort_dev = abd;
@@ -766,6 +776,11 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
   if (n > 1) {
     zcc_sigboard_t *board = NULL;
     ZCC_CHECK(zcc_sigboard_setup(comm, &board));
+    /* Kernels that take bytes from another host wait for the proxy's word
+       that the collective agrees there (sigboard.h: the gate). */
+    if (zcc_param_gpu_sig_gate() &&
+        zcc_sigboard_gate_set(board, (uint64_t *)((char *)g->abort_host + ABORT_GATE_OFF)))
+      g->sig_gate_dev = (uint64_t *)((char *)g->abort_dev + ABORT_GATE_OFF);
     __atomic_store_n(&comm->sigboard, board, __ATOMIC_RELEASE);
   }
 

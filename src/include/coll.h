@@ -93,6 +93,7 @@ typedef struct zcc_coll_args {
   unsigned host_bufs;     /* GPU communicators: ZCC_HOST_SEND / ZCC_HOST_RECV, the buffer
                              is pinned host memory (set by the executor as it maps them) */
   uint64_t op_id;         /* GPU communicators: the op's flight recorder id (0: none) */
+  uint64_t sig_seq;       /* GPU communicators: the number its signature was posted at */
 } zcc_coll_args_t;
 #define ZCC_HOST_SEND 1u
 #define ZCC_HOST_RECV 2u

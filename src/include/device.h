@@ -447,6 +447,12 @@ typedef struct zcc_dev_conn_args {
   int nchannels;
   const volatile uint32_t *abort_flag;
   zcc_dev_stamp_t stamp;               /* op stamps (live NULL: none) */
+  /* NULL, or the network proxy's agreement word (sigboard.h: every peer on
+     another host posted the collectives up to it with the same signature):
+     the kernel touches no connector before it reaches sig_seq, and gives
+     up at the abort word without touching any. */
+  const volatile uint64_t *sig_gate;
+  uint64_t sig_seq;
 } zcc_dev_conn_args_t;
 int zcc_dev_conn_coll(const zcc_dev_conn_args_t *args, struct CUstream_st *stream);
 /* Channels a launch would use (the same rule every rank applies); -1: bad arguments. */

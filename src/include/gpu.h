@@ -66,6 +66,10 @@ typedef struct zcc_gpu {
   size_t staging_bytes;
   volatile uint32_t *abort_host;       /* mapped pinned word: nonzero stops waiting kernels */
   uint32_t *abort_dev;
+  /* Peers on other hosts with a signature mirror: the word (in the abort
+     word's allocation) the network proxy raises as their collectives agree
+     with this rank's (sigboard.h); connector kernels wait for it. NULL: none. */
+  uint64_t *sig_gate_dev;
   int watchdog_started;
   atomic_int watchdog_stop;
   pthread_t watchdog_thread;

@@ -36,7 +36,10 @@
  * communicator is in error, the proxy sends each peer a failure notice
  * (code, the rank the failure began on, its message) and sends nothing
  * more: the peers' watchdogs stop their kernels at once with that error,
- * where they would otherwise wait for ZCC_TIMEOUT.
+ * where they would otherwise wait for ZCC_TIMEOUT. As the signatures agree,
+ * the proxy raises the board's gate (sigboard.h), which the connector
+ * kernels wait for before they take a byte: a collective that differs
+ * across hosts never runs on the other call's data.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -98,7 +101,9 @@ typedef struct sigmsg {
   uint32_t n;     /* SIGS: signatures that follow */
   int32_t code;   /* FAIL: the sender's error */
   int32_t origin; /* FAIL: the rank the failure began on */
-  uint32_t pad[3];
+  uint32_t pad;
+  uint64_t upto;  /* SIGS: every signature up to it is in this message or an earlier
+                     one, or was skipped (overwritten before it went) */
   union {
     zcc_op_sig_t sig[SIGMSG_MAX];
     char text[ZCC_WIRE_FAIL_TEXT]; /* FAIL: that rank's message */
@@ -499,6 +504,7 @@ static zccResult_t drive_sig_send(struct zccComm *comm, zcc_net_comm_t *nc, gcon
     if (upto == c->sent) return zccSuccess;
     m->kind = SIGMSG_SIGS;
     m->n = k;
+    m->upto = upto;
     bytes = SIGMSG_HDR + (size_t)k * sizeof(zcc_op_sig_t);
   }
   m->magic = SIGMSG_MAGIC;
@@ -535,6 +541,7 @@ static zccResult_t drive_sig_recv(struct zccComm *comm, zcc_net_comm_t *nc, net_
   if (m->kind == SIGMSG_SIGS) {
     zcc_sigboard_t *b = __atomic_load_n(&comm->sigboard, __ATOMIC_ACQUIRE);
     for (uint32_t k = 0; k < m->n; k++) zcc_sigboard_put(b, c->peer, &m->u.sig[k]);
+    zcc_sigboard_put_upto(b, c->peer, m->upto);
     return zccSuccess;
   }
   m->u.text[sizeof(m->u.text) - 1] = '\0';
@@ -565,6 +572,9 @@ static void *proxy_main(void *arg) {
         record_failure(comm, st, c);
       }
     }
+    /* the kernels' gate: collectives that now agree with the peers' */
+    if (zcc_sigboard_gate_advance(__atomic_load_n(&comm->sigboard, __ATOMIC_ACQUIRE)))
+      moved = 1;
     int64_t now = zcc_now_ns();
     if (moved) {
       last = now;

@@ -1060,6 +1060,7 @@ void usage(void) {
       "                      [--premul-only] (the matrix's pre-multiplied sum cases only)\n"
       "                      [--only matrix,graphs,errors,lifetime,abort,deadpeer,stamps,stuck]\n"
       "                      [--coll NAME,...] [--type NAME] [--replays N]\n"
+      "                      [--mismatch-rounds N] (the mismatch part N times; 1)\n"
       "                      [--capture global|thread|relaxed] [--seed N]\n"
       "                      [--netns NS:IFNAME,...] (procs: rank r in namespace r %% count)\n"
       "collectives: allreduce broadcast reduce allgather reducescatter alltoall sendrecv_ring\n"
@@ -1073,6 +1074,7 @@ int parse_args(int argc, char **argv) {
   opt.only_colls = 0;
   opt.only_type = -1;
   opt.replays = 1000;
+  opt.mismatch_rounds = 1;
   opt.capture = cudaStreamCaptureModeGlobal;
   const char *s = getenv("ZCC_TEST_SEED");
   opt.seed = s && *s ? strtoull(s, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
@@ -1134,6 +1136,13 @@ int parse_args(int argc, char **argv) {
       opt.replays = atoi(v);
       if (opt.replays < 1) {
         printf("test_gpu_colls: --replays %s: expected at least 1\n", v);
+        return -1;
+      }
+      i++;
+    } else if (strcmp(a, "--mismatch-rounds") == 0) {
+      opt.mismatch_rounds = atoi(v);
+      if (opt.mismatch_rounds < 1) {
+        printf("test_gpu_colls: --mismatch-rounds %s: expected at least 1\n", v);
         return -1;
       }
       i++;

@@ -46,6 +46,7 @@ typedef struct {
   unsigned only_colls; /* --coll: bit c for collective c; 0: all */
   int only_type;
   int replays;
+  int mismatch_rounds; /* --mismatch-rounds: the mismatch part's rounds (1) */
   enum cudaStreamCaptureMode capture;
   uint64_t seed;
   double tmo_s;     /* ZCC_TIMEOUT in seconds */

@@ -18,6 +18,11 @@
 #                   over p2p, pairs across over net (the connector kernels on
 #                   rings that cross between the namespaces); matrix, graphs
 #                   and the mismatches (rank 0 against the other three)
+#   phase mismatch  the mismatches alone, GPU_HOSTS_MISMATCH_ROUNDS rounds (every
+#                   phase with mismatches runs that many, default 5): every
+#                   rank's error names both calls and its output stays
+#                   untouched (the kernels' signature gate); GPU_HOSTS_GATE=0
+#                   runs it without the gate (ZCC_GPU_SIG_GATE=0)
 #   phase kill      test_gpu_colls' deadpeer part across the namespaces: rank
 #                   1 exits after one allreduce; rank 0's next one ends with
 #                   an error within 30 s (ZCC_TIMEOUT=5000)
@@ -105,21 +110,26 @@ pair() {
   PIDS+=("$PB")
 }
 
+MROUNDS=${GPU_HOSTS_MISMATCH_ROUNDS:-5}
 for phase in $PHASES; do
   case $phase in
+  mismatch)
+    # the mismatch part alone, MROUNDS rounds (GPU_HOSTS_GATE=0: without the kernels' gate)
+    gpu_colls mismatch ${GPU_HOSTS_TO:-600} ZCC_TIMEOUT=20000 ZCC_NET_PLUGIN=socket \
+      ZCC_GPU_SIG_GATE=${GPU_HOSTS_GATE:-1} -- --only mismatch --mismatch-rounds $MROUNDS ;;
   matrix)
     gpu_colls matrix ${GPU_HOSTS_TO:-600} ZCC_TIMEOUT=20000 ZCC_NET_PLUGIN=socket -- --quick \
-      --only matrix,graphs,errors,mismatch --replays 1000 ;;
+      --only matrix,graphs,errors,mismatch --replays 1000 --mismatch-rounds $MROUNDS ;;
   ib)
     if [ -e "$FV" ]; then
       gpu_colls ib ${GPU_HOSTS_TO:-600} ZCC_TIMEOUT=20000 ZCC_NET_PLUGIN=ib ZCC_IBV_LIBRARY="$FV" -- --quick \
-        --only matrix,graphs,mismatch --replays 200
+        --only matrix,graphs,mismatch --replays 200 --mismatch-rounds $MROUNDS
     else
       log "ib: no $FV: skipped"
     fi ;;
   mixed)
     gpu_colls mixed ${GPU_HOSTS_TO:-600} ZCC_TIMEOUT=20000 ZCC_NET_PLUGIN=socket -- --quick \
-      --only matrix,graphs,mismatch --replays 100 --ranks 4
+      --only matrix,graphs,mismatch --replays 100 --ranks 4 --mismatch-rounds $MROUNDS
     if grep -q "via p2p" "$OUT/mixed.log"; then pass; else fail "mixed: no rank logged 'via p2p'"; fi ;;
   kill)
     gpu_colls kill 120 ZCC_NET_PLUGIN=socket -- --only deadpeer ;;

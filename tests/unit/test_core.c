@@ -335,16 +335,16 @@ static void *board_setup_main(void *p) {
   return NULL;
 }
 
-static void boards_make(zccComm_t *comms, board_arg_t *a) {
-  pthread_t t[2];
-  for (int i = 0; i < 2; i++) {
+static void boards_make_n(zccComm_t *comms, board_arg_t *a, int n) {
+  pthread_t t[4];
+  for (int i = 0; i < n; i++) {
     a[i] = (board_arg_t){comms[i], NULL, zccInternalError};
     assert_int_equal(pthread_create(&t[i], NULL, board_setup_main, &a[i]), 0);
   }
-  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
-  assert_int_equal(a[0].res, zccSuccess);
-  assert_int_equal(a[1].res, zccSuccess);
+  for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < n; i++) assert_int_equal(a[i].res, zccSuccess);
 }
+static void boards_make(zccComm_t *comms, board_arg_t *a) { boards_make_n(comms, a, 2); }
 
 static zcc_op_sig_t sig_of(uint64_t seq, int coll, uint64_t count, int op) {
   zcc_op_sig_t s = {.seq = seq, .count = count, .coll = coll, .type = zccFloat32, .op = op,
@@ -461,6 +461,84 @@ static void test_sigboard_mirror(void **state) {
   for (int i = 0; i < 2; i++) assert_int_equal(zccCommDestroy(comms[i]), zccSuccess);
 }
 
+/*
+ * The kernels' gate (sigboard.h) on rank 0 of three: rank 1 on its host
+ * (a mapped board), rank 2 on another (a mirror the proxy fills). The word
+ * rises to a collective only when both posted it with rank 0's signature;
+ * a signature the far proxy skipped counts as agreed; a rank of the host
+ * that made another call (refused at its post) holds it, as does a far one.
+ */
+static void test_sigboard_gate(void **state) {
+  setenv("ZCC_DEVICE", "host", 1);
+  zcc_param_reload();
+  zccComm_t comms[3];
+  assert_int_equal(zccCommInitAll(comms, 3, NULL), zccSuccess);
+  uint64_t saved[3][3];
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 3; j++) saved[i][j] = comms[i]->peers[j].host_hash;
+  for (int i = 0; i < 3; i++) comms[i]->peers[2].host_hash ^= 1; /* rank 2: another host */
+  comms[2]->peers[2].host_hash ^= 1;
+  for (int j = 0; j < 2; j++) comms[2]->peers[j].host_hash ^= 1;
+  board_arg_t a[3];
+  boards_make_n(comms, a, 3);
+  zcc_sigboard_t *b0 = a[0].b, *b1 = a[1].b;
+  assert_true(zcc_sigboard_mirrors(b0, 2));
+  assert_false(zcc_sigboard_mirrors(b0, 1));
+  uint64_t word = 0, word1 = 0;
+  assert_int_equal(zcc_sigboard_gate_set(NULL, &word), 0);
+  assert_int_equal(zcc_sigboard_gate_set(b0, &word), 1);
+  assert_int_equal(zcc_sigboard_gate_set(b1, &word1), 1);
+  assert_int_equal(zcc_sigboard_gate_advance(b0), 0);
+  assert_int_equal(word, 0);
+  /* op 1: rank 0 alone, then rank 1, then rank 2's arrives */
+  zcc_op_sig_t s1 = sig_of(1, ZCC_COLL_ALLREDUCE, 10, zccSum);
+  assert_int_equal(zcc_sigboard_post(b0, &s1), zccSuccess);
+  zcc_sigboard_gate_advance(b0);
+  assert_int_equal(word, 0);
+  assert_int_equal(zcc_sigboard_post(b1, &s1), zccSuccess);
+  zcc_sigboard_gate_advance(b0);
+  assert_int_equal(word, 0); /* rank 2's not here */
+  zcc_sigboard_put(b0, 2, &s1);
+  zcc_sigboard_gate_advance(b0);
+  assert_int_equal(word, 0); /* put, but its proxy has not said it covered 1 */
+  zcc_sigboard_put_upto(b0, 2, 1);
+  assert_int_equal(zcc_sigboard_gate_advance(b0), 1);
+  assert_int_equal(word, 1);
+  zcc_sigboard_put(b1, 2, &s1);
+  zcc_sigboard_put_upto(b1, 2, 1);
+  zcc_sigboard_gate_advance(b1);
+  assert_int_equal(word1, 1);
+  /* op 2: the far proxy skipped it (a table behind): agreed */
+  zcc_op_sig_t s2 = sig_of(2, ZCC_COLL_ALLGATHER, 5, -1);
+  assert_int_equal(zcc_sigboard_post(b0, &s2), zccSuccess);
+  assert_int_equal(zcc_sigboard_post(b1, &s2), zccSuccess);
+  zcc_sigboard_put_upto(b0, 2, 2);
+  zcc_sigboard_gate_advance(b0);
+  assert_int_equal(word, 2);
+  /* op 3: rank 1 on this host made another call (refused there): held,
+     although rank 2 agrees */
+  zcc_op_sig_t s3 = sig_of(3, ZCC_COLL_ALLREDUCE, 10, zccSum);
+  zcc_op_sig_t s3b = sig_of(3, ZCC_COLL_ALLREDUCE, 10, zccMax);
+  assert_int_equal(zcc_sigboard_post(b0, &s3), zccSuccess);
+  assert_int_equal(zcc_sigboard_post(b1, &s3b), zccInvalidUsage);
+  zcc_sigboard_put(b0, 2, &s3);
+  zcc_sigboard_put_upto(b0, 2, 3);
+  assert_int_equal(zcc_sigboard_gate_advance(b0), 0);
+  assert_int_equal(word, 2);
+  /* rank 1's board: rank 2's proxy covered up to 3 (2 skipped: agreed),
+     and at 3 rank 2's sum differs from rank 1's max: held at 2 */
+  zcc_sigboard_put(b1, 2, &s3);
+  zcc_sigboard_put_upto(b1, 2, 3);
+  zcc_sigboard_gate_advance(b1);
+  assert_int_equal(word1, 2);
+  for (int i = 0; i < 3; i++) zcc_sigboard_free(a[i].b);
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 3; j++) comms[i]->peers[j].host_hash = saved[i][j];
+  unsetenv("ZCC_DEVICE");
+  zcc_param_reload();
+  for (int i = 0; i < 3; i++) assert_int_equal(zccCommDestroy(comms[i]), zccSuccess);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_param_defaults_and_env),
@@ -475,6 +553,7 @@ int main(void) {
       cmocka_unit_test(test_nonblocking_init_fails),
       cmocka_unit_test(test_sigboard),
       cmocka_unit_test(test_sigboard_mirror),
+      cmocka_unit_test(test_sigboard_gate),
   };
   return cmocka_run_group_tests_name("core", tests, NULL, NULL);
 }
