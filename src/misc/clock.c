@@ -19,6 +19,10 @@
  * - A line more than STEP_NS off the real clock (a long idle time, a
  *   migrated VM) steps to it instead.
  *
+ * - A child forked while its parent's thread wrote the line takes the
+ *   writer's place over (it is held by pid); a line left half written
+ *   starts a new calibration.
+ *
  * Elsewhere (another clocksource, another CPU, ZCC_FAST_CLOCK=0) it is
  * clock_gettime(CLOCK_MONOTONIC). Async-signal-safe: the SIGUSR1 dump reads
  * it too.
@@ -53,7 +57,10 @@ static atomic_int mode;
 static atomic_uint line_seq;
 static _Atomic int64_t line_base_ns;
 static _Atomic uint64_t line_base_tsc, line_mult, line_refresh_tsc;
-static atomic_flag line_writer = ATOMIC_FLAG_INIT;
+/* The line's writer: the pid of the process whose thread writes it (0:
+   none). A child forked while its parent's thread held it takes it over,
+   as it does a sequence number left odd. */
+static atomic_int line_writer;
 /* Calibration's first pair (MODE_CALIBRATING). */
 static uint64_t cal_tsc;
 static int64_t cal_ns;
@@ -68,6 +75,19 @@ static int64_t real_ns(void) {
 }
 
 #if HAVE_TSC
+/* 1: this thread writes the line now; 0: another thread of this process does. */
+static int writer_take(void) {
+  int none = 0, me = (int)getpid();
+  if (atomic_compare_exchange_strong_explicit(&line_writer, &none, me, memory_order_acquire,
+                                              memory_order_relaxed))
+    return 1;
+  /* held by the process this one was forked from: nobody here will give it */
+  return none != me && atomic_compare_exchange_strong_explicit(
+                           &line_writer, &none, me, memory_order_acquire, memory_order_relaxed);
+}
+
+static void writer_give(void) { atomic_store_explicit(&line_writer, 0, memory_order_release); }
+
 static int clocksource_is_tsc(void) {
   int fd = open("/sys/devices/system/clocksource/clocksource0/current_clocksource",
                 O_RDONLY | O_CLOEXEC);
@@ -100,14 +120,15 @@ static void pair(uint64_t *tsc, int64_t *ns) {
 }
 
 static void line_store(int64_t base_ns, uint64_t base_tsc, uint64_t mult, uint64_t refresh_tsc) {
-  unsigned s = atomic_load_explicit(&line_seq, memory_order_relaxed);
-  atomic_store_explicit(&line_seq, s + 1, memory_order_relaxed);
+  /* odd while written (already odd: a fork caught the parent's writer) */
+  unsigned s = atomic_load_explicit(&line_seq, memory_order_relaxed) | 1u;
+  atomic_store_explicit(&line_seq, s, memory_order_relaxed);
   atomic_thread_fence(memory_order_release);
   atomic_store_explicit(&line_base_ns, base_ns, memory_order_relaxed);
   atomic_store_explicit(&line_base_tsc, base_tsc, memory_order_relaxed);
   atomic_store_explicit(&line_mult, mult, memory_order_relaxed);
   atomic_store_explicit(&line_refresh_tsc, refresh_tsc, memory_order_relaxed);
-  atomic_store_explicit(&line_seq, s + 2, memory_order_release);
+  atomic_store_explicit(&line_seq, s + 1, memory_order_release);
 }
 
 /* ns per tick in 32.32 fixed point for dns over dtsc (both positive). */
@@ -130,7 +151,7 @@ static int64_t line_at(int64_t base_ns, uint64_t base_tsc, uint64_t mult, uint64
  * the line: the caller goes on with the line it has.
  */
 static int line_refresh(uint64_t tsc_seen) {
-  if (atomic_flag_test_and_set_explicit(&line_writer, memory_order_acquire)) return 0;
+  if (!writer_take()) return 0;
   uint64_t tsc;
   int64_t ns;
   pair(&tsc, &ns);
@@ -159,8 +180,19 @@ static int line_refresh(uint64_t tsc_seen) {
         line_store(at, tsc, slope(ns + REFRESH_NS - at, window), tsc + window);
     }
   }
-  atomic_flag_clear_explicit(&line_writer, memory_order_release);
+  writer_give();
   return 1;
+}
+
+/* The line is half written and its writer was in the process this one was
+   forked from: calibrate again (readers use clock_gettime meanwhile; the
+   next line_store leaves the sequence even). */
+static void line_orphaned(void) {
+  int w = atomic_load_explicit(&line_writer, memory_order_relaxed);
+  if (w == 0 || w == (int)getpid() || !writer_take()) return;
+  pair(&cal_tsc, &cal_ns);
+  atomic_store_explicit(&mode, MODE_CALIBRATING, memory_order_release);
+  writer_give();
 }
 
 static int tsc_wanted(void) {
@@ -174,7 +206,10 @@ int64_t zcc_now_ns(void) {
   if (m == MODE_TSC) {
     for (;;) {
       unsigned s = atomic_load_explicit(&line_seq, memory_order_acquire);
-      if (s & 1) break; /* being written: the real clock this once */
+      if (s & 1) { /* being written: the real clock this once */
+        line_orphaned();
+        break;
+      }
       int64_t base_ns = atomic_load_explicit(&line_base_ns, memory_order_relaxed);
       uint64_t base_tsc = atomic_load_explicit(&line_base_tsc, memory_order_relaxed);
       uint64_t mult = atomic_load_explicit(&line_mult, memory_order_relaxed);
@@ -196,12 +231,12 @@ int64_t zcc_now_ns(void) {
       atomic_compare_exchange_strong(&mode, &expected, MODE_OFF);
       return real_ns();
     }
-    if (!atomic_flag_test_and_set_explicit(&line_writer, memory_order_acquire)) {
+    if (writer_take()) {
       if (atomic_load_explicit(&mode, memory_order_relaxed) == MODE_UNKNOWN) {
         pair(&cal_tsc, &cal_ns);
         atomic_store_explicit(&mode, MODE_CALIBRATING, memory_order_release);
       }
-      atomic_flag_clear_explicit(&line_writer, memory_order_release);
+      writer_give();
     }
     return real_ns();
   }

@@ -10,7 +10,9 @@
 #include <unistd.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 
 #include <cmocka.h>
 
@@ -178,6 +180,37 @@ static void test_clock_follows_monotonic(void **state) {
     assert_int_equal(runs[i].outside, 0);
     assert_int_equal(runs[i].back, 0);
   }
+}
+
+/* The same in a child forked while another thread of the parent reads
+   the clock (its line's state is copied, its writer may not be there). */
+static void *clock_spin(void *arg) {
+  atomic_int *stop = arg;
+  while (!atomic_load(stop)) (void)zcc_now_ns();
+  return NULL;
+}
+
+static void test_clock_after_fork(void **state) {
+  (void)state;
+  atomic_int stop = 0;
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, clock_spin, &stop), 0);
+  int bad = 0;
+  for (int i = 0; i < 3; i++) {
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+      clock_run_t r = {0};
+      clock_follow(&r);
+      _exit(r.reads > 1000 && r.outside == 0 && r.back == 0 ? 0 : 1);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) bad++;
+  }
+  atomic_store(&stop, 1);
+  pthread_join(th, NULL);
+  assert_int_equal(bad, 0);
 }
 
 static void test_registry_refuses_dead_handles(void **state) {
@@ -547,6 +580,7 @@ int main(void) {
       cmocka_unit_test(test_config_resolve),
       cmocka_unit_test(test_registry_refuses_dead_handles),
       cmocka_unit_test(test_clock_follows_monotonic),
+      cmocka_unit_test(test_clock_after_fork),
       cmocka_unit_test(test_single_rank_comm),
       cmocka_unit_test(test_nonblocking_init_completes),
       cmocka_unit_test(test_nonblocking_init_stopped),
