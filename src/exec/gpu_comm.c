@@ -774,11 +774,15 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
      other hosts that the network proxy reaches (sigboard.h). The proxy runs
      already: it reads the board once it is published. */
   if (n > 1) {
+    int64_t gate = zcc_param_gpu_sig_gate();
+    if (gate != 0 && gate != 1)
+      return zcc_error(zccInvalidArgument, "ZCC_GPU_SIG_GATE=%lld: expected 0 or 1",
+                       (long long)gate);
     zcc_sigboard_t *board = NULL;
     ZCC_CHECK(zcc_sigboard_setup(comm, &board));
     /* Kernels that take bytes from another host wait for the proxy's word
        that the collective agrees there (sigboard.h: the gate). */
-    if (zcc_param_gpu_sig_gate() &&
+    if (gate &&
         zcc_sigboard_gate_set(board, (uint64_t *)((char *)g->abort_host + ABORT_GATE_OFF)))
       g->sig_gate_dev = (uint64_t *)((char *)g->abort_dev + ABORT_GATE_OFF);
     __atomic_store_n(&comm->sigboard, board, __ATOMIC_RELEASE);

@@ -148,12 +148,14 @@ static int64_t line_at(int64_t base_ns, uint64_t base_tsc, uint64_t mult, uint64
 /*
  * The calibration window has passed, or the line's refresh is due (the
  * caller read tsc_seen past it). Returns 0 when another thread is writing
- * the line: the caller goes on with the line it has.
+ * the line, or when this pass could not make a new one: the caller goes
+ * on with the line it has.
  */
 static int line_refresh(uint64_t tsc_seen) {
   if (!writer_take()) return 0;
   uint64_t tsc;
   int64_t ns;
+  int fresh = 1; /* 0: the line stays as it is (the caller extrapolates it) */
   pair(&tsc, &ns);
   if (atomic_load_explicit(&mode, memory_order_acquire) == MODE_CALIBRATING) {
     if (ns - cal_ns >= CALIBRATE_NS && tsc > cal_tsc) {
@@ -178,10 +180,12 @@ static int line_refresh(uint64_t tsc_seen) {
         line_store(ns, tsc, rate, tsc + window);
       else /* from (tsc, at), meet the real clock one window on */
         line_store(at, tsc, slope(ns + REFRESH_NS - at, window), tsc + window);
+    } else if (tsc_seen >= refresh) {
+      fresh = 0; /* due, but the pair says nothing sane */
     }
   }
   writer_give();
-  return 1;
+  return fresh;
 }
 
 /* The line is half written and its writer was in the process this one was
