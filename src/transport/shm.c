@@ -43,6 +43,8 @@ ZCC_PARAM_INT(shm_nslots, "SHM_NSLOTS", 16, "slots per shared-memory FIFO (2 to 
 #define SHM_MAX_SLOTS 256
 #define SHM_DESC_BYTES 256
 #define SHM_INLINE (SHM_DESC_BYTES - 16 - (int)sizeof(zcc_wire_hdr_t))
+#define SHM_BRIEF_INLINE (SHM_DESC_BYTES - 16 - (int)sizeof(zcc_op_sig_t))
+enum { SHM_CONT = 0, SHM_FIRST = 1, SHM_BRIEF = 2 }; /* shm_desc_t.first */
 
 /*
  * What the sender says of a slot. The receiver polls `posted` and finds
@@ -54,9 +56,22 @@ ZCC_PARAM_INT(shm_nslots, "SHM_NSLOTS", 16, "slots per shared-memory FIFO (2 to 
 typedef struct shm_desc {
   alignas(128) atomic_uint_least64_t posted; /* the slot's number from 1 once filled */
   uint32_t size;
-  uint32_t first;     /* the first slot of a transfer: hdr is its record */
-  zcc_wire_hdr_t hdr;
-  char inl[SHM_INLINE]; /* the bytes of a chunk of at most SHM_INLINE */
+  /* SHM_FIRST: the first slot of a transfer, full.hdr is its record;
+     SHM_BRIEF: a collective's whole transfer in this slot, inline: its
+     record is brief.sig alone (the rest follows: data, this size, no
+     point-to-point number), so that up to 64 bytes fit the first two
+     lines; SHM_CONT: a later slot */
+  uint32_t first;
+  union {
+    struct {
+      zcc_wire_hdr_t hdr;
+      char inl[SHM_INLINE]; /* the bytes of a chunk of at most SHM_INLINE */
+    } full;
+    struct {
+      zcc_op_sig_t sig;
+      char inl[SHM_BRIEF_INLINE];
+    } brief;
+  } u;
 } shm_desc_t;
 _Static_assert(sizeof(shm_desc_t) == SHM_DESC_BYTES, "shm descriptor layout");
 
@@ -338,14 +353,20 @@ static zccResult_t peer_gone(zcc_conn_t *conn, shm_conn_t *s) {
 
 static int is_p2p(const zcc_xfer_t *x) { return x->sig && x->sig->coll == ZCC_COLL_SENDRECV; }
 
-/* Where the next chunk of n bytes goes, or NULL when the FIFO is full. */
-static char *send_slot(shm_conn_t *s, size_t n) {
+/* x's next chunk of n bytes is all of a collective's transfer: SHM_BRIEF. */
+static int brief(const zcc_xfer_t *x, size_t n) {
+  return x->done == 0 && n == x->bytes && n <= SHM_BRIEF_INLINE && x->sig && !is_p2p(x);
+}
+
+/* Where x's next chunk of n bytes goes, or NULL when the FIFO is full. */
+static char *send_slot(shm_conn_t *s, size_t n, const zcc_xfer_t *x) {
   if (s->send_tail - s->send_head >= s->nslots) {
     s->send_head = atomic_load_explicit(&s->send->head, memory_order_acquire);
     if (s->send_tail - s->send_head >= s->nslots) return NULL;
   }
   uint32_t idx = (uint32_t)(s->send_tail % s->nslots);
-  if (n <= SHM_INLINE) return s->send->desc[idx].inl;
+  if (brief(x, n)) return s->send->desc[idx].u.brief.inl;
+  if (n <= SHM_INLINE) return s->send->desc[idx].u.full.inl;
   return s->send_data + (size_t)idx * s->slot_size;
 }
 
@@ -353,8 +374,10 @@ static char *send_slot(shm_conn_t *s, size_t n) {
 static void send_post(shm_conn_t *s, size_t n, const zcc_xfer_t *x) {
   shm_desc_t *d = &s->send->desc[s->send_tail % s->nslots];
   d->size = (uint32_t)n;
-  d->first = x->done == 0;
-  if (d->first) zcc_wire_hdr_fill(&d->hdr, x->sig, x->bytes, is_p2p(x) ? ++s->send_pseq : 0);
+  d->first = brief(x, n) ? SHM_BRIEF : x->done == 0 ? SHM_FIRST : SHM_CONT;
+  if (d->first == SHM_BRIEF) d->u.brief.sig = *x->sig;
+  else if (d->first) zcc_wire_hdr_fill(&d->u.full.hdr, x->sig, x->bytes,
+                                       is_p2p(x) ? ++s->send_pseq : 0);
   s->send_tail++;
   atomic_store_explicit(&d->posted, s->send_tail, memory_order_release);
 }
@@ -374,7 +397,7 @@ static zccResult_t shm_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
     for (;;) {
       size_t n = x->avail - x->done;
       if (n > s->slot_size) n = s->slot_size;
-      if (!n || !(out = send_slot(s, n))) break;
+      if (!n || !(out = send_slot(s, n, x))) break;
       memcpy(out, (const char *)x->src + x->done, n);
       send_post(s, n, x);
       x->done += n;
@@ -386,10 +409,16 @@ static zccResult_t shm_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
   const shm_desc_t *d;
   while (x->done < x->bytes && (d = recv_desc(s)) != NULL) {
     uint32_t idx = (uint32_t)(s->recv_head % s->nslots);
+    zcc_wire_hdr_t bh;
+    const zcc_wire_hdr_t *h = &d->u.full.hdr;
+    if (d->first == SHM_BRIEF) { /* the record, from what the slot implies */
+      zcc_wire_hdr_fill(&bh, &d->u.brief.sig, d->size, 0);
+      h = &bh;
+    }
     if (x->done == 0) {
       /* A new transfer: the peer must be live and sending this very call. */
       if (atomic_load_explicit(s->peer_failed, memory_order_acquire) == SHM_FAILED &&
-          d->hdr.sig.opno >= *s->peer_fail_opno)
+          h->sig.opno >= *s->peer_fail_opno)
         return peer_failed(conn, s); /* bytes of a call that failed there */
       if (s->recv_off != 0 || !d->first)
         return zcc_error(zccInvalidUsage,
@@ -398,7 +427,7 @@ static zccResult_t shm_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
                          x->sig ? zcc_coll_name((zcc_coll_t)x->sig->coll) : "transfer",
                          conn->peer);
       uint64_t pseq = is_p2p(x) ? s->recv_pseq + 1 : 0;
-      ZCC_CHECK(zcc_wire_hdr_check(&d->hdr, x->sig, x->bytes, pseq, conn->peer,
+      ZCC_CHECK(zcc_wire_hdr_check(h, x->sig, x->bytes, pseq, conn->peer,
                                    conn->comm));
       if (pseq) s->recv_pseq = pseq;
     } else if (s->recv_off == 0 && d->first) {
@@ -406,7 +435,9 @@ static zccResult_t shm_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
                        "rank %d began a new transfer inside one of %zu bytes (sizes differ "
                        "between the ranks)", conn->peer, x->bytes);
     }
-    const char *slot = (d->size <= SHM_INLINE ? d->inl : s->recv_data + (size_t)idx * s->slot_size) +
+    const char *slot = (d->first == SHM_BRIEF    ? d->u.brief.inl
+                        : d->size <= SHM_INLINE ? d->u.full.inl
+                                                : s->recv_data + (size_t)idx * s->slot_size) +
                        s->recv_off;
     size_t avail = d->size - s->recv_off;
     size_t n = x->bytes - x->done;
@@ -422,7 +453,7 @@ static zccResult_t shm_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
     zcc_xfer_t *f = x->fwd_ready;
     shm_conn_t *fs = f && f->conn->ops == &zcc_transport_shm ? f->conn->priv : NULL;
     if (fs && n > fs->slot_size) n = fs->slot_size;
-    char *out = fs ? send_slot(fs, n) : NULL;
+    char *out = fs ? send_slot(fs, n, f) : NULL;
     if (x->red)
       zcc_xfer_reduce(x, dst, out, slot, n / tsize);
     else {
