@@ -39,7 +39,6 @@ otherwise `pip install ./python` first (or set ZCC_LIBRARY).
 import argparse
 import gc
 import os
-import socket
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -156,8 +155,8 @@ def worker(rank, world, args):
     if "RANK" in os.environ:  # torchrun
         dist.init_process_group("zcc")
     else:
-        dist.init_process_group("zcc", init_method="tcp://127.0.0.1:%d" % args.port,
-                                rank=rank, world_size=world)
+        store = dist.TCPStore("127.0.0.1", args.port, None, False)
+        dist.init_process_group("zcc", store=store, rank=rank, world_size=world)
     args.reference = pick_reference(args, world)
     exact = args.exact == "yes" or (args.exact == "auto" and world == 2)
     args.ref_group = dist.new_group(backend=args.reference)
@@ -218,9 +217,11 @@ def main():
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args)
         return
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        args.port = s.getsockname()[1]
+    # This process serves the ranks' store, on a port the kernel picks and
+    # keeps: a port found free and then let go can be taken by someone else
+    # (or by a rank's own connect to it) before rank 0 listens there.
+    server = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False)
+    args.port = server.port
     mp.spawn(worker, args=(args.nprocs, args), nprocs=args.nprocs)
 
 

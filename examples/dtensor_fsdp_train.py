@@ -23,7 +23,6 @@ checkout it finds python/zcc and build/src/libzcc.so (or set ZCC_LIBRARY).
 import argparse
 import gc
 import os
-import socket
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -162,8 +161,8 @@ def worker(rank, world, args):
     import zcc.torch  # noqa: F401  registers the backend
     from torch.distributed.device_mesh import DeviceMesh
     torch.set_num_threads(1)
-    dist.init_process_group("zcc", init_method="tcp://127.0.0.1:%d" % args.port,
-                            rank=rank, world_size=world)
+    store = dist.TCPStore("127.0.0.1", args.port, None, False)
+    dist.init_process_group("zcc", store=store, rank=rank, world_size=world)
     gloo = dist.new_group(backend="gloo")
     meshes = {"zcc": DeviceMesh.from_group(dist.group.WORLD, "cpu"),
               "gloo": DeviceMesh.from_group(gloo, "cpu")}
@@ -212,9 +211,10 @@ def main():
     if why:
         print("dtensor_fsdp_train: skipped: torch %s has %s" % (torch.__version__, why))
         return
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        args.port = s.getsockname()[1]
+    # The ranks' store, served from here on a port the kernel keeps for it
+    # (see ddp_train.py).
+    server = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False)
+    args.port = server.port
     mp.spawn(worker, args=(args.nprocs, args), nprocs=args.nprocs)
 
 

@@ -15,7 +15,6 @@ Needs a python with torch (Debian's python3-torch: /usr/bin/python3).
 """
 import argparse
 import os
-import socket
 import statistics
 import sys
 import time
@@ -27,12 +26,6 @@ def parse_size(text):
     if t and t[-1] in mult:
         return int(t[:-1]) * mult[t[-1]]
     return int(t)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def sizes(lo, hi, factor):
@@ -47,7 +40,7 @@ def rank_main(rank, nranks, port, args, out_fd):
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
+    dist.init_process_group("gloo", store=dist.TCPStore("127.0.0.1", port, None, False),
                             rank=rank, world_size=nranks)
     rows = []
     for size in sizes(args.b, args.e, args.f):
@@ -95,7 +88,11 @@ def main():
         sys.exit(f"gloo_allreduce_ref: {sys.executable} cannot import torch "
                  "(Debian: apt-get install python3-torch, run with /usr/bin/python3)")
     import torch
-    port = free_port()
+    # The ranks' store, served from here on a port the kernel picked and
+    # keeps (a port found free and let go can be taken before a rank listens).
+    import torch.distributed as dist
+    server = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False)
+    port = server.port
     r, w = os.pipe()
     pids = []
     for rank in range(args.np):

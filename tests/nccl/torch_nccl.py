@@ -27,7 +27,6 @@ FSDP2 calls it, with a host scalar). Exit 0 when every rank passed.
 import argparse
 import ctypes
 import os
-import socket
 import sys
 import traceback
 
@@ -36,10 +35,11 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def store_server():
+    """The ranks' store, served by this process on a port the kernel picked
+    and keeps: a port found free and let go can be taken before a rank
+    listens on it."""
+    return dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False)
 
 
 def nccl_provider(sym="ncclAllReduce"):
@@ -97,14 +97,14 @@ def inp(rank, n, dtype, dev, salt=0):
 
 
 def worker(rank, args, port, results):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     ngpu = torch.cuda.device_count()
     dev = torch.device("cuda", 0 if args.share_gpu else rank % max(ngpu, 1))
     torch.cuda.set_device(dev)
     c = Checks(rank)
     ws = args.nprocs
     c.eq("torch.cuda.nccl.version()", torch.cuda.nccl.version(), (2, 28, 9))
-    dist.init_process_group("nccl", rank=rank, world_size=ws, device_id=dev)
+    dist.init_process_group("nccl", store=dist.TCPStore("127.0.0.1", port, None, False),
+                            rank=rank, world_size=ws, device_id=dev)
     lib = nccl_provider()
     pre = os.path.realpath(args.shim) if args.shim else None
     if args.expect == "zcc":
@@ -326,7 +326,8 @@ def main():
     print(f"torch {torch.__version__}, {args.nprocs} rank(s){' on GPU 0' if args.share_gpu else ''}, "
           f"LD_PRELOAD={os.environ.get('LD_PRELOAD', '')}, expect {args.expect}", flush=True)
     results = mp.Manager().dict()
-    mp.spawn(worker, args=(args, free_port(), results), nprocs=args.nprocs, join=True)
+    server = store_server()
+    mp.spawn(worker, args=(args, server.port, results), nprocs=args.nprocs, join=True)
     bad = 0
     for r in range(args.nprocs):
         passed, failed, _ = results.get(r, (0, ["did not finish"], {}))

@@ -64,7 +64,7 @@ def reference(inputs, op, dtype_name):
 def setup(rank, size, port):
     import zcc
     import zcc.torch  # noqa: F401  registers the backend
-    dist.init_process_group("zcc", init_method="tcp://127.0.0.1:%d" % port,
+    dist.init_process_group("zcc", store=dist.TCPStore("127.0.0.1", port, None, False),
                             rank=rank, world_size=size)
     store = dist.distributed_c10d._get_default_store()
     comm = zcc.Communicator.from_store(store, rank, size, key="tests/comm", device="host")

@@ -5,7 +5,6 @@ Prints "device_id ok" from rank 0 when every sum is right, or "device_id:
 this torch refuses a CPU device" (torch 2.11 takes only accelerators); run
 by test_dist.test_init_with_device_id."""
 import os
-import socket
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -15,13 +14,15 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
+import workers  # noqa: E402
+
 
 def worker(rank, port):
     import zcc.torch  # noqa: F401  registers the backend
     torch.set_num_threads(1)
     try:
-        dist.init_process_group("zcc", init_method="tcp://127.0.0.1:%d" % port, rank=rank,
-                                world_size=2, device_id=torch.device("cpu", 0))
+        dist.init_process_group("zcc", store=dist.TCPStore("127.0.0.1", port, None, False),
+                                rank=rank, world_size=2, device_id=torch.device("cpu", 0))
     except ValueError as e:  # torch 2.11 takes only accelerators there
         if "accelerator" not in str(e):
             raise
@@ -44,7 +45,5 @@ def worker(rank, port):
 
 
 if __name__ == "__main__":
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(worker, args=(port,), nprocs=2)
+    server = workers.store_server()
+    mp.spawn(worker, args=(server.port,), nprocs=2)

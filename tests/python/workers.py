@@ -19,9 +19,20 @@ PYTHON_DIR = os.path.join(REPO, "python")
 
 
 def free_port():
+    """A port free now, for ZCC_COMM_ID: zcc's bootstrap root binds it with
+    SO_REUSEADDR at once. For a torch store use store_server()."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def store_server():
+    """A TCPStore served by this process on a port the kernel picked and
+    keeps (its .port): rank processes connect to it as clients. A port found
+    free and let go before rank 0 listens on it can be taken meanwhile (seen
+    in CI: EADDRINUSE at init_process_group)."""
+    import torch.distributed as dist
+    return dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False)
 
 
 def _worker(rank, size, port, conn, env=None):
@@ -69,7 +80,8 @@ class Pool:
         self.env = dict(env or {})
         self.timeout = timeout
         mpctx = multiprocessing.get_context("spawn")
-        port = free_port()
+        self.server = store_server()
+        port = self.server.port
         self.conns, self.procs = [], []
         for r in range(size):
             parent, child = mpctx.Pipe()
@@ -132,3 +144,4 @@ class Pool:
         for p in self.procs:
             p.join(20)
         self.kill()
+        self.server = None
