@@ -310,6 +310,19 @@ ZCC_API zccResult_t zccMemAlloc(void **ptr, size_t size);
 ZCC_API zccResult_t zccMemFree(void *ptr);
 
 /**
+ * Allocate host memory that the ranks of a host communicator on this
+ * machine can reach in place (a memfd, mapped shared; size rounded up to a
+ * page). An allreduce of ZCC_HOSTMEM_MIN_BYTES (1 MiB) or more whose send
+ * and receive buffers lie in such memory on every rank reads the peers'
+ * inputs and writes their outputs directly, with no staging copy; other
+ * buffers are staged as before. A forked child shares the pages with its
+ * parent. Free with zccMemHostFree.
+ */
+ZCC_API zccResult_t zccMemHostAlloc(void **ptr, size_t size);
+/** Free memory from zccMemHostAlloc. */
+ZCC_API zccResult_t zccMemHostFree(void *ptr);
+
+/**
  * Create a pre-multiplied sum on comm: every rank's input is multiplied by
  * the scalar (one element of datatype), then the products are summed, as
  * ncclRedOpCreatePreMulSum. Each product is rounded to datatype (fp16, bf16

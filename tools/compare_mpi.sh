@@ -4,11 +4,12 @@
 # side. speedup = MPI time / zcc time (above 1: zcc is faster).
 #
 # usage: compare_mpi.sh [-B bindir] [-np N] [-b min] [-e max] [-f factor]
-#                       [-n iters] [-w warmup] [--gloo]
+#                       [-n iters] [-w warmup] [--gloo] [--hostmem]
 # Defaults: the directory of this script, -np 2 -b 8 -e 256M -f 2, and the
 # benchmarks' own -n and -w. MPIRUN overrides the mpirun command. --gloo
 # adds torch.distributed's gloo (gloo_allreduce_ref.py beside this script,
 # run by GLOO_PYTHON, default /usr/bin/python3) and MPI time / gloo time.
+# --hostmem: zcc's buffers from zccMemHostAlloc (allreduce_perf -R 1).
 set -eu
 
 bindir=$(cd "$(dirname "$0")" && pwd)
@@ -19,9 +20,10 @@ factor=2
 iters=
 warmup=
 gloo=0
+zccopts=
 
 usage() {
-  sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 while [ $# -gt 0 ]; do
@@ -45,6 +47,10 @@ while [ $# -gt 0 ]; do
       ;;
     --gloo)
       gloo=1
+      shift
+      ;;
+    --hostmem)
+      zccopts="-R 1"
       shift
       ;;
     -h|--help)
@@ -85,9 +91,9 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM
 
 # host communicators, like MPI_Allreduce on host memory (the default is cuda on a GPU machine)
-echo "# zcc:  $bindir/allreduce_perf --device host -np $np $common"
+echo "# zcc:  $bindir/allreduce_perf --device host -np $np $common${zccopts:+ $zccopts}"
 # shellcheck disable=SC2086
-if ! "$bindir/allreduce_perf" --device host -np "$np" $common >"$tmp/zcc.txt"; then
+if ! "$bindir/allreduce_perf" --device host -np "$np" $common $zccopts >"$tmp/zcc.txt"; then
   cat "$tmp/zcc.txt"
   echo "compare_mpi.sh: allreduce_perf failed" >&2
   exit 1

@@ -95,7 +95,9 @@ static void usage(FILE *f, const char *prog, const perf_coll_t *coll)
     fprintf(f, "  -r, --root <rank>           accepted and ignored: %s has no root\n", coll->name);
   fprintf(f,
           "  -R, --local_register <0|1>  register both buffers with zccCommRegister (and\n"
-          "                              ncclCommRegister with --compare nccl); default 0\n"
+          "                              ncclCommRegister with --compare nccl); host\n"
+          "                              communicators allocate them with zccMemHostAlloc, so\n"
+          "                              large allreduces run in place; default 0\n"
           "      --buffers <device|pinned|managed>  GPU communicators: send and receive buffers from\n"
           "                              cudaMalloc (device), cudaHostAlloc mapped and portable (pinned:\n"
           "                              the kernels load and store host memory over PCIe) or\n"

@@ -24,9 +24,21 @@ static int is_cuda(const run_t *r)
   return r->w->device == PERF_DEVICE_CUDA;
 }
 
-static void *alloc_buffer(const perf_world_t *w, size_t bytes, const char *what)
+/* shared: from zccMemHostAlloc (host communicators with -R 1: peers reach it in place). */
+static void *alloc_buffer(const perf_world_t *w, size_t bytes, const char *what, int shared)
 {
   void *p = NULL;
+
+  if (shared) {
+    zccResult_t res = zccMemHostAlloc(&p, bytes);
+    if (res != zccSuccess) {
+      fprintf(stderr, "%s: rank %d: zccMemHostAlloc of %zu bytes for the %s buffer failed: %s\n",
+              w->prog, w->rank, bytes, what, zccGetLastError(NULL));
+      perf_abort(PERF_EXIT_FAIL);
+    }
+    memset(p, 0, bytes);
+    return p;
+  }
   int err = posix_memalign(&p, 4096, bytes);
 
   if (err != 0) {
@@ -394,8 +406,9 @@ static void alloc_host(run_t *r)
   r->buf_bytes = perf_largest_size(o->min_bytes, o->max_bytes, o->step_factor, o->step_bytes);
   if (r->buf_bytes < 4096)
     r->buf_bytes = 4096;
-  r->sendbuf = alloc_buffer(r->w, r->buf_bytes, "send");
-  r->recvbuf = alloc_buffer(r->w, r->buf_bytes, "receive");
+  r->host_shared = !is_cuda(r) && o->local_register;
+  r->sendbuf = alloc_buffer(r->w, r->buf_bytes, "send", r->host_shared);
+  r->recvbuf = alloc_buffer(r->w, r->buf_bytes, "receive", r->host_shared);
   r->ntimes = o->graph_iters > 0 ? o->graph_iters : o->iters;
   r->times = calloc((size_t)r->ntimes, sizeof(double));
   if (r->times == NULL) {
@@ -476,8 +489,13 @@ int perf_run(perf_world_t *w)
                    zccCommDeregister(w->comm, send_handle));
   }
   free(r.times);
-  free(r.recvbuf);
-  free(r.sendbuf);
+  if (r.host_shared) {
+    PERF_ZCC_CHECK(w, "zccMemHostFree (receive buffer)", zccMemHostFree(r.recvbuf));
+    PERF_ZCC_CHECK(w, "zccMemHostFree (send buffer)", zccMemHostFree(r.sendbuf));
+  } else {
+    free(r.recvbuf);
+    free(r.sendbuf);
+  }
   free(r.ranks);
   return r.wrong_total ? PERF_EXIT_WRONG : PERF_EXIT_OK;
 }

@@ -32,6 +32,7 @@ typedef struct {
   const perf_opts_t *o;
   const perf_coll_t *coll;
   char *sendbuf, *recvbuf; /* host: the buffers; cuda: staging for fills and checks */
+  int host_shared;         /* host, -R 1: sendbuf and recvbuf from zccMemHostAlloc */
   size_t buf_bytes;
   double *times;
   int ntimes;       /* entries in times: -n, or -G with graphs */

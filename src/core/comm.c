@@ -11,6 +11,7 @@
 #include "check.h"
 #include "debug.h"
 #include "coll.h"
+#include "hostmem.h"
 #include "planner.h"
 #include "sigboard.h"
 #include "topo.h"
@@ -211,6 +212,7 @@ void zcc_comm_free(struct zccComm *comm) {
     r = next;
   }
   pthread_mutex_destroy(&comm->reg_lock);
+  zcc_hostmem_comm_free(comm);
   zcc_redop_free_all(comm);
   free(comm->peers);
   free(comm->ring_order);

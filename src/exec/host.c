@@ -15,6 +15,7 @@
 #include "check.h"
 #include "coll.h"
 #include "debug.h"
+#include "hostmem.h"
 #include "reduce.h"
 #include "trace.h"
 
@@ -47,6 +48,89 @@ static zccResult_t run_local(zcc_plan_t *p, const zcc_item_t *it) {
   default: return zcc_error(zccInternalError, "executor: unknown item kind %d", it->kind);
   }
   return zccSuccess;
+}
+
+/*
+ * The direct allreduce's steps (hostmem.h; exec/host_plan.c lays them out):
+ * where this rank's buffers are, the peers' mapped, the decision every rank
+ * takes alike, and the reduction of this rank's segment into every output.
+ */
+zccResult_t zcc_hostmem_step(zcc_plan_t *p, int step, int *jump) {
+  zcc_hostmem_op_t *h = p->hostmem;
+  struct zccComm *comm = p->comm;
+  int n = comm->nranks, r = comm->rank;
+  size_t ts = zcc_type_size(p->type), bytes = h->count * ts;
+  *jump = -1;
+  switch (step) {
+  case ZCC_HOSTMEM_PREP:
+    zcc_hostmem_find(h->sendbuf, bytes, &h->mine.send);
+    zcc_hostmem_find(h->recvbuf, bytes, &h->mine.recv);
+    return zccSuccess;
+  case ZCC_HOSTMEM_MAP: {
+    for (int k = 0; k < n; k++) {
+      const zcc_hostmem_desc_t *d = k == r ? &h->mine : &h->theirs[k];
+      if (d->send.fd < 0 || d->recv.fd < 0) {
+        *jump = h->staged_at; /* every rank saw this descriptor: all go staged */
+        return zccSuccess;
+      }
+    }
+    h->ok_mine = 1;
+    for (int k = 0; k < n; k++) {
+      if (k == r) {
+        h->peer_send[k] = (char *)h->sendbuf;
+        h->peer_recv[k] = h->recvbuf;
+        continue;
+      }
+      const zcc_hostmem_desc_t *d = &h->theirs[k];
+      /* The peer's buffers hold its part of this very call: its size. */
+      if (d->send.off > d->send.bytes || bytes > d->send.bytes - d->send.off ||
+          d->recv.off > d->recv.bytes || bytes > d->recv.bytes - d->recv.off) {
+        h->ok_mine = 0;
+        break;
+      }
+      h->peer_send[k] = zcc_hostmem_peer_ptr(comm, k, &d->send);
+      h->peer_recv[k] = zcc_hostmem_peer_ptr(comm, k, &d->recv);
+      if (!h->peer_send[k] || !h->peer_recv[k]) {
+        h->ok_mine = 0;
+        break;
+      }
+    }
+    return zccSuccess;
+  }
+  case ZCC_HOSTMEM_DECIDE: {
+    int all = h->ok_mine == 1;
+    for (int k = 0; k < n && all; k++)
+      if (k != r && h->ok_theirs[k] != 1) all = 0;
+    if (all) *jump = h->direct_at;
+    else ZCC_INFO(COLL, "allreduce of %zu bytes on comm %s: staged (a rank could not map a "
+                  "peer's buffers)", bytes, comm->name);
+    return zccSuccess;
+  }
+  case ZCC_HOSTMEM_REDUCE: {
+    size_t count = h->count, base = count / (size_t)n, rem = count % (size_t)n;
+    size_t off = base * (size_t)r + ((size_t)r < rem ? (size_t)r : rem);
+    size_t cnt = base + ((size_t)r < rem ? 1 : 0);
+    size_t piece = ZCC_HOSTMEM_PIECE / ts;
+    ZCC_INFO(COLL, "allreduce of %zu bytes on comm %s: in place on shared host memory",
+             bytes, comm->name);
+    for (size_t i = 0; i < cnt; i += piece) {
+      size_t c = cnt - i < piece ? cnt - i : piece;
+      size_t at = (off + i) * ts;
+      char *own = h->peer_recv[r] + at;
+      char *dst = h->use_scratch ? h->scratch : own;
+      /* Rank order, as every other allreduce path of a rank's segment. */
+      zcc_reduce(dst, h->peer_send[0] + at, h->peer_send[1] + at, c, p->type, p->op);
+      for (int k = 2; k < n; k++)
+        zcc_reduce(dst, dst, h->peer_send[k] + at, c, p->type, p->op);
+      if (p->op == zccAvg) zcc_reduce_finish_avg(dst, dst, c, p->type, n);
+      for (int k = 0; k < n; k++)
+        if (h->peer_recv[k] + at != dst) memcpy(h->peer_recv[k] + at, dst, c * ts);
+    }
+    return zccSuccess;
+  }
+  default:
+    return zcc_error(zccInternalError, "executor: unknown shared-memory step %d", step);
+  }
 }
 
 /* The peer a waiting plan waits on: its first unfinished receive, else send. */
@@ -109,6 +193,13 @@ static zccResult_t advance(chain_state_t *c, int *moved) {
       continue;
     }
     zcc_item_t *it = &p->items[p->cur];
+    if (it->kind == ZCC_ITEM_JUMP || it->kind == ZCC_ITEM_HOSTMEM) {
+      int next = (int)it->n;
+      if (it->kind == ZCC_ITEM_HOSTMEM) ZCC_CHECK(zcc_hostmem_step(p, (int)it->n, &next));
+      p->cur = next >= 0 ? next : p->cur + 1;
+      *moved = 1;
+      continue;
+    }
     if (it->kind != ZCC_ITEM_XFERS) {
       ZCC_CHECK(run_local(p, it));
       p->cur++;

@@ -11,6 +11,7 @@
 #include "check.h"
 #include "coll.h"
 #include "debug.h"
+#include "hostmem.h"
 #include "param.h"
 #include "planner.h"
 #include "reduce.h"
@@ -330,10 +331,11 @@ static zccResult_t direct_reduce(zcc_plan_t *p, const char *sb, size_t stride, c
   return local_avg(p, rb, count);
 }
 
-static zccResult_t plan_allreduce(zcc_plan_t *p, const char *sb, char *rb, size_t count) {
+/* Allreduce through the transports' buffers (every rank's own buffers). */
+static zccResult_t plan_allreduce_staged(zcc_plan_t *p, const char *sb, char *rb,
+                                         size_t count) {
   int n = p->comm->nranks, r = p->comm->rank;
-  size_t ts = zcc_type_size(p->type), bytes = count * ts;
-  if (n == 1) return local_copy(p, rb, sb, bytes);
+  size_t ts = zcc_type_size(p->type);
   if (p->algo == ZCC_ALGO_ONESHOT) return direct_reduce(p, sb, 0, rb, count, -1);
   /* One batch of chunks, each a reduce-scatter and an allgather; the
      allgather forwards each reduced piece as it is made. */
@@ -353,6 +355,130 @@ static zccResult_t plan_allreduce(zcc_plan_t *p, const char *sb, char *rb, size_
   batch_end(p);
   /* Avg divides every element once the sums are everywhere: same bits on all ranks. */
   return local_avg(p, rb, count);
+}
+
+ZCC_PARAM_INT(hostmem_direct, "HOSTMEM_DIRECT", 1,
+              "host allreduce on zccMemHostAlloc buffers: 1 reads the peers' inputs and "
+              "writes their outputs in place when every rank's buffers are there; 0 stages "
+              "through shared memory always (set alike on every rank)");
+ZCC_PARAM_INT(hostmem_min_bytes, "HOSTMEM_MIN_BYTES", 1048576,
+              "host allreduce: from this size up the ranks first tell each other whether "
+              "their buffers are zccMemHostAlloc memory (one small message each way; set "
+              "alike on every rank)");
+
+int zcc_hostmem_direct_eligible(const struct zccComm *comm, size_t bytes) {
+  if (comm->nranks < 2 || comm->dev || zcc_param_hostmem_direct() != 1) return 0;
+  int64_t min = zcc_param_hostmem_min_bytes();
+  if (min < 0 || bytes < (size_t)min || bytes == 0) return 0;
+  for (int i = 0; i < comm->nranks; i++)
+    if (i != comm->rank && (!comm->conns[i] || comm->conns[i]->ops != &zcc_transport_shm))
+      return 0;
+  return 1;
+}
+
+zccResult_t zcc_hostmem_op_get(struct zccComm *comm, zcc_hostmem_op_t **op) {
+  if (*op) return zccSuccess;
+  size_t n = (size_t)comm->nranks;
+  zcc_hostmem_op_t *h = calloc(1, sizeof(*h));
+  if (h) {
+    h->theirs = calloc(n, sizeof(*h->theirs));
+    h->ok_theirs = calloc(n, sizeof(*h->ok_theirs));
+    h->bar_theirs = calloc(n, sizeof(*h->bar_theirs));
+    h->peer_send = calloc(n, sizeof(*h->peer_send));
+    h->peer_recv = calloc(n, sizeof(*h->peer_recv));
+  }
+  if (!h || !h->theirs || !h->ok_theirs || !h->bar_theirs || !h->peer_send || !h->peer_recv) {
+    zcc_hostmem_op_free(h);
+    return zcc_error(zccSystemError, "allreduce: out of memory");
+  }
+  *op = h;
+  return zccSuccess;
+}
+
+void zcc_hostmem_op_free(zcc_hostmem_op_t *h) {
+  if (!h) return;
+  free(h->theirs);
+  free(h->ok_theirs);
+  free(h->bar_theirs);
+  free(h->peer_send);
+  free(h->peer_recv);
+  free(h->scratch);
+  free(h);
+}
+
+static zccResult_t hostmem_item(zcc_plan_t *p, int step) {
+  zcc_item_t it = {.kind = ZCC_ITEM_HOSTMEM, .n = (size_t)step};
+  return add_item(p, it);
+}
+
+/*
+ * Allreduce on shared host memory (hostmem.h): the ranks tell each other
+ * where their buffers are; when every buffer of every rank is in
+ * zccMemHostAlloc memory that every rank could map, each rank reduces its
+ * segment from all inputs and writes it into all outputs, then a barrier.
+ * Otherwise (decided alike on every rank from what they exchanged) the
+ * staged plan runs: one small message each way more than without this.
+ */
+static zccResult_t plan_allreduce_hostmem(zcc_plan_t *p, const char *sb, char *rb,
+                                          size_t count) {
+  struct zccComm *c = p->comm;
+  int n = c->nranks, r = c->rank;
+  size_t bytes = count * zcc_type_size(p->type);
+  ZCC_CHECK(zcc_hostmem_op_get(c, &p->hostmem));
+  zcc_hostmem_op_t *h = p->hostmem;
+  h->sendbuf = sb;
+  h->recvbuf = rb;
+  h->count = count;
+  /* In place, rank r >= 2 would overwrite its own input before reading it
+     (the sum starts with ranks 0 and 1): it sums into a scratch piece. */
+  h->use_scratch = r >= 2 && ranges_overlap(sb, bytes, rb, bytes);
+  if (h->use_scratch && !h->scratch) {
+    h->scratch = malloc(ZCC_HOSTMEM_PIECE);
+    if (!h->scratch)
+      return zcc_error(zccSystemError, "allreduce: cannot allocate %d bytes of scratch",
+                       ZCC_HOSTMEM_PIECE);
+  }
+  ZCC_CHECK(hostmem_item(p, ZCC_HOSTMEM_PREP));
+  ZCC_CHECK(batch_begin(p));
+  for (int k = 1; k < n; k++) {
+    int peer = mod(r + k, n);
+    ZCC_CHECK(send_to(p, peer, &h->mine, sizeof(h->mine)));
+    ZCC_CHECK(recv_from(p, peer, &h->theirs[peer], NULL, sizeof(h->mine)));
+  }
+  batch_end(p);
+  ZCC_CHECK(hostmem_item(p, ZCC_HOSTMEM_MAP));
+  ZCC_CHECK(batch_begin(p));
+  for (int k = 1; k < n; k++) {
+    int peer = mod(r + k, n);
+    ZCC_CHECK(send_to(p, peer, &h->ok_mine, sizeof(h->ok_mine)));
+    ZCC_CHECK(recv_from(p, peer, &h->ok_theirs[peer], NULL, sizeof(h->ok_mine)));
+  }
+  batch_end(p);
+  ZCC_CHECK(hostmem_item(p, ZCC_HOSTMEM_DECIDE));
+  h->staged_at = p->nitems;
+  ZCC_CHECK(plan_allreduce_staged(p, sb, rb, count));
+  int jump = p->nitems;
+  zcc_item_t it = {.kind = ZCC_ITEM_JUMP};
+  ZCC_CHECK(add_item(p, it));
+  h->direct_at = p->nitems;
+  ZCC_CHECK(hostmem_item(p, ZCC_HOSTMEM_REDUCE));
+  ZCC_CHECK(batch_begin(p));
+  for (int k = 1; k < n; k++) {
+    int peer = mod(r + k, n);
+    ZCC_CHECK(send_to(p, peer, &h->bar_mine, sizeof(h->bar_mine)));
+    ZCC_CHECK(recv_from(p, peer, &h->bar_theirs[peer], NULL, sizeof(h->bar_mine)));
+  }
+  batch_end(p);
+  p->items[jump].n = (size_t)p->nitems;
+  return zccSuccess;
+}
+
+static zccResult_t plan_allreduce(zcc_plan_t *p, const char *sb, char *rb, size_t count) {
+  size_t bytes = count * zcc_type_size(p->type);
+  if (p->comm->nranks == 1) return local_copy(p, rb, sb, bytes);
+  if (zcc_hostmem_direct_eligible(p->comm, bytes))
+    return plan_allreduce_hostmem(p, sb, rb, count);
+  return plan_allreduce_staged(p, sb, rb, count);
 }
 
 static zccResult_t plan_reducescatter(zcc_plan_t *p, const char *sb, char *rb, size_t count) {
@@ -470,6 +596,7 @@ zccResult_t zcc_plan_new(struct zccComm *comm, zcc_coll_t coll, zcc_plan_t **out
     zcc_item_t *items = p->items;
     zcc_xfer_t *xfers = p->xfers;
     void *tmp = p->tmp, *pre = p->pre;
+    struct zcc_hostmem_op *hostmem = p->hostmem;
     int ci = p->cap_items, cx = p->cap_xfers;
     size_t ct = p->tmp_cap, cp = p->pre_cap;
     memset(p, 0, sizeof(*p));
@@ -477,6 +604,7 @@ zccResult_t zcc_plan_new(struct zccComm *comm, zcc_coll_t coll, zcc_plan_t **out
     p->xfers = xfers;
     p->tmp = tmp;
     p->pre = pre;
+    p->hostmem = hostmem;
     p->cap_items = ci;
     p->cap_xfers = cx;
     p->tmp_cap = ct;
@@ -499,6 +627,7 @@ static void plan_destroy(zcc_plan_t *p) {
   free(p->xfers);
   free(p->tmp);
   free(p->pre);
+  zcc_hostmem_op_free(p->hostmem);
   free(p);
 }
 
@@ -604,10 +733,15 @@ zccResult_t zcc_plan_coll(struct zccComm *comm, const zcc_coll_args_t *a, zcc_pl
   default: res = zcc_error(zccInternalError, "plan: collective %d has no planner", a->coll);
   }
   if (res != zccSuccess) goto fail;
-  ZCC_INFO(COLL, "%s: %zu elements of %s (%s) on %d ranks via %s, %d steps, staged through shm/socket buffers",
+  int hostmem = 0;
+  for (int i = 0; i < p->nitems && !hostmem; i++) hostmem = p->items[i].kind == ZCC_ITEM_HOSTMEM;
+  ZCC_INFO(COLL, "%s: %zu elements of %s (%s) on %d ranks via %s, %d steps, %s",
            zcc_coll_name(a->coll), a->count, zcc_type_name(a->type),
            a->scale ? "premulsum" : zcc_op_name(a->op),
-           comm->nranks, zcc_algo_name(p->algo), p->nitems);
+           comm->nranks, zcc_algo_name(p->algo), p->nitems,
+           hostmem ? "in place where every rank's buffers are zccMemHostAlloc memory, else "
+                     "staged through shm buffers"
+                   : "staged through shm/socket buffers");
   p->key = *a;
   p->keyed = 1;
   *out = p;

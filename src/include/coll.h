@@ -66,7 +66,10 @@ typedef enum {
   ZCC_ITEM_COPY,   /* memmove(dst, a, bytes) */
   ZCC_ITEM_REDUCE, /* dst = a op b, count elements */
   ZCC_ITEM_AVG,    /* dst = dst / nranks, count elements */
-  ZCC_ITEM_SCALE   /* dst = a * plan->scalar, count elements */
+  ZCC_ITEM_SCALE,  /* dst = a * plan->scalar, count elements */
+  ZCC_ITEM_HOSTMEM, /* a step of the direct allreduce on shared host memory:
+                       n is the step (hostmem.h) */
+  ZCC_ITEM_JUMP     /* continue at item n */
 } zcc_item_kind_t;
 
 typedef struct zcc_item {
@@ -121,6 +124,8 @@ typedef struct zcc_plan {
   struct zcc_op_rec *trace_rec; /* that record's slot, found on first use */
   int trace_started;
   zcc_op_sig_t sig; /* what its transfers carry (opsig.h); set by the caller */
+  struct zcc_hostmem_op *hostmem; /* the direct allreduce's state (hostmem.h), kept
+                                     with the plan's arrays; NULL: never used */
   struct zcc_plan *next;
   /* A collective's plan kept by zcc_plan_free: the call it was built for
      (zcc_plan_coll runs it again for the same call instead of rebuilding). */

@@ -136,6 +136,8 @@ struct zccComm {
 
   pthread_mutex_t reg_lock;
   struct zcc_reg *regs;
+  struct zcc_hostmem_cache *hostmem; /* peers' zccMemHostAlloc regions mapped here
+                                        (hostmem.h); used by the executing thread */
   int split_seq; /* splits made from this communicator */
 
   pthread_mutex_t redop_lock;

@@ -1,0 +1,302 @@
+/*
+ * zccMemHostAlloc and the direct allreduce on it (hostmem.h), 2, 3 and 4
+ * ranks over shared memory:
+ *   - bad input to zccMemHostAlloc / zccMemHostFree: a clear error, and the
+ *     allocator still works after it;
+ *   - buffers at an offset inside their regions, counts from 1 MiB (the
+ *     threshold) to 3 MiB + 4 B and odd, float sum/max/min/avg and int64
+ *     sum, out of place and in place, fresh inputs and poisoned outputs each
+ *     round, every element exact; the same call again runs the kept plan;
+ *   - that the direct path ran: every call says so in the log (ZCC_DEBUG=INFO,
+ *     COLL, to a file per rank), and this process maps its peers' regions
+ *     (/proc/self/maps counts the memfds); a staged run does neither;
+ *   - one rank's buffers from malloc: every rank stages (exact, no peer
+ *     mapped); ZCC_HOSTMEM_DIRECT=0 stages too;
+ *   - new regions after the old ones are freed: the new ones are mapped,
+ *     never the old pages;
+ *   - a rank that dies before the call: the others get an error, not a hang.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ztest.h"
+#include "zcc.h"
+
+#define MAXN 4
+#define BIG ((3u << 20) + 4) /* bytes */
+
+typedef struct {
+  zt_barrier_t bar;
+} shared_t;
+
+static shared_t *sh;
+
+enum { MODE_DIRECT, MODE_ONE_MALLOC, MODE_DISABLED, MODE_DEATH, MODE_NUM };
+static const char *mode_names[MODE_NUM] = {"shared buffers", "one rank's buffers from malloc",
+                                           "ZCC_HOSTMEM_DIRECT=0", "a rank dies"};
+
+/* The memfds of zccMemHostAlloc this process maps (its own and its peers'). */
+static int mapped_regions(void) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  if (!f) return -1;
+  char line[512];
+  int n = 0;
+  while (fgets(line, sizeof(line), f))
+    if (strstr(line, "memfd:zcc-hostmem")) n++;
+  fclose(f);
+  return n;
+}
+
+/* Lines of this rank's log (ZCC_DEBUG_FILE, set by the runner) that say
+   an allreduce ran in place on shared host memory. */
+static char log_dir[64];
+
+static int direct_runs(void) {
+  char path[128], line[1024];
+  snprintf(path, sizeof(path), "%s/hostmem.%d.log", log_dir, (int)getpid());
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  int n = 0;
+  while (fgets(line, sizeof(line), f))
+    if (strstr(line, "in place on shared host memory")) n++;
+  fclose(f);
+  return n;
+}
+
+static float fin(int r, size_t i, int round) {
+  return (float)((int)((i * 7 + (size_t)r * 13 + (size_t)round * 5) % 61) - 30);
+}
+static int64_t iin(int r, size_t i, int round) {
+  return (int64_t)((i * 2654435761u + (size_t)r * 977 + (size_t)round) % 100003) -
+         50000 + ((int64_t)r << 40);
+}
+
+typedef struct {
+  zccDataType_t type;
+  zccRedOp_t op;
+  const char *name;
+} case_t;
+
+static const case_t cases[] = {
+    {zccFloat32, zccSum, "float sum"}, {zccFloat32, zccMax, "float max"},
+    {zccFloat32, zccMin, "float min"}, {zccFloat32, zccAvg, "float avg"},
+    {zccInt64, zccSum, "int64 sum"},
+};
+
+static float fcomb(zccRedOp_t op, float a, float b) {
+  return op == zccMax ? (a > b ? a : b) : op == zccMin ? (a < b ? a : b) : a + b;
+}
+
+/* One allreduce of `bytes` (rounded down to whole elements): fill, poison,
+   call, check. Returns the wrong elements (1 for a failed call). */
+static long one_call(zccComm_t comm, int r, int n, const case_t *c, char *sb, char *rb,
+                     size_t bytes, int inplace, int round) {
+  size_t ts = c->type == zccInt64 ? 8 : 4, count = bytes / ts;
+  char *sp = inplace ? rb : sb;
+  memset(rb, 0x7b, count * ts); /* poison */
+  for (size_t i = 0; i < count; i++) {
+    if (c->type == zccInt64) {
+      int64_t v = iin(r, i, round);
+      memcpy(sp + i * 8, &v, 8);
+    } else {
+      float v = fin(r, i, round);
+      memcpy(sp + i * 4, &v, 4);
+    }
+  }
+  zccResult_t rc = zccAllReduce(sp, rb, count, c->type, c->op, comm, NULL);
+  if (rc != zccSuccess) {
+    zt_fail("rank %d: %s of %zu B %s: %s: %s", r, c->name, bytes,
+            inplace ? "in place" : "out of place", zt_rc_name(rc), zccGetLastError(comm));
+    return 1;
+  }
+  long wrong = 0;
+  for (size_t i = 0; i < count && !wrong; i++) {
+    if (c->type == zccInt64) {
+      int64_t want = 0, got;
+      for (int q = 0; q < n; q++) want += iin(q, i, round);
+      memcpy(&got, rb + i * 8, 8);
+      if (got != want) {
+        zt_fail("rank %d: %s of %zu B %s round %d: element %zu is %lld, expected %lld", r,
+                c->name, bytes, inplace ? "in place" : "out of place", round, i,
+                (long long)got, (long long)want);
+        wrong++;
+      }
+    } else {
+      float want = fin(0, i, round), got;
+      for (int q = 1; q < n; q++) want = fcomb(c->op, want, fin(q, i, round));
+      if (c->op == zccAvg) want = want / (float)n;
+      memcpy(&got, rb + i * 4, 4);
+      if (got != want) {
+        zt_fail("rank %d: %s of %zu B %s round %d: element %zu is %g, expected %g", r,
+                c->name, bytes, inplace ? "in place" : "out of place", round, i,
+                (double)got, (double)want);
+        wrong++;
+      }
+    }
+  }
+  return wrong;
+}
+
+static int sync_ranks(int rank, int nranks) {
+  if (zt_barrier_wait(&sh->bar, nranks, 60) == 0) return 0;
+  zt_fail("rank %d: barrier timed out", rank);
+  return -1;
+}
+
+static void bad_input(void) {
+  void *p = NULL;
+  ZT_EXPECT_RC(zccInvalidArgument, zccMemHostAlloc(NULL, 4096));
+  ZT_EXPECT_RC(zccInvalidArgument, zccMemHostAlloc(&p, 0));
+  ZT_CHECK(p == NULL, "zccMemHostAlloc(size 0) wrote the pointer");
+  ZT_EXPECT_RC(zccInvalidArgument, zccMemHostAlloc(&p, SIZE_MAX - 10));
+  ZT_EXPECT_RC(zccInvalidArgument, zccMemHostFree(NULL));
+  char *m = malloc(64);
+  ZT_EXPECT_RC(zccInvalidArgument, zccMemHostFree(m));
+  free(m);
+  if (ZT_EXPECT_RC(zccSuccess, zccMemHostAlloc(&p, 100))) {
+    memset(p, 1, 4096); /* a whole page: the size is rounded up */
+    ZT_EXPECT_RC(zccInvalidArgument, zccMemHostFree((char *)p + 8));
+    ZT_EXPECT_RC(zccSuccess, zccMemHostFree(p));
+    ZT_EXPECT_RC(zccInvalidArgument, zccMemHostFree(p)); /* twice */
+  }
+  ZT_CHECK(mapped_regions() == 0, "regions still mapped after zccMemHostFree: %d",
+           mapped_regions());
+}
+
+static int rank_main(int rank, int nranks, const zccUniqueId *id, void *arg) {
+  int mode = *(int *)arg;
+  zccComm_t comm;
+  zccResult_t rc = zt_comm_init_host(&comm, nranks, id, rank);
+  if (rc != zccSuccess) {
+    zt_fail("rank %d: init: %s", rank, zt_rc_name(rc));
+    return 1;
+  }
+  int shared = !(mode == MODE_ONE_MALLOC && rank == nranks - 1);
+  char *sregion = NULL, *rregion = NULL;
+  size_t region = BIG + 8192;
+  if (shared) {
+    if (!ZT_EXPECT_RC(zccSuccess, zccMemHostAlloc((void **)&sregion, region)) ||
+        !ZT_EXPECT_RC(zccSuccess, zccMemHostAlloc((void **)&rregion, region)))
+      return 1;
+  } else {
+    sregion = malloc(region);
+    rregion = malloc(region);
+  }
+  /* Not at the regions' starts: the offsets travel too. */
+  char *sb = sregion + 4096 + 8, *rb = rregion + 8;
+  if (mode == MODE_DEATH) {
+    if (rank == nranks - 1) _exit(0); /* gone before the call */
+    double t0 = zt_now();
+    zccResult_t got = zccAllReduce(sb, rb, (1u << 20) / 4, zccFloat32, zccSum, comm, NULL);
+    ZT_CHECK(got != zccSuccess && zt_now() - t0 < 60,
+             "rank %d: allreduce with a dead peer returned %s after %.1f s", rank,
+             zt_rc_name(got), zt_now() - t0);
+    zccCommAbort(comm);
+    return 0;
+  }
+  long wrong = 0;
+  int calls = 0;
+  static const size_t sizes[] = {1u << 20, (1u << 20) + 12, BIG};
+  for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++)
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++)
+      for (int inplace = 0; inplace < 2; inplace++)
+        for (int round = 0; round < 2; round++) { /* the second runs the kept plan */
+          wrong += one_call(comm, rank, nranks, &cases[ci], sb, rb, sizes[si], inplace,
+                            round + (int)ci);
+          calls++;
+        }
+  ZT_CHECK(!wrong, "rank %d: %s: %ld wrong results", rank, mode_names[mode], wrong);
+  int runs = direct_runs();
+  ZT_CHECK(runs == (mode == MODE_DIRECT ? calls : 0),
+           "rank %d: %s: %d of %d allreduces ran in place on shared host memory", rank,
+           mode_names[mode], runs, calls);
+  /* Peers' regions mapped here only when the direct path ran. */
+  int maps = mapped_regions(), own = shared ? 2 : 0;
+  int want = mode == MODE_DIRECT ? own + 2 * (nranks - 1) : own;
+  ZT_CHECK(maps == want, "rank %d: %s: %d zccMemHostAlloc regions mapped, expected %d", rank,
+           mode_names[mode], maps, want);
+  if (mode == MODE_DIRECT) {
+    /* New regions in place of the old ones: the peers map the new pages. */
+    if (sync_ranks(rank, nranks)) return 1;
+    ZT_EXPECT_RC(zccSuccess, zccMemHostFree(sregion));
+    ZT_EXPECT_RC(zccSuccess, zccMemHostFree(rregion));
+    if (!ZT_EXPECT_RC(zccSuccess, zccMemHostAlloc((void **)&sregion, region)) ||
+        !ZT_EXPECT_RC(zccSuccess, zccMemHostAlloc((void **)&rregion, region)))
+      return 1;
+    sb = sregion + 8;
+    rb = rregion + 4096;
+    wrong = 0;
+    for (int round = 0; round < 2; round++)
+      wrong += one_call(comm, rank, nranks, &cases[0], sb, rb, sizes[1], round, 20 + round);
+    ZT_CHECK(!wrong, "rank %d: new regions: %ld wrong results", rank, wrong);
+    ZT_CHECK(direct_runs() == calls + 2, "rank %d: new regions: %d of %d allreduces in place",
+             rank, direct_runs() - calls, 2);
+  }
+  if (sync_ranks(rank, nranks)) return 1;
+  ZT_EXPECT_RC(zccSuccess, zccCommDestroy(comm));
+  char path[128];
+  snprintf(path, sizeof(path), "%s/hostmem.%d.log", log_dir, (int)getpid());
+  unlink(path);
+  if (shared) {
+    ZT_EXPECT_RC(zccSuccess, zccMemHostFree(sregion));
+    ZT_EXPECT_RC(zccSuccess, zccMemHostFree(rregion));
+    /* The communicator unmapped its peers' regions when it was destroyed. */
+    ZT_CHECK(mapped_regions() == 0, "rank %d: %d regions mapped after destroy and free", rank,
+             mapped_regions());
+  } else {
+    free(sregion);
+    free(rregion);
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  zt_setup("test_hostmem");
+  sh = zt_shared_alloc(sizeof(*sh));
+  int quick = zt_quick(argc, argv);
+  for (int mode = 0; mode < MODE_NUM; mode++)
+    for (int n = 2; n <= MAXN; n++) {
+      if (quick && n == 3 && mode != MODE_DIRECT) continue;
+      memset(sh, 0, sizeof(*sh));
+      printf("test_hostmem: --- %d ranks, %s\n", n, mode_names[mode]);
+      fflush(NULL);
+      /* A runner per set: zcc reads its parameters once per process. */
+      pid_t pid = fork();
+      if (pid == 0) {
+        setenv("ZCC_HOSTMEM_DIRECT", mode == MODE_DISABLED ? "0" : "1", 1);
+        snprintf(log_dir, sizeof(log_dir), "/tmp/zcc-hostmem-XXXXXX");
+        if (!mkdtemp(log_dir)) _exit(1);
+        char pattern[128];
+        snprintf(pattern, sizeof(pattern), "%s/hostmem.%%p.log", log_dir);
+        setenv("ZCC_DEBUG", "INFO", 1);
+        setenv("ZCC_DEBUG_SUBSYS", "COLL", 1);
+        setenv("ZCC_DEBUG_FILE", pattern, 1);
+        if (mode == MODE_DEATH) setenv("ZCC_TIMEOUT", "20000", 1);
+        zt_group_t g;
+        zccUniqueId id;
+        if (zt_spawn(&g, n, rank_main, &mode) == 0) {
+          if (zt_expect_rc(zccSuccess, zccGetUniqueId(&id), "zccGetUniqueId", __FILE__,
+                           __LINE__))
+            zt_release(&g, &id);
+          zt_wait_all(&g, 240, mode_names[mode]);
+        }
+        char cmd[128]; /* what the ranks left: the dead rank's log */
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", log_dir);
+        if (system(cmd) != 0) zt_log("could not remove %s", log_dir);
+        fflush(NULL);
+        _exit(0); /* the counts are shared: main's zt_finish reports them */
+      }
+      int st = 0;
+      if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        zt_fail("%d ranks, %s: runner ended with status 0x%x", n, mode_names[mode], st);
+    }
+  bad_input(); /* last: zcc's parameters and log are read once per process */
+  return zt_finish();
+}
