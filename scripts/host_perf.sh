@@ -3,8 +3,10 @@
 # versions, the memory-bandwidth ceiling (membw on both cores), and zcc's
 # allreduce beside Open MPI's and gloo's (tools/compare_mpi.sh --gloo, gloo
 # when /usr/bin/python3 has torch), float32 sum, 8 B to 256 MiB, for each
-# rank count of HOST_PERF_NP (default "2 4 8"). Builds build/ first if
-# needed. Run it on a quiet machine.
+# rank count of HOST_PERF_NP (default "2 4 8"); then, from 1 MiB, zcc with
+# its buffers from zccMemHostAlloc (compare_mpi.sh --hostmem: the allreduce
+# runs in place on them) beside Open MPI again (HOST_PERF_HOSTMEM=0 leaves
+# this out). Builds build/ first if needed. Run it on a quiet machine.
 # Usage: scripts/host_perf.sh [BUILD_DIR]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -38,4 +40,9 @@ for np in ${HOST_PERF_NP:-2 4 8}; do
   iters=50
   [ "$np" -gt 2 ] && iters=20 # oversubscribed: every library is slow at 256 MiB
   "$build/tools/compare_mpi.sh" -B "$build/tools" -np "$np" -b 8 -e 256M -f 2 -n $iters -w 5 $gloo
+  if [ "${HOST_PERF_HOSTMEM:-1}" = 1 ]; then
+    echo
+    echo "## allreduce, $np ranks, float32 sum, zcc's buffers from zccMemHostAlloc (compare_mpi.sh --hostmem)"
+    "$build/tools/compare_mpi.sh" -B "$build/tools" -np "$np" -b 1M -e 256M -f 2 -n $iters -w 5 --hostmem
+  fi
 done

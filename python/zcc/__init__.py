@@ -13,7 +13,7 @@ from ._lib import (ZccError, UniqueId, Config, LIB_PATH, VERSION_CODE,
                    RESULT_NAMES, library_search_path)
 from ._comm import (Communicator, RedOp, DataType, DeviceType, HAVE_MPI,
                     get_unique_id, group, group_start, group_end, version, params,
-                    mem_alloc, mem_free, dtype_of, supported_dtypes)
+                    mem_alloc, mem_free, host_tensor, dtype_of, supported_dtypes)
 
 __version__ = "%d.%d.%d" % version()
 
@@ -21,5 +21,5 @@ __all__ = [
     "ZccError", "UniqueId", "Config", "LIB_PATH", "VERSION_CODE", "RESULT_NAMES",
     "library_search_path", "Communicator", "RedOp", "DataType", "DeviceType",
     "HAVE_MPI", "get_unique_id", "group", "group_start", "group_end", "version",
-    "params", "mem_alloc", "mem_free", "dtype_of", "supported_dtypes",
+    "params", "mem_alloc", "mem_free", "host_tensor", "dtype_of", "supported_dtypes",
 ]

@@ -28,7 +28,7 @@ from ._lib import (ZccError, UniqueId, Config, check, error,
 __all__ = [
     "Communicator", "RedOp", "DataType", "DeviceType", "get_unique_id",
     "group", "group_start", "group_end", "version", "params", "mem_alloc",
-    "mem_free", "dtype_of", "supported_dtypes", "HAVE_MPI",
+    "mem_free", "host_tensor", "dtype_of", "supported_dtypes", "HAVE_MPI",
 ]
 
 
@@ -247,6 +247,48 @@ def mem_alloc(nbytes):
 
 def mem_free(ptr):
     check(_lib.zccMemFree(ptr), "zccMemFree")
+
+
+def host_tensor(shape, dtype=None):
+    """A CPU tensor (zeroed) in zccMemHostAlloc memory: a host communicator's
+    allreduce of 1 MiB or more on such tensors on every rank runs in place,
+    reading the peers' inputs and writing their outputs with no staging
+    copy. The memory is freed when the last tensor viewing it is gone."""
+    import torch
+    dtype = dtype or torch.float32
+    if isinstance(shape, int):
+        shape = (shape,)
+    shape = tuple(int(s) for s in shape)
+    if any(s < 0 for s in shape):
+        raise ValueError("host_tensor: negative size in %r" % (shape,))
+    numel = 1
+    for s in shape:
+        numel *= s
+    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    p = ctypes.c_void_p()
+    check(_lib.zccMemHostAlloc(ctypes.byref(p), max(nbytes, 1)), "zccMemHostAlloc")
+    # The block as a ctypes array that owns it (freed with the array);
+    # frombuffer keeps the array alive as long as the tensor and its views.
+    buf = (ctypes.c_uint8 * max(nbytes, 1)).from_address(p.value)
+    buf._zcc_block = _HostBlock(p.value)
+    t = torch.frombuffer(buf, dtype=torch.uint8, count=nbytes) if nbytes else \
+        torch.empty(0, dtype=torch.uint8)
+    if not nbytes:
+        del buf  # nothing views it: free the block now
+    return t.view(dtype).view(shape)
+
+
+class _HostBlock:
+    """Frees a zccMemHostAlloc block when the last reference goes."""
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+    def __del__(self):
+        try:
+            _lib.zccMemHostFree(self.ptr)
+        except Exception:  # interpreter shutdown: the process frees it
+            pass
 
 
 HAVE_MPI = importlib.util.find_spec("mpi4py") is not None

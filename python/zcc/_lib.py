@@ -172,6 +172,8 @@ _SIGNATURES = {
     "zccCommDeregister": [_comm_t, c_void_p],
     "zccMemAlloc": [POINTER(c_void_p), c_size_t],
     "zccMemFree": [c_void_p],
+    "zccMemHostAlloc": [POINTER(c_void_p), c_size_t],
+    "zccMemHostFree": [c_void_p],
     # sendbuff, recvbuff, count, datatype, op, comm, stream
     "zccAllReduce": [c_void_p, c_void_p, c_size_t, c_int, c_int, _comm_t, _stream_t],
     # sendbuff, recvbuff, count, datatype, root, comm, stream

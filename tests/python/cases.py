@@ -559,6 +559,33 @@ def comm_register(ctx):
     return t
 
 
+def _hostmem_maps():
+    with open("/proc/self/maps") as f:
+        return sum("memfd:zcc-hostmem" in line for line in f)
+
+
+def hostmem_all_reduce(ctx, numel):
+    """Allreduce on zcc.host_tensor inputs and outputs, through the
+    Communicator (out of place and in place) and through the torch backend:
+    the results, and how many zccMemHostAlloc regions this process maps
+    before and after (its own two and three, then its peers' too)."""
+    import zcc
+    c, rank = ctx["comm"], ctx["rank"]
+    before = _hostmem_maps()
+    src, dst, inplace = (zcc.host_tensor(numel) for _ in range(3))
+    src.copy_(make(rank, numel, "float32"))
+    dst.fill_(-7.0)  # poison
+    inplace.copy_(make(rank, numel, "float32", salt=1))
+    own = _hostmem_maps()
+    c.all_reduce(src, out=dst)
+    c.all_reduce(inplace)
+    backend = zcc.host_tensor(numel)
+    backend.copy_(make(rank, numel, "float32", salt=2))
+    dist.all_reduce(backend)
+    return {"out": dst.clone(), "inplace": inplace.clone(), "backend": backend.clone(),
+            "maps": (before, own, _hostmem_maps())}
+
+
 def hook_allreduce(ctx, numel):
     """allreduce_hook on a bucket-like object: the average over ranks."""
     import zcc.torch

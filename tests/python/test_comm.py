@@ -59,6 +59,33 @@ def test_register(pool2):
         assert torch.equal(t, torch.full((16,), 2.0))
 
 
+def test_host_tensor_allreduce_in_place(pool):
+    """zcc.host_tensor buffers on every rank: a 4 MiB + 4 B allreduce is
+    exact through the Communicator and the torch backend, and this process
+    maps its peers' regions afterwards (the direct path ran)."""
+    import cases
+    numel = (4 << 20) // 4 + 1
+    res = pool.run("hostmem_all_reduce", numel)
+    n = pool.size
+    want = {k: cases.reference([cases.make(r, numel, "float32", salt=s) for r in range(n)],
+                               "sum", "float32")
+            for k, s in (("out", 0), ("inplace", 1), ("backend", 2))}
+    for rank, r in enumerate(res):
+        for k in want:
+            assert torch.equal(r[k], want[k]), (rank, k)
+        before, own, after = r["maps"]
+        assert own == before + 3, r["maps"]
+        # then the backend's tensor, and of each peer: the source and the
+        # output, the in-place tensor, the backend's tensor
+        assert after == own + 1 + 4 * (n - 1), r["maps"]
+
+
+def test_host_tensor_bad_shape():
+    import zcc
+    with pytest.raises(ValueError):
+        zcc.host_tensor((2, -1))
+
+
 def test_hook_averages(pool):
     n = pool.size
     res = pool.run("hook_allreduce", 1000)
