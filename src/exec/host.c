@@ -111,12 +111,22 @@ zccResult_t zcc_hostmem_step(zcc_plan_t *p, int step, int *jump) {
     size_t off = base * (size_t)r + ((size_t)r < rem ? (size_t)r : rem);
     size_t cnt = base + ((size_t)r < rem ? 1 : 0);
     size_t piece = ZCC_HOSTMEM_PIECE / ts;
+    int nt = h->nt;
+    for (int k = 0; k < n && nt; k++) {
+      const char *s = h->peer_send[k], *o = h->peer_recv[k];
+      if (s < o + bytes && o < s + bytes) nt = 0;
+    }
     ZCC_INFO(COLL, "allreduce of %zu bytes on comm %s: in place on shared host memory",
              bytes, comm->name);
     for (size_t i = 0; i < cnt; i += piece) {
       size_t c = cnt - i < piece ? cnt - i : piece;
       size_t at = (off + i) * ts;
       char *own = h->peer_recv[r] + at;
+      if (nt) { /* 2 ranks: both outputs in one pass, past the cache */
+        zcc_reduce2_nt(own, h->peer_recv[1 - r] + at, h->peer_send[0] + at,
+                       h->peer_send[1] + at, c, p->type, p->op);
+        continue;
+      }
       char *dst = h->use_scratch ? h->scratch : own;
       /* Rank order, as every other allreduce path of a rank's segment. */
       zcc_reduce(dst, h->peer_send[0] + at, h->peer_send[1] + at, c, p->type, p->op);

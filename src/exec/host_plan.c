@@ -361,6 +361,10 @@ ZCC_PARAM_INT(hostmem_direct, "HOSTMEM_DIRECT", 1,
               "host allreduce on zccMemHostAlloc buffers: 1 reads the peers' inputs and "
               "writes their outputs in place when every rank's buffers are there; 0 stages "
               "through shared memory always (set alike on every rank)");
+ZCC_PARAM_INT(hostmem_nt_bytes, "HOSTMEM_NT_BYTES", 2097152,
+              "host allreduce in place on zccMemHostAlloc buffers, 2 ranks: from this "
+              "size up the reduction writes both outputs with streaming stores (they "
+              "bypass the cache; -1: never)");
 ZCC_PARAM_INT(hostmem_min_bytes, "HOSTMEM_MIN_BYTES", 1048576,
               "host allreduce: from this size up the ranks first tell each other whether "
               "their buffers are zccMemHostAlloc memory (one small message each way; set "
@@ -432,6 +436,8 @@ static zccResult_t plan_allreduce_hostmem(zcc_plan_t *p, const char *sb, char *r
   /* In place, rank r >= 2 would overwrite its own input before reading it
      (the sum starts with ranks 0 and 1): it sums into a scratch piece. */
   h->use_scratch = r >= 2 && ranges_overlap(sb, bytes, rb, bytes);
+  int64_t nt = zcc_param_hostmem_nt_bytes();
+  h->nt = n == 2 && p->op != zccAvg && nt >= 0 && bytes >= (size_t)nt;
   if (h->use_scratch && !h->scratch) {
     h->scratch = malloc(ZCC_HOSTMEM_PIECE);
     if (!h->scratch)

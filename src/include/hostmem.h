@@ -64,6 +64,10 @@ typedef struct zcc_hostmem_op {
   char *scratch;              /* one piece (allocated once, kept) */
   int use_scratch;            /* the own output is the own input and the reduction
                                  order would overwrite it first: sum in scratch */
+  int nt;                     /* 2 ranks, large, not avg: one pass that writes both
+                                 outputs with streaming stores (zcc_reduce2_nt) when
+                                 neither rank runs in place (an output that is the
+                                 input is in the cache already: plain stores) */
   int staged_at;              /* item index where the staged (ring) steps start */
   int direct_at;              /* item index where the direct steps start */
 } zcc_hostmem_op_t;

@@ -49,6 +49,15 @@ void zcc_reduce(void *dst, const void *a, const void *b, size_t count,
 void zcc_reduce2(void *dst, void *dst2, const void *a, const void *b,
                  size_t count, zccDataType_t type, zccRedOp_t op);
 
+/*
+ * zcc_reduce2 whose outputs are written with streaming (non-temporal)
+ * stores where they are 16-byte aligned (x86; elsewhere plain stores), then
+ * a store fence: for outputs no one reads before the call returns, in
+ * memory larger than the caches. dst may alias a or b, as in zcc_reduce.
+ */
+void zcc_reduce2_nt(void *dst, void *dst2, const void *a, const void *b,
+                    size_t count, zccDataType_t type, zccRedOp_t op);
+
 /* dst[i] = src[i] / nranks as described above; dst may alias src. */
 void zcc_reduce_finish_avg(void *dst, const void *src, size_t count,
                            zccDataType_t type, int nranks);

@@ -270,7 +270,26 @@ ZR_AVX2 ZR_INLINE void st_h_avx2(void *out, const float *in, size_t n) {
 /* ---- kernel bodies ---- */
 
 typedef void (*zr_kernel_fn)(void *dst, void *dst2, const void *a,
-                             const void *b, size_t n);
+                             const void *b, size_t n, int nt);
+
+/*
+ * One block of results (ZR_BLOCK_BYTES, in r) to dst. nt: with streaming
+ * stores where dst is 16-byte aligned, which write the lines without
+ * reading them first and leave them out of the cache (for outputs nobody
+ * reads before the call returns; zcc_reduce2_nt).
+ */
+ZR_INLINE void zr_store_block(void *dst, const void *r, int nt) {
+#if ZR_HAVE_X86
+  if (nt && ((uintptr_t)dst & 15) == 0) {
+    for (size_t i = 0; i < ZR_BLOCK_BYTES; i += 16)
+      _mm_stream_si128((__m128i *)((char *)dst + i),
+                       _mm_loadu_si128((const __m128i *)((const char *)r + i)));
+    return;
+  }
+#endif
+  (void)nt;
+  memcpy(dst, r, ZR_BLOCK_BYTES);
+}
 typedef void (*zr_avg_fn)(void *dst, const void *src, size_t n, int nranks);
 
 /*
@@ -291,9 +310,16 @@ typedef void (*zr_avg_fn)(void *dst, const void *src, size_t n, int nranks);
         T u = pa[i], v = pb[i];                                               \
         r[i] = (T)(EXPR);                                                     \
       }                                                                       \
-      for (size_t i = 0; i < B; i++) pd[i] = r[i];                            \
+      if (nt) {                                                               \
+        zr_store_block(pd, r, 1);                                             \
+      } else {                                                                \
+        for (size_t i = 0; i < B; i++) pd[i] = r[i];                          \
+      }                                                                       \
       if (pd2) {                                                              \
-        for (size_t i = 0; i < B; i++) pd2[i] = r[i];                         \
+        if (nt)                                                               \
+          zr_store_block(pd2, r, 1);                                          \
+        else                                                                  \
+          for (size_t i = 0; i < B; i++) pd2[i] = r[i];                       \
         pd2 += B;                                                             \
       }                                                                       \
       pa += B;                                                                \
@@ -328,6 +354,7 @@ typedef void (*zr_avg_fn)(void *dst, const void *src, size_t n, int nranks);
 /* Narrow floats: convert a block to fp32, combine, round back. */
 #define ZR_NARROW_BODY(ST, LD, STF, EXPR)                                     \
   {                                                                           \
+    (void)nt; /* narrow floats store as they convert */                       \
     enum { B = ZR_NARROW_BLOCK };                                             \
     unsigned char *pd = dst, *pd2 = dst2;                                     \
     const unsigned char *pa = a, *pb = b;                                     \
@@ -473,7 +500,7 @@ typedef void (*zr_avg_fn)(void *dst, const void *src, size_t n, int nranks);
   X(avg_e5, uint8_t, e5)
 
 #define ZR_KARGS                                                              \
-  (void *dst, void *dst2, const void *a, const void *b, size_t n)
+  (void *dst, void *dst2, const void *a, const void *b, size_t n, int nt)
 #define ZR_AARGS (void *dst, const void *src, size_t n, int nranks)
 
 /* One build of every kernel: SUF names it, ATTR sets its target. */
@@ -571,19 +598,32 @@ static int use_avx2(void) {
 #endif
 }
 
-void zcc_reduce2(void *dst, void *dst2, const void *a, const void *b,
-                 size_t count, zccDataType_t type, zccRedOp_t op) {
+static void reduce2(void *dst, void *dst2, const void *a, const void *b, size_t count,
+                    zccDataType_t type, zccRedOp_t op, int nt) {
   /* Callers validate; an invalid type or op writes nothing. */
   if (count == 0 || (unsigned)type >= zccNumTypes || (unsigned)op >= zccNumOps)
     return;
 #if ZR_HAVE_X86
   if (use_avx2()) {
-    kernels_avx2[type][op](dst, dst2, a, b, count);
+    kernels_avx2[type][op](dst, dst2, a, b, count, nt);
     return;
   }
 #endif
   (void)use_avx2;
-  kernels_gen[type][op](dst, dst2, a, b, count);
+  kernels_gen[type][op](dst, dst2, a, b, count, nt);
+}
+
+void zcc_reduce2(void *dst, void *dst2, const void *a, const void *b,
+                 size_t count, zccDataType_t type, zccRedOp_t op) {
+  reduce2(dst, dst2, a, b, count, type, op, 0);
+}
+
+void zcc_reduce2_nt(void *dst, void *dst2, const void *a, const void *b,
+                    size_t count, zccDataType_t type, zccRedOp_t op) {
+  reduce2(dst, dst2, a, b, count, type, op, 1);
+#if ZR_HAVE_X86
+  _mm_sfence(); /* the streaming stores before any store that follows */
+#endif
 }
 
 void zcc_reduce(void *dst, const void *a, const void *b, size_t count,

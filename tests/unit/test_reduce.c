@@ -423,7 +423,8 @@ static const zccRedOp_t all_ops[] = {zccSum, zccProd, zccMax, zccMin, zccAvg};
 #define NTYPES (sizeof(all_types) / sizeof(all_types[0]))
 #define NOPS (sizeof(all_ops) / sizeof(all_ops[0]))
 
-/* alias: 0 out of place, 1 dst == a, 2 dst == b. */
+/* alias: 0 out of place, 1 dst == a, 2 dst == b. with_dst2: 0 zcc_reduce,
+   1 zcc_reduce2 (dst2 unaligned), 2 zcc_reduce2_nt (dst2 16-byte aligned). */
 static void run_case(zccDataType_t t, zccRedOp_t op, size_t count, size_t offa,
                      size_t offb, size_t offd, int alias, int with_dst2) {
   size_t size = zcc_type_size(t), bytes = count * size, pad = 16;
@@ -440,7 +441,8 @@ static void run_case(zccDataType_t t, zccRedOp_t op, size_t count, size_t offa,
   memset(Bm, 0xa5, bytes + 2 * pad);
   memset(D, 0xa5, bytes + 2 * pad);
   memset(D2, 0x5a, bytes + 2 * pad);
-  unsigned char *a = A + offa, *b = Bm + offb, *d = D + offd, *d2 = D2 + 3;
+  size_t off2 = with_dst2 == 2 ? 16 : 3;
+  unsigned char *a = A + offa, *b = Bm + offb, *d = D + offd, *d2 = D2 + off2;
   for (size_t i = 0; i < count; i++) {
     ea[i] = rand_elem(t);
     eb[i] = rand_elem(t);
@@ -449,7 +451,9 @@ static void run_case(zccDataType_t t, zccRedOp_t op, size_t count, size_t offa,
   }
   if (alias == 1) d = a;
   if (alias == 2) d = b;
-  if (with_dst2)
+  if (with_dst2 == 2)
+    zcc_reduce2_nt(d, d2, a, b, count, t, op);
+  else if (with_dst2)
     zcc_reduce2(d, d2, a, b, count, t, op);
   else
     zcc_reduce(d, a, b, count, t, op);
@@ -476,7 +480,7 @@ static void run_case(zccDataType_t t, zccRedOp_t op, size_t count, size_t offa,
       FAILF("%s %s count %zu: byte %zu past dst written\n", zcc_type_name(t),
             zcc_op_name(op), count, i - off - bytes);
   for (size_t i = 0; i < bytes + 2 * pad; i++) {
-    if (i >= 3 && i < 3 + bytes && with_dst2) continue;
+    if (i >= off2 && i < off2 + bytes && with_dst2) continue;
     if (D2[i] != 0x5a) FAILF("%s %s: dst2 written outside its range\n", zcc_type_name(t), zcc_op_name(op));
   }
   free(A);
@@ -500,6 +504,8 @@ static void matrix(void) {
         run_case(all_types[ti], all_ops[oi], c, 7, 2, 1, 0, 1);
         run_case(all_types[ti], all_ops[oi], c, 3, 6, 0, 1, 0);
         run_case(all_types[ti], all_ops[oi], c, 5, 1, 0, 2, 1);
+        run_case(all_types[ti], all_ops[oi], c, 0, 0, 0, 0, 2); /* both outputs aligned */
+        run_case(all_types[ti], all_ops[oi], c, 3, 0, 0, 1, 2); /* dst == a, unaligned */
       }
 }
 
