@@ -108,6 +108,8 @@ typedef struct shm_conn {
   uint64_t send_tail; /* slots posted */
   uint64_t send_head; /* the receiver's head as last read (reread when full) */
   uint64_t recv_head; /* slots finished reading */
+  size_t send_mapped, recv_mapped; /* bytes of every data slot whose pages are
+                                      mapped here, each way (populate_slots) */
   size_t recv_off; /* bytes consumed of the current receive slot */
   atomic_int *my_failed, *peer_failed;
   int32_t *my_code, *peer_code;
@@ -358,6 +360,35 @@ static int brief(const zcc_xfer_t *x, size_t n) {
   return x->done == 0 && n == x->bytes && n <= SHM_BRIEF_INLINE && x->sig && !is_p2p(x);
 }
 
+/*
+ * The first n bytes of every data slot of one direction mapped in at once
+ * (MADV_POPULATE_WRITE for the writer, _READ for the reader; contents are
+ * not touched), the first time a chunk that large goes through: otherwise
+ * the first nslots chunks of each new size each take page faults, and a
+ * short benchmark (20 iterations at 4 KiB on 4 ranks) reads 2x slower than
+ * the steady state. Kernels without it (before 5.14) fault as before.
+ */
+static void populate_slots(shm_conn_t *s, char *data, size_t *mapped, size_t n, int write) {
+  if (n <= *mapped) return;
+  long page = sysconf(_SC_PAGESIZE);
+  if (page <= 0) page = 4096;
+  n = (n + (size_t)page - 1) / (size_t)page * (size_t)page;
+  if (n > s->slot_size) n = s->slot_size;
+#if defined(MADV_POPULATE_WRITE) && defined(MADV_POPULATE_READ)
+  for (uint32_t i = 0; i < s->nslots; i++) {
+    uintptr_t from = (uintptr_t)(data + (size_t)i * s->slot_size + *mapped);
+    uintptr_t lo = from & ~((uintptr_t)page - 1);
+    uintptr_t hi = (uintptr_t)(data + (size_t)i * s->slot_size + n);
+    if (hi > lo)
+      (void)madvise((void *)lo, hi - lo, write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
+  }
+#else
+  (void)data;
+  (void)write;
+#endif
+  *mapped = n;
+}
+
 /* Where x's next chunk of n bytes goes, or NULL when the FIFO is full. */
 static char *send_slot(shm_conn_t *s, size_t n, const zcc_xfer_t *x) {
   if (s->send_tail - s->send_head >= s->nslots) {
@@ -367,6 +398,7 @@ static char *send_slot(shm_conn_t *s, size_t n, const zcc_xfer_t *x) {
   uint32_t idx = (uint32_t)(s->send_tail % s->nslots);
   if (brief(x, n)) return s->send->desc[idx].u.brief.inl;
   if (n <= SHM_INLINE) return s->send->desc[idx].u.full.inl;
+  populate_slots(s, s->send_data, &s->send_mapped, n, 1);
   return s->send_data + (size_t)idx * s->slot_size;
 }
 
@@ -435,6 +467,8 @@ static zccResult_t shm_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
                        "rank %d began a new transfer inside one of %zu bytes (sizes differ "
                        "between the ranks)", conn->peer, x->bytes);
     }
+    if (d->first != SHM_BRIEF && d->size > SHM_INLINE)
+      populate_slots(s, s->recv_data, &s->recv_mapped, d->size, 0);
     const char *slot = (d->first == SHM_BRIEF    ? d->u.brief.inl
                         : d->size <= SHM_INLINE ? d->u.full.inl
                                                 : s->recv_data + (size_t)idx * s->slot_size) +
