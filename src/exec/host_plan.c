@@ -410,6 +410,19 @@ void zcc_hostmem_op_free(zcc_hostmem_op_t *h) {
   free(h);
 }
 
+/* One batch: `bytes` from mine to every peer, each peer's into theirs[peer]. */
+static zccResult_t exchange_all(zcc_plan_t *p, const void *mine, void *theirs, size_t bytes) {
+  int n = p->comm->nranks, r = p->comm->rank;
+  ZCC_CHECK(batch_begin(p));
+  for (int k = 1; k < n; k++) {
+    int peer = mod(r + k, n);
+    ZCC_CHECK(send_to(p, peer, mine, bytes));
+    ZCC_CHECK(recv_from(p, peer, (char *)theirs + (size_t)peer * bytes, NULL, bytes));
+  }
+  batch_end(p);
+  return zccSuccess;
+}
+
 static zccResult_t hostmem_item(zcc_plan_t *p, int step) {
   zcc_item_t it = {.kind = ZCC_ITEM_HOSTMEM, .n = (size_t)step};
   return add_item(p, it);
@@ -445,21 +458,9 @@ static zccResult_t plan_allreduce_hostmem(zcc_plan_t *p, const char *sb, char *r
                        ZCC_HOSTMEM_PIECE);
   }
   ZCC_CHECK(hostmem_item(p, ZCC_HOSTMEM_PREP));
-  ZCC_CHECK(batch_begin(p));
-  for (int k = 1; k < n; k++) {
-    int peer = mod(r + k, n);
-    ZCC_CHECK(send_to(p, peer, &h->mine, sizeof(h->mine)));
-    ZCC_CHECK(recv_from(p, peer, &h->theirs[peer], NULL, sizeof(h->mine)));
-  }
-  batch_end(p);
+  ZCC_CHECK(exchange_all(p, &h->mine, h->theirs, sizeof(h->mine)));
   ZCC_CHECK(hostmem_item(p, ZCC_HOSTMEM_MAP));
-  ZCC_CHECK(batch_begin(p));
-  for (int k = 1; k < n; k++) {
-    int peer = mod(r + k, n);
-    ZCC_CHECK(send_to(p, peer, &h->ok_mine, sizeof(h->ok_mine)));
-    ZCC_CHECK(recv_from(p, peer, &h->ok_theirs[peer], NULL, sizeof(h->ok_mine)));
-  }
-  batch_end(p);
+  ZCC_CHECK(exchange_all(p, &h->ok_mine, h->ok_theirs, sizeof(h->ok_mine)));
   ZCC_CHECK(hostmem_item(p, ZCC_HOSTMEM_DECIDE));
   h->staged_at = p->nitems;
   ZCC_CHECK(plan_allreduce_staged(p, sb, rb, count));
@@ -468,13 +469,7 @@ static zccResult_t plan_allreduce_hostmem(zcc_plan_t *p, const char *sb, char *r
   ZCC_CHECK(add_item(p, it));
   h->direct_at = p->nitems;
   ZCC_CHECK(hostmem_item(p, ZCC_HOSTMEM_REDUCE));
-  ZCC_CHECK(batch_begin(p));
-  for (int k = 1; k < n; k++) {
-    int peer = mod(r + k, n);
-    ZCC_CHECK(send_to(p, peer, &h->bar_mine, sizeof(h->bar_mine)));
-    ZCC_CHECK(recv_from(p, peer, &h->bar_theirs[peer], NULL, sizeof(h->bar_mine)));
-  }
-  batch_end(p);
+  ZCC_CHECK(exchange_all(p, &h->bar_mine, h->bar_theirs, sizeof(h->bar_mine)));
   p->items[jump].n = (size_t)p->nitems;
   return zccSuccess;
 }
