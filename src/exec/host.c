@@ -107,9 +107,7 @@ zccResult_t zcc_hostmem_step(zcc_plan_t *p, int step, int *jump) {
     return zccSuccess;
   }
   case ZCC_HOSTMEM_REDUCE: {
-    size_t count = h->count, base = count / (size_t)n, rem = count % (size_t)n;
-    size_t off = base * (size_t)r + ((size_t)r < rem ? (size_t)r : rem);
-    size_t cnt = base + ((size_t)r < rem ? 1 : 0);
+    size_t off = h->seg_off, cnt = h->seg_cnt;
     size_t piece = ZCC_HOSTMEM_PIECE / ts;
     int nt = h->nt;
     for (int k = 0; k < n && nt; k++) {

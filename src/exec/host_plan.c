@@ -446,6 +446,8 @@ static zccResult_t plan_allreduce_hostmem(zcc_plan_t *p, const char *sb, char *r
   h->sendbuf = sb;
   h->recvbuf = rb;
   h->count = count;
+  h->seg_off = seg_off(count, n, r);
+  h->seg_cnt = seg_cnt(count, n, r);
   /* In place, rank r >= 2 would overwrite its own input before reading it
      (the sum starts with ranks 0 and 1): it sums into a scratch piece. */
   h->use_scratch = r >= 2 && ranges_overlap(sb, bytes, rb, bytes);

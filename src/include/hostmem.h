@@ -61,6 +61,7 @@ typedef struct zcc_hostmem_op {
   const void *sendbuf;
   void *recvbuf;
   size_t count;
+  size_t seg_off, seg_cnt;    /* this rank's segment of the count (elements) */
   char *scratch;              /* one piece (allocated once, kept) */
   int use_scratch;            /* the own output is the own input and the reduction
                                  order would overwrite it first: sum in scratch */
