@@ -476,6 +476,13 @@ static zccResult_t plan_allreduce_hostmem(zcc_plan_t *p, const char *sb, char *r
   return zccSuccess;
 }
 
+/* For the plan's log line (read only when it is logged). */
+static int has_hostmem_steps(const zcc_plan_t *p) {
+  for (int i = 0; i < p->nitems; i++)
+    if (p->items[i].kind == ZCC_ITEM_HOSTMEM) return 1;
+  return 0;
+}
+
 static zccResult_t plan_allreduce(zcc_plan_t *p, const char *sb, char *rb, size_t count) {
   size_t bytes = count * zcc_type_size(p->type);
   if (p->comm->nranks == 1) return local_copy(p, rb, sb, bytes);
@@ -736,13 +743,11 @@ zccResult_t zcc_plan_coll(struct zccComm *comm, const zcc_coll_args_t *a, zcc_pl
   default: res = zcc_error(zccInternalError, "plan: collective %d has no planner", a->coll);
   }
   if (res != zccSuccess) goto fail;
-  int hostmem = 0;
-  for (int i = 0; i < p->nitems && !hostmem; i++) hostmem = p->items[i].kind == ZCC_ITEM_HOSTMEM;
   ZCC_INFO(COLL, "%s: %zu elements of %s (%s) on %d ranks via %s, %d steps, %s",
            zcc_coll_name(a->coll), a->count, zcc_type_name(a->type),
            a->scale ? "premulsum" : zcc_op_name(a->op),
            comm->nranks, zcc_algo_name(p->algo), p->nitems,
-           hostmem ? "in place where every rank's buffers are zccMemHostAlloc memory, else "
+           has_hostmem_steps(p) ? "in place where every rank's buffers are zccMemHostAlloc memory, else "
                      "staged through shm buffers"
                    : "staged through shm/socket buffers");
   p->key = *a;
