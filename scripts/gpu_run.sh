@@ -59,9 +59,11 @@
 #              log naming net; allreduce over it against host communicators over net/socket
 #   gate       the signature gate across two namespaces: mismatches GATE_ROUNDS (10) times
 #              with ZCC_GPU_SIG_GATE 0 and 1 (outputs untouched with it), and its cost on
-#              8 B..64 KiB allreduce across them (gate off/on alternated)
+#              8 B..64 KiB allreduce across them (gate off/on alternated; GATE_PERF=0: not;
+#              two processes time-sliced on the GPU: gnet-ns-mps measures it under MPS)
 #   gnet-ns    tests/net/gpu_hosts.sh: two network namespaces on the one GPU (carried ip)
-#   gnet-ns-mps its perf phase under an MPS server (two processes on one GPU at once)
+#   gnet-ns-mps its perf phase under an MPS server (two processes on one GPU at once), once per
+#              setting in GNET_MPS_ENVS (VAR=value ..., default ZCC_GPU_SIGBOARD=1)
 #   stamps     op stamps: GPU times (flight recorder, trace), a stuck kernel's ZCC_TIMEOUT, cost
 #   stamps-verify  colls on p2p and GPU shm, the 3-rank shm allgather sweep with graphs, 3 times
 #   measure-fit  the GPU link probe's fit: zcc_topo --measure-gpu and ZCC_TOPO_MEASURE=1, p2p and shm
@@ -469,13 +471,15 @@ for phase in "$@"; do
     mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
     if nvidia-cuda-mps-control -d; then
       note "gnet-ns-mps: MPS server started"
-      # GNET_MPS_SIGBOARD: ZCC_GPU_SIGBOARD values to run it with, in turn
-      # (the signature exchange's cost across the namespaces: "1 0 1 0")
+      # GNET_MPS_ENVS: settings (VAR=value, one per run) to run it with, in turn,
+      # e.g. the signature gate's cost across the namespaces:
+      # "ZCC_GPU_SIG_GATE=0 ZCC_GPU_SIG_GATE=1 ZCC_GPU_SIG_GATE=0 ZCC_GPU_SIG_GATE=1"
       k=0
-      for sb in ${GNET_MPS_SIGBOARD:-1}; do
+      for e in ${GNET_MPS_ENVS:-ZCC_GPU_SIGBOARD=1}; do
         k=$((k + 1))
-        run "gnet-ns-mps-sb$sb-$k" 600 env ZCC_GPU_SIGBOARD=$sb bash "$root/tests/net/gpu_hosts.sh" \
-          "$bin" "$carry/lib" "$OUT/gnet-ns-mps/sb$sb-$k" ${GNET_NS_PHASES:-perf}
+        tag=$(printf '%s' "$e" | tr -c 'A-Za-z0-9=\n' '_' | tr '=' '-')
+        run "gnet-ns-mps-$k-$tag" 600 env "$e" bash "$root/tests/net/gpu_hosts.sh" \
+          "$bin" "$carry/lib" "$OUT/gnet-ns-mps/$k-$tag" ${GNET_NS_PHASES:-perf}
       done
       echo quit | nvidia-cuda-mps-control
       tar czf "$OUT/gnet-ns-mps.tgz" -C "$OUT" gnet-ns-mps && rm -rf "$OUT/gnet-ns-mps"
@@ -493,7 +497,7 @@ for phase in "$@"; do
       run "gate-mismatch-$on" 900 env GPU_HOSTS_GATE=$on GPU_HOSTS_MISMATCH_ROUNDS=${GATE_ROUNDS:-10} \
         bash "$root/tests/net/gpu_hosts.sh" "$bin" "$carry/lib" "$OUT/gate-$on" mismatch
     done
-    for i in 1 2; do
+    for i in $([ "${GATE_PERF:-1}" = 1 ] && echo 1 2); do
       for on in 0 1; do
         run "gate-perf-$on-$i" 600 env ZCC_GPU_SIG_GATE=$on GPU_HOSTS_MAX=64K \
           GPU_HOSTS_ITERS=${GATE_ITERS:-500} bash "$root/tests/net/gpu_hosts.sh" "$bin" \
