@@ -21,6 +21,8 @@
 #              ddp-trace.tgz
 #   perf       allreduce_perf -g 2 8 B..PERF_MAX (default 8G) --compare nccl, eager and -G 20
 #   perf-small allreduce -g 2 8 B..1 MiB --compare nccl, eager and -G 20
+#   ab         the carried build against .abcarry/libzcc-NAME.so.gz (other builds' libzcc.so.0),
+#              alternated: 2 ranks on the GPU, 8 B..AB_MAX (64K), graphs and eager
 #   push-sweep the push allreduce at ZCC_GPU_PUSH_BLOCKS in PUSH_BLOCKS (16 32 64 128), -G 10
 #   share-push-sweep the push allreduce's block count with 2 ranks sharing the GPU (p2p), on
 #              device and pinned host buffers (--buffers), 2 MiB..SHARE_MAX (default 256M)
@@ -239,6 +241,30 @@ for phase in "$@"; do
     e=${PERF_MAX:-8G}
     run allreduce-eager 900 "$bin/allreduce_perf" -b 8 -e $e -f 2 -g 2 -w 5 -n 20 -c 1 --compare nccl
     run allreduce-graph 900 "$bin/allreduce_perf" -b 8 -e $e -f 2 -g 2 -w 5 -c 0 -G 20 --compare nccl
+    ;;
+  ab)
+    # A/B of the carried build against other builds in one call: each
+    # .abcarry/libzcc-NAME.so.gz (another commit's libzcc.so.0, gzipped) and
+    # this carry's own ("carry"), alternated AB_ROUNDS (3) times: 2 ranks on
+    # the GPU, allreduce 8 B..AB_MAX (64K), in graphs (2000 replays) and
+    # eagerly (2000 iterations), out of place and in place, no checks.
+    libs=(carry)
+    for g in "$root"/.abcarry/libzcc-*.so.gz; do
+      [ -f "$g" ] || continue
+      name=$(basename "$g" .so.gz); name=${name#libzcc-}
+      mkdir -p "$OUT/ab-lib/$name"
+      gunzip -c "$g" > "$OUT/ab-lib/$name/libzcc.so.0"
+      libs+=("$name")
+    done
+    for i in $(seq 1 ${AB_ROUNDS:-3}); do
+      for l in "${libs[@]}"; do
+        lp=$LD_LIBRARY_PATH; [ $l = carry ] || lp=$OUT/ab-lib/$l:$LD_LIBRARY_PATH
+        ar=("$bin/allreduce_perf" -g 2 --share-gpus 1 -b 8 -e ${AB_MAX:-64K} -f 4 -c 0)
+        run "ab-graph-$l-$i" 200 env LD_LIBRARY_PATH="$lp" "${ar[@]}" -w 20 -G 2000
+        run "ab-eager-$l-$i" 200 env LD_LIBRARY_PATH="$lp" "${ar[@]}" -w 200 -n 2000
+      done
+    done
+    rm -rf "$OUT/ab-lib"
     ;;
   perf-small)
     # 8 B..1 MiB, eager and in graphs (-n 20 operations per graph, 20 replays).
