@@ -32,7 +32,8 @@ static pthread_mutex_t regions_lock = PTHREAD_MUTEX_INITIALIZER;
 static region_t *regions;
 static uint64_t next_id = 1;
 
-zccResult_t zccMemHostAlloc(void **ptr, size_t size) {
+/* A region whose memfd is named `name` (what /proc/<pid>/maps shows). */
+static zccResult_t region_alloc(void **ptr, size_t size, const char *name) {
   if (!ptr) return zcc_error(zccInvalidArgument, "zccMemHostAlloc: ptr is NULL");
   if (size == 0) return zcc_error(zccInvalidArgument, "zccMemHostAlloc: size is 0");
   long page = sysconf(_SC_PAGESIZE);
@@ -42,7 +43,7 @@ zccResult_t zccMemHostAlloc(void **ptr, size_t size) {
   size_t bytes = (size + (size_t)page - 1) / (size_t)page * (size_t)page;
   region_t *r = calloc(1, sizeof(*r));
   if (!r) return zcc_error(zccSystemError, "zccMemHostAlloc: out of memory");
-  int fd = memfd_create("zcc-hostmem", MFD_CLOEXEC);
+  int fd = memfd_create(name, MFD_CLOEXEC);
   if (fd < 0) {
     free(r);
     return zcc_error(zccSystemError, "zccMemHostAlloc: memfd_create failed: %s",
@@ -77,6 +78,10 @@ zccResult_t zccMemHostAlloc(void **ptr, size_t size) {
            (unsigned long long)r->id);
   *ptr = base;
   return zccSuccess;
+}
+
+zccResult_t zccMemHostAlloc(void **ptr, size_t size) {
+  return region_alloc(ptr, size, "zcc-hostmem");
 }
 
 zccResult_t zccMemHostFree(void *ptr) {
@@ -142,6 +147,35 @@ static void unmap_entry(peer_map_t *m) {
   m->base = NULL;
 }
 
+/* The whole region a peer described, mapped here (NULL: cannot; the
+   reason is logged when warn is set). */
+static char *map_region(struct zccComm *comm, int peer, const zcc_hostmem_ref_t *ref, int warn) {
+  const zcc_peer_info_t *pi = &comm->peers[peer];
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pi->pid, (int)ref->fd);
+  const char *why = NULL;
+  char *base = NULL;
+  int fd = -1;
+  struct stat st;
+  if (pi->pidns != comm->peers[comm->rank].pidns || pi->host_hash != comm->peers[comm->rank].host_hash)
+    why = "the peer is in another pid namespace or on another host";
+  else if ((fd = open(path, O_RDWR | O_CLOEXEC)) < 0)
+    why = strerror(errno);
+  else if (fstat(fd, &st) != 0 || (uint64_t)st.st_ino != ref->ino ||
+           (uint64_t)st.st_size < ref->bytes)
+    why = "the file there is not the region the peer described";
+  else if ((base = mmap(NULL, ref->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
+           MAP_FAILED) {
+    base = NULL;
+    why = strerror(errno);
+  }
+  if (fd >= 0) close(fd);
+  if (!base && warn)
+    ZCC_WARN("comm %s: cannot map rank %d's zccMemHostAlloc memory (%s: %s); collectives "
+             "on it stay staged through shared memory", comm->name, peer, path, why);
+  return base;
+}
+
 char *zcc_hostmem_peer_ptr(struct zccComm *comm, int peer, const zcc_hostmem_ref_t *ref) {
   if (ref->fd < 0 || ref->off > ref->bytes) return NULL;
   struct zcc_hostmem_cache *c = comm->hostmem;
@@ -163,32 +197,9 @@ char *zcc_hostmem_peer_ptr(struct zccComm *comm, int peer, const zcc_hostmem_ref
     }
     if (m->peer < 0 || (victim->peer >= 0 && m->used < victim->used)) victim = m;
   }
-  const zcc_peer_info_t *pi = &comm->peers[peer];
-  char path[64];
-  snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pi->pid, (int)ref->fd);
-  const char *why = NULL;
-  char *base = NULL;
-  int fd = -1;
-  struct stat st;
-  if (pi->pidns != comm->peers[comm->rank].pidns || pi->host_hash != comm->peers[comm->rank].host_hash)
-    why = "the peer is in another pid namespace or on another host";
-  else if ((fd = open(path, O_RDWR | O_CLOEXEC)) < 0)
-    why = strerror(errno);
-  else if (fstat(fd, &st) != 0 || (uint64_t)st.st_ino != ref->ino ||
-           (uint64_t)st.st_size < ref->bytes)
-    why = "the file there is not the region the peer described";
-  else if ((base = mmap(NULL, ref->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
-           MAP_FAILED) {
-    base = NULL;
-    why = strerror(errno);
-  }
-  if (fd >= 0) close(fd);
+  char *base = map_region(comm, peer, ref, !c->warned);
   if (!base) {
-    if (!c->warned) {
-      c->warned = 1;
-      ZCC_WARN("comm %s: cannot map rank %d's zccMemHostAlloc memory (%s: %s); collectives "
-               "on it stay staged through shared memory", comm->name, peer, path, why);
-    }
+    c->warned = 1;
     return NULL;
   }
   unmap_entry(victim);
@@ -202,10 +213,78 @@ char *zcc_hostmem_peer_ptr(struct zccComm *comm, int peer, const zcc_hostmem_ref
   return base + ref->off;
 }
 
+static void stage_free(struct zccComm *comm) {
+  zcc_stage_t *st = comm->stage;
+  if (!st) return;
+  for (int k = 0; k < comm->nranks && st->peer; k++)
+    if (k != comm->rank && st->peer[k]) munmap(st->peer[k], 2 * st->chunk);
+  if (st->mine) zccMemHostFree(st->mine);
+  free(st->peer);
+  free(st);
+  comm->stage = NULL;
+}
+
 void zcc_hostmem_comm_free(struct zccComm *comm) {
+  stage_free(comm);
   struct zcc_hostmem_cache *c = comm->hostmem;
   if (!c) return;
   for (int i = 0; i < c->nmaps; i++) unmap_entry(&c->maps[i]);
   free(c);
   comm->hostmem = NULL;
+}
+
+void zcc_stage_prepare(struct zccComm *comm, size_t chunk, zcc_hostmem_ref_t *ref) {
+  memset(ref, 0, sizeof(*ref));
+  ref->fd = -1;
+  zcc_stage_t *st = comm->stage;
+  if (!st) {
+    st = calloc(1, sizeof(*st));
+    if (st) st->peer = calloc((size_t)comm->nranks, sizeof(*st->peer));
+    if (!st || !st->peer) {
+      free(st);
+      ZCC_WARN("comm %s: out of memory for the two-shot allreduce's regions; it runs as "
+               "the ring", comm->name);
+      return;
+    }
+    comm->stage = st;
+  }
+  if (!st->mine) {
+    void *p = NULL;
+    if (region_alloc(&p, 2 * chunk, "zcc-stage") != zccSuccess) {
+      ZCC_WARN("comm %s: cannot make the two-shot allreduce's region (%s); it runs as the "
+               "ring", comm->name, zcc_last_error());
+      return;
+    }
+    st->mine = p;
+    st->chunk = chunk;
+    st->peer[comm->rank] = p;
+  }
+  zcc_hostmem_find(st->mine, 2 * st->chunk, ref);
+}
+
+int zcc_stage_map(struct zccComm *comm, const zcc_hostmem_ref_t *refs) {
+  zcc_stage_t *st = comm->stage;
+  if (!st || !st->mine) return 0;
+  for (int k = 0; k < comm->nranks; k++) {
+    if (k == comm->rank || st->peer[k]) continue;
+    /* Every region is 2 x chunk bytes, the same chunk on every rank. */
+    if (refs[k].fd < 0 || refs[k].off != 0 || refs[k].bytes < 2 * st->chunk) return 0;
+    zcc_hostmem_ref_t whole = refs[k];
+    whole.bytes = 2 * st->chunk;
+    if (!(st->peer[k] = map_region(comm, k, &whole, 1))) return 0;
+  }
+  return 1;
+}
+
+void zcc_stage_decide(struct zccComm *comm, int ok) {
+  if (ok && comm->stage) {
+    comm->stage_state = 1;
+    ZCC_INFO(COLL, "comm %s: two-shot allreduce through every rank's %zu-byte staging "
+             "region", comm->name, 2 * comm->stage->chunk);
+    return;
+  }
+  stage_free(comm);
+  comm->stage_state = -1; /* for good: the same on every rank */
+  ZCC_INFO(COLL, "comm %s: a rank could not map the peers' staging regions: two-shot "
+           "allreduce runs as the ring", comm->name);
 }

@@ -195,6 +195,8 @@ static void comm_wait_policy(struct zccComm *comm) {
   }
   /* Every rank of the host computes the same from the same records. */
   comm->oversubscribed = ncpu > 0 && local > ncpu;
+  /* The model charges each round a scheduling turn there (plan/cost.c). */
+  if (comm->oversubscribed && comm->select) comm->select->ctx.oversub = (double)local / ncpu;
   int64_t spin = zcc_param_spin_us(), yield = zcc_param_yield_us();
   comm->spin_ns = (spin >= 0 ? spin : bound ? 20000 : 0) * 1000;
   comm->yield_ns = (yield >= 0 ? yield : bound ? 0 : 2000) * 1000;

@@ -51,6 +51,68 @@ static zccResult_t run_local(zcc_plan_t *p, const zcc_item_t *it) {
 }
 
 /*
+ * The two-shot allreduce's steps (hostmem.h, zcc_stage_t; exec/host_plan.c
+ * lays them out, the chunk in item.first).
+ */
+static zccResult_t zcc_stage_step(zcc_plan_t *p, int step, int *jump) {
+  zcc_hostmem_op_t *h = p->hostmem;
+  struct zccComm *comm = p->comm;
+  int n = comm->nranks, r = comm->rank;
+  size_t ts = zcc_type_size(p->type);
+  const zcc_item_t *it = &p->items[p->cur];
+  size_t off = (size_t)it->first * h->st_chunk;
+  size_t c = h->st_count - off < h->st_chunk ? h->st_count - off : h->st_chunk;
+  zcc_stage_t *st = comm->stage;
+  switch (step) {
+  case ZCC_HOSTMEM_STAGE_PREP:
+    zcc_stage_prepare(comm, h->st_chunk_bytes, &h->st_mine);
+    return zccSuccess;
+  case ZCC_HOSTMEM_STAGE_MAP: {
+    int ok = h->st_mine.fd >= 0;
+    for (int k = 0; k < n && ok; k++)
+      if (k != r && h->st_theirs[k].fd < 0) ok = 0;
+    h->st_ok_mine = ok && zcc_stage_map(comm, h->st_theirs);
+    return zccSuccess;
+  }
+  case ZCC_HOSTMEM_STAGE_DECIDE: {
+    int all = h->st_ok_mine == 1;
+    for (int k = 0; k < n && all; k++)
+      if (k != r && h->st_ok_theirs[k] != 1) all = 0;
+    zcc_stage_decide(comm, all);
+    if (all) *jump = h->st_direct_at;
+    return zccSuccess;
+  }
+  case ZCC_HOSTMEM_STAGE_IN:
+    memcpy(st->mine, h->st_sb + off * ts, c * ts);
+    return zccSuccess;
+  case ZCC_HOSTMEM_STAGE_REDUCE: {
+    /* Rank order, as every other allreduce path of a rank's segment; the
+       output is private and the input staged already, so in place too. */
+    size_t so = zcc_seg_off(c, n, r), sc = zcc_seg_cnt(c, n, r);
+    size_t piece = ZCC_HOSTMEM_PIECE / ts;
+    for (size_t i = 0; i < sc; i += piece) {
+      size_t m = sc - i < piece ? sc - i : piece, at = (so + i) * ts;
+      char *dst = h->st_rb + off * ts + at;
+      zcc_reduce(dst, st->peer[0] + at, st->peer[1] + at, m, p->type, p->op);
+      for (int k = 2; k < n; k++) zcc_reduce(dst, dst, st->peer[k] + at, m, p->type, p->op);
+      if (p->op == zccAvg) zcc_reduce_finish_avg(dst, dst, m, p->type, n);
+      memcpy(st->mine + st->chunk + at, dst, m * ts);
+    }
+    return zccSuccess;
+  }
+  case ZCC_HOSTMEM_STAGE_OUT:
+    for (int k = 1; k < n; k++) {
+      int q = (r + k) % n;
+      size_t at = zcc_seg_off(c, n, q) * ts;
+      memcpy(h->st_rb + off * ts + at, st->peer[q] + st->chunk + at, zcc_seg_cnt(c, n, q) * ts);
+    }
+    return zccSuccess;
+  default:
+    return zcc_error(zccInternalError, "executor: unknown shared-memory step %d", step);
+  }
+}
+
+/*
  * The direct allreduce's steps (hostmem.h; exec/host_plan.c lays them out):
  * where this rank's buffers are, the peers' mapped, the decision every rank
  * takes alike, and the reduction of this rank's segment into every output.
@@ -136,8 +198,7 @@ zccResult_t zcc_hostmem_step(zcc_plan_t *p, int step, int *jump) {
     }
     return zccSuccess;
   }
-  default:
-    return zcc_error(zccInternalError, "executor: unknown shared-memory step %d", step);
+  default: return zcc_stage_step(p, step, jump);
   }
 }
 

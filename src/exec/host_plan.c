@@ -141,13 +141,6 @@ static zccResult_t alloc_pre(zcc_plan_t *p, size_t bytes) {
 /* Scratch kept in a spare plan beyond this is freed rather than kept. */
 #define SPARE_TMP_MAX ((size_t)4 << 20)
 
-static size_t seg_off(size_t count, int n, int i) {
-  size_t base = count / (size_t)n, rem = count % (size_t)n;
-  return base * (size_t)i + ((size_t)i < rem ? (size_t)i : rem);
-}
-static size_t seg_cnt(size_t count, int n, int i) {
-  return count / (size_t)n + ((size_t)i < count % (size_t)n ? 1 : 0);
-}
 static int mod(int a, int n) { return ((a % n) + n) % n; }
 
 static int ranges_overlap(const char *a, size_t an, const char *b, size_t bn) {
@@ -183,10 +176,10 @@ static zccResult_t reduce_in_order(zcc_plan_t *p, char *dst, const char *own,
 
 /* Offset and size in bytes of segment i: balanced ranges, or blocks of `count`. */
 static size_t soff(size_t count, int n, int i, int blocks, size_t ts) {
-  return (blocks ? (size_t)i * count : seg_off(count, n, i)) * ts;
+  return (blocks ? (size_t)i * count : zcc_seg_off(count, n, i)) * ts;
 }
 static size_t sbytes(size_t count, int n, int i, int blocks, size_t ts) {
-  return (blocks ? count : seg_cnt(count, n, i)) * ts;
+  return (blocks ? count : zcc_seg_cnt(count, n, i)) * ts;
 }
 
 /*
@@ -331,12 +324,10 @@ static zccResult_t direct_reduce(zcc_plan_t *p, const char *sb, size_t stride, c
   return local_avg(p, rb, count);
 }
 
-/* Allreduce through the transports' buffers (every rank's own buffers). */
-static zccResult_t plan_allreduce_staged(zcc_plan_t *p, const char *sb, char *rb,
-                                         size_t count) {
+/* The ring allreduce through the transports' buffers. */
+static zccResult_t plan_allreduce_ring(zcc_plan_t *p, const char *sb, char *rb, size_t count) {
   int n = p->comm->nranks, r = p->comm->rank;
   size_t ts = zcc_type_size(p->type);
-  if (p->algo == ZCC_ALGO_ONESHOT) return direct_reduce(p, sb, 0, rb, count, -1);
   /* One batch of chunks, each a reduce-scatter and an allgather; the
      allgather forwards each reduced piece as it is made. */
   int64_t cb = zcc_param_ring_chunk_bytes();
@@ -348,7 +339,7 @@ static zccResult_t plan_allreduce_staged(zcc_plan_t *p, const char *sb, char *rb
     const char *csb = sb + off * ts;
     char *crb = rb + off * ts;
     int final_recv;
-    ZCC_CHECK(ring_reduce_scatter(p, csb, c, 0, crb, NULL, crb + seg_off(c, n, r) * ts,
+    ZCC_CHECK(ring_reduce_scatter(p, csb, c, 0, crb, NULL, crb + zcc_seg_off(c, n, r) * ts,
                                   &final_recv));
     ZCC_CHECK(ring_allgather(p, crb, c, 0, final_recv));
   }
@@ -370,14 +361,19 @@ ZCC_PARAM_INT(hostmem_min_bytes, "HOSTMEM_MIN_BYTES", 1048576,
               "their buffers are zccMemHostAlloc memory (one small message each way; set "
               "alike on every rank)");
 
-int zcc_hostmem_direct_eligible(const struct zccComm *comm, size_t bytes) {
-  if (comm->nranks < 2 || comm->dev || zcc_param_hostmem_direct() != 1) return 0;
-  int64_t min = zcc_param_hostmem_min_bytes();
-  if (min < 0 || bytes < (size_t)min || bytes == 0) return 0;
+/* Every peer over shm (same host): ranks can map each other's memory. */
+static int all_shm(const struct zccComm *comm) {
   for (int i = 0; i < comm->nranks; i++)
     if (i != comm->rank && (!comm->conns[i] || comm->conns[i]->ops != &zcc_transport_shm))
       return 0;
   return 1;
+}
+
+int zcc_hostmem_direct_eligible(const struct zccComm *comm, size_t bytes) {
+  if (comm->nranks < 2 || comm->dev || zcc_param_hostmem_direct() != 1) return 0;
+  int64_t min = zcc_param_hostmem_min_bytes();
+  if (min < 0 || bytes < (size_t)min || bytes == 0) return 0;
+  return all_shm(comm);
 }
 
 zccResult_t zcc_hostmem_op_get(struct zccComm *comm, zcc_hostmem_op_t **op) {
@@ -390,8 +386,11 @@ zccResult_t zcc_hostmem_op_get(struct zccComm *comm, zcc_hostmem_op_t **op) {
     h->bar_theirs = calloc(n, sizeof(*h->bar_theirs));
     h->peer_send = calloc(n, sizeof(*h->peer_send));
     h->peer_recv = calloc(n, sizeof(*h->peer_recv));
+    h->st_theirs = calloc(n, sizeof(*h->st_theirs));
+    h->st_ok_theirs = calloc(n, sizeof(*h->st_ok_theirs));
   }
-  if (!h || !h->theirs || !h->ok_theirs || !h->bar_theirs || !h->peer_send || !h->peer_recv) {
+  if (!h || !h->theirs || !h->ok_theirs || !h->bar_theirs || !h->peer_send || !h->peer_recv ||
+      !h->st_theirs || !h->st_ok_theirs) {
     zcc_hostmem_op_free(h);
     return zcc_error(zccSystemError, "allreduce: out of memory");
   }
@@ -406,6 +405,8 @@ void zcc_hostmem_op_free(zcc_hostmem_op_t *h) {
   free(h->bar_theirs);
   free(h->peer_send);
   free(h->peer_recv);
+  free(h->st_theirs);
+  free(h->st_ok_theirs);
   free(h->scratch);
   free(h);
 }
@@ -428,6 +429,76 @@ static zccResult_t hostmem_item(zcc_plan_t *p, int step) {
   return add_item(p, it);
 }
 
+ZCC_PARAM_INT(twoshot_chunk_bytes, "TWOSHOT_CHUNK_BYTES", 1048576,
+              "host two-shot allreduce: bytes of input each rank stages per chunk (its "
+              "shared region holds twice that; set alike on every rank)");
+
+static zccResult_t stage_item(zcc_plan_t *p, int step, size_t chunk) {
+  zcc_item_t it = {.kind = ZCC_ITEM_HOSTMEM, .n = (size_t)step, .first = (int)chunk};
+  return add_item(p, it);
+}
+
+/*
+ * Two-shot allreduce through shared staging regions (hostmem.h,
+ * zcc_stage_t): per chunk, the input into the own region, a barrier, the own
+ * segment reduced from every region, a barrier, the peers' segments out.
+ * The first one on a communicator makes and maps the regions; where some
+ * rank cannot, every rank decides alike to run the ring (now and later).
+ */
+static zccResult_t plan_allreduce_twoshot(zcc_plan_t *p, const char *sb, char *rb,
+                                          size_t count) {
+  struct zccComm *c = p->comm;
+  size_t ts = zcc_type_size(p->type);
+  int64_t cb = zcc_param_twoshot_chunk_bytes();
+  if (cb < 4096 || cb > ((int64_t)1 << 30))
+    return zcc_error(zccInvalidArgument, "ZCC_TWOSHOT_CHUNK_BYTES=%lld: expected 4096 to 1G",
+                     (long long)cb);
+  size_t chunk_bytes = c->stage_state == 1 ? c->stage->chunk : (size_t)cb;
+  size_t chunk = chunk_bytes / ts, nchunks = (count + chunk - 1) / chunk;
+  if (nchunks > INT32_MAX) return plan_allreduce_ring(p, sb, rb, count);
+  ZCC_CHECK(zcc_hostmem_op_get(c, &p->hostmem));
+  zcc_hostmem_op_t *h = p->hostmem;
+  h->st_sb = sb;
+  h->st_rb = rb;
+  h->st_count = count;
+  h->st_chunk = chunk;
+  h->st_chunk_bytes = chunk_bytes;
+  int jump = -1;
+  if (c->stage_state == 0) {
+    /* Made and mapped once; this plan's layout holds only for this call. */
+    ZCC_CHECK(stage_item(p, ZCC_HOSTMEM_STAGE_PREP, 0));
+    ZCC_CHECK(exchange_all(p, &h->st_mine, h->st_theirs, sizeof(h->st_mine)));
+    ZCC_CHECK(stage_item(p, ZCC_HOSTMEM_STAGE_MAP, 0));
+    ZCC_CHECK(exchange_all(p, &h->st_ok_mine, h->st_ok_theirs, sizeof(h->st_ok_mine)));
+    ZCC_CHECK(stage_item(p, ZCC_HOSTMEM_STAGE_DECIDE, 0));
+    ZCC_CHECK(plan_allreduce_ring(p, sb, rb, count));
+    jump = p->nitems;
+    zcc_item_t it = {.kind = ZCC_ITEM_JUMP};
+    ZCC_CHECK(add_item(p, it));
+    p->once = 1;
+  }
+  h->st_direct_at = p->nitems;
+  for (size_t k = 0; k < nchunks; k++) {
+    ZCC_CHECK(stage_item(p, ZCC_HOSTMEM_STAGE_IN, k));
+    ZCC_CHECK(exchange_all(p, &h->bar_mine, h->bar_theirs, sizeof(h->bar_mine)));
+    ZCC_CHECK(stage_item(p, ZCC_HOSTMEM_STAGE_REDUCE, k));
+    ZCC_CHECK(exchange_all(p, &h->bar_mine, h->bar_theirs, sizeof(h->bar_mine)));
+    ZCC_CHECK(stage_item(p, ZCC_HOSTMEM_STAGE_OUT, k));
+  }
+  if (jump >= 0) p->items[jump].n = (size_t)p->nitems;
+  return zccSuccess;
+}
+
+/* Allreduce through buffers of the library's (every rank's own buffers). */
+static zccResult_t plan_allreduce_staged(zcc_plan_t *p, const char *sb, char *rb,
+                                         size_t count) {
+  if (p->algo == ZCC_ALGO_ONESHOT) return direct_reduce(p, sb, 0, rb, count, -1);
+  if (p->algo == ZCC_ALGO_TWOSHOT && !p->comm->dev && p->comm->stage_state >= 0 &&
+      all_shm(p->comm))
+    return plan_allreduce_twoshot(p, sb, rb, count);
+  return plan_allreduce_ring(p, sb, rb, count);
+}
+
 /*
  * Allreduce on shared host memory (hostmem.h): the ranks tell each other
  * where their buffers are; when every buffer of every rank is in
@@ -446,8 +517,8 @@ static zccResult_t plan_allreduce_hostmem(zcc_plan_t *p, const char *sb, char *r
   h->sendbuf = sb;
   h->recvbuf = rb;
   h->count = count;
-  h->seg_off = seg_off(count, n, r);
-  h->seg_cnt = seg_cnt(count, n, r);
+  h->seg_off = zcc_seg_off(count, n, r);
+  h->seg_cnt = zcc_seg_cnt(count, n, r);
   /* In place, rank r >= 2 would overwrite its own input before reading it
      (the sum starts with ranks 0 and 1): it sums into a scratch piece. */
   h->use_scratch = r >= 2 && ranges_overlap(sb, bytes, rb, bytes);
@@ -509,18 +580,20 @@ static zccResult_t plan_reduce(zcc_plan_t *p, const char *sb, char *rb, size_t c
   size_t ts = zcc_type_size(p->type), bytes = count * ts;
   if (n == 1) return local_copy(p, rb, sb, bytes);
   if (p->algo == ZCC_ALGO_ONESHOT) return direct_reduce(p, sb, 0, rb, count, root);
-  size_t maxseg = seg_cnt(count, n, 0) * ts;
+  size_t maxseg = zcc_seg_cnt(count, n, 0) * ts;
   ZCC_CHECK(alloc_tmp(p, (size_t)(n - 1) * maxseg));
-  char *final = r == root ? rb + seg_off(count, n, r) * ts : (char *)p->tmp + (size_t)(n - 2) * maxseg;
+  char *final = r == root ? rb + zcc_seg_off(count, n, r) * ts
+                          : (char *)p->tmp + (size_t)(n - 2) * maxseg;
   int final_recv;
   ZCC_CHECK(batch_begin(p));
   ZCC_CHECK(ring_reduce_scatter(p, sb, count, 0, NULL, p->tmp, final, &final_recv));
   if (r != root) {
-    ZCC_CHECK(send_when(p, root, final, seg_cnt(count, n, r) * ts, final_recv));
+    ZCC_CHECK(send_when(p, root, final, zcc_seg_cnt(count, n, r) * ts, final_recv));
   } else {
     for (int j = 0; j < n; j++)
       if (j != r)
-        ZCC_CHECK(recv_from(p, j, rb + seg_off(count, n, j) * ts, NULL, seg_cnt(count, n, j) * ts));
+        ZCC_CHECK(recv_from(p, j, rb + zcc_seg_off(count, n, j) * ts, NULL,
+                            zcc_seg_cnt(count, n, j) * ts));
   }
   batch_end(p);
   return r == root ? local_avg(p, rb, count) : zccSuccess;
@@ -546,10 +619,11 @@ static zccResult_t plan_broadcast(zcc_plan_t *p, const char *sb, char *rb, size_
   ZCC_CHECK(batch_begin(p));
   if (r == root) {
     for (int j = 0; j < n; j++)
-      if (j != r) ZCC_CHECK(send_to(p, j, rb + seg_off(count, n, j) * ts, seg_cnt(count, n, j) * ts));
+      if (j != r)
+        ZCC_CHECK(send_to(p, j, rb + zcc_seg_off(count, n, j) * ts, zcc_seg_cnt(count, n, j) * ts));
   } else {
-    ZCC_CHECK(recv_into(p, root, rb + seg_off(count, n, r) * ts, NULL, seg_cnt(count, n, r) * ts,
-                        &own));
+    ZCC_CHECK(recv_into(p, root, rb + zcc_seg_off(count, n, r) * ts, NULL,
+                        zcc_seg_cnt(count, n, r) * ts, &own));
   }
   ZCC_CHECK(ring_allgather(p, rb, count, 0, own));
   batch_end(p);
@@ -751,7 +825,7 @@ zccResult_t zcc_plan_coll(struct zccComm *comm, const zcc_coll_args_t *a, zcc_pl
                      "staged through shm buffers"
                    : "staged through shm/socket buffers");
   p->key = *a;
-  p->keyed = 1;
+  p->keyed = !p->once;
   *out = p;
   return zccSuccess;
 fail:

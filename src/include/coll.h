@@ -130,6 +130,7 @@ typedef struct zcc_plan {
   /* A collective's plan kept by zcc_plan_free: the call it was built for
      (zcc_plan_coll runs it again for the same call instead of rebuilding). */
   int keyed;
+  int once; /* its layout holds for this call only (a setup ran in it): not kept */
   zcc_coll_args_t key;
 } zcc_plan_t;
 

@@ -138,6 +138,9 @@ struct zccComm {
   struct zcc_reg *regs;
   struct zcc_hostmem_cache *hostmem; /* peers' zccMemHostAlloc regions mapped here
                                         (hostmem.h); used by the executing thread */
+  struct zcc_stage *stage;           /* the two-shot allreduce's regions (hostmem.h) */
+  int stage_state;                   /* 0: not set up yet; 1: every rank mapped every
+                                        region; -1: some rank could not (the ring runs) */
   int split_seq; /* splits made from this communicator */
 
   pthread_mutex_t redop_lock;

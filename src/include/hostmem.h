@@ -49,6 +49,41 @@ char *zcc_hostmem_peer_ptr(struct zccComm *comm, int peer, const zcc_hostmem_ref
 /* Unmaps every peer region the communicator mapped. */
 void zcc_hostmem_comm_free(struct zccComm *comm);
 
+/* Rank i's part of count elements split among n: the first count % n
+   ranks hold one element more (every segmented collective cuts so). */
+static inline size_t zcc_seg_off(size_t count, int n, int i) {
+  size_t base = count / (size_t)n, rem = count % (size_t)n;
+  return base * (size_t)i + ((size_t)i < rem ? (size_t)i : rem);
+}
+static inline size_t zcc_seg_cnt(size_t count, int n, int i) {
+  return count / (size_t)n + ((size_t)i < count % (size_t)n ? 1 : 0);
+}
+
+/*
+ * The two-shot allreduce of host communicators on one machine (ZCC_ALGO
+ * twoshot): each rank copies a chunk of its input into its own staging
+ * region, reduces its segment of the chunk from every rank's region into
+ * its output and its region's second half, and copies the peers' reduced
+ * segments out of theirs; two barriers per chunk, whatever the rank count.
+ * The regions (zccMemHostAlloc memory, 2 x chunk bytes each) are made and
+ * mapped by every rank at the communicator's first two-shot allreduce,
+ * then kept until it is destroyed.
+ */
+typedef struct zcc_stage {
+  size_t chunk;       /* bytes of one input chunk; the region holds two */
+  char *mine;         /* this rank's region */
+  char **peer;        /* [nranks] every rank's region as mapped here (own: mine) */
+} zcc_stage_t;
+
+/* Makes this rank's region of 2 x chunk bytes (once) and describes it in
+   ref (ref->fd = -1 where it cannot be made: every rank then runs the ring). */
+void zcc_stage_prepare(struct zccComm *comm, size_t chunk, zcc_hostmem_ref_t *ref);
+/* Maps every peer's region from refs [nranks]: 1 when all could be mapped. */
+int zcc_stage_map(struct zccComm *comm, const zcc_hostmem_ref_t *refs);
+/* What every rank decided alike: keep the regions (ok; comm->stage_state 1)
+   or drop them for good (-1). */
+void zcc_stage_decide(struct zccComm *comm, int ok);
+
 /* The per-plan state of a direct allreduce (exec/host_plan.c builds it,
    exec/host.c runs its steps). */
 typedef struct zcc_hostmem_op {
@@ -71,6 +106,14 @@ typedef struct zcc_hostmem_op {
                                  input is in the cache already: plain stores) */
   int staged_at;              /* item index where the staged (ring) steps start */
   int direct_at;              /* item index where the direct steps start */
+  /* The two-shot allreduce (zcc_stage_t): its regions as described and
+     whether this rank mapped them, its buffers and chunk (elements). */
+  zcc_hostmem_ref_t st_mine, *st_theirs; /* [nranks] */
+  uint64_t st_ok_mine, *st_ok_theirs;    /* [nranks] */
+  const char *st_sb;
+  char *st_rb;
+  size_t st_count, st_chunk, st_chunk_bytes;
+  int st_direct_at;           /* item index where its chunks start */
 } zcc_hostmem_op_t;
 
 /* The state for a plan on comm (allocated once, kept with the plan). */
@@ -89,7 +132,16 @@ enum {
                            else map the peers' buffers, ok_mine says whether
                            that worked */
   ZCC_HOSTMEM_DECIDE,   /* every rank mapped: jump to direct_at; else staged */
-  ZCC_HOSTMEM_REDUCE    /* reduce this rank's segment, write it to every rank */
+  ZCC_HOSTMEM_REDUCE,   /* reduce this rank's segment, write it to every rank */
+  /* the two-shot allreduce (item.first: the chunk) */
+  ZCC_HOSTMEM_STAGE_PREP,   /* make (once) and describe this rank's region */
+  ZCC_HOSTMEM_STAGE_MAP,    /* map the peers' regions; st_ok_mine says whether that worked */
+  ZCC_HOSTMEM_STAGE_DECIDE, /* every rank mapped: keep them, jump to st_direct_at;
+                               else drop them for good and run the ring that follows */
+  ZCC_HOSTMEM_STAGE_IN,     /* the chunk of the input into this rank's region */
+  ZCC_HOSTMEM_STAGE_REDUCE, /* this rank's segment of it from every region, in rank
+                               order, into the output and the region's second half */
+  ZCC_HOSTMEM_STAGE_OUT     /* the peers' reduced segments into the output */
 };
 
 /* Runs one step; *jump is set to the next item index, or -1 for the next. */

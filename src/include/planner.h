@@ -187,6 +187,8 @@ typedef struct zcc_select_ctx {
   int conn_only;   /* GPU communicators with a peer reached only through connectors (the
                       net transport's proxy): the connector kernels alone run (ring and
                       tree; send/receive and all-to-all over connectors) */
+  double oversub;  /* host communicators: ranks of this host per CPU for them, where
+                      they outnumber the CPUs (init.c); 0: each rank has a CPU */
 } zcc_select_ctx_t;
 
 /* The table's latency (us, one ring step) and bandwidth (GB/s) of the class. */

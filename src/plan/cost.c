@@ -70,6 +70,7 @@ static double class_frac(int cls) {
  */
 #define SHM_DIRECT_ALPHA 0.7
 #define SHM_DIRECT_BW 6.0
+#define SHM_TWOSHOT_CHUNK 1048576.0 /* ZCC_TWOSHOT_CHUNK_BYTES's default */
 #define SHM_RING_ALPHA 0.5
 #define SHM_RING_BW 7.5
 #define TCP_DIRECT_ALPHA 4.3
@@ -372,10 +373,36 @@ static void host_scale(const zcc_select_ctx_t *c, double *as, double *bs) {
   *bs = c->bw_gbs / tb;
 }
 
+/*
+ * Allreduce of host ranks on one host that outnumber its CPUs (q ranks per CPU): every
+ * round waits for a scheduling turn (SHM_TURN_US per rank on the CPU), each
+ * message costs SHM_MSG_US, and the bytes share the CPUs. Allreduce: oneshot
+ * gathers at rank 0 (two rounds; rank 0 moves 3 (n-1) S alone), twoshot
+ * has two all-pairs barriers per chunk and 3 S per rank, the ring 2 (n-1)
+ * rounds and about 5 (n-1)/n S per rank (it copies into and out of FIFOs
+ * at every step). Fitted to allreduce_perf -np 4 and 8 on 2 CPUs (docs/perf/host.md,
+ * 2026-12-05): the measured times sit within 0.6-1.4x of these.
+ */
+#define SHM_TURN_US 1.0
+#define SHM_MSG_US 0.5
+#define SHM_OVERSUB_BW 12.0
+static double host_oversub(const zcc_select_ctx_t *c, zcc_algo_t algo, double S) {
+  double n = c->nranks, q = c->oversub, turn = SHM_TURN_US * q;
+  double per_us = SHM_OVERSUB_BW * 1e3; /* bytes per us */
+  switch (algo) {
+  case ZCC_ALGO_ONESHOT: return 2 * turn + 2 * (n - 1) * SHM_MSG_US + 3 * (n - 1) * S / per_us;
+  case ZCC_ALGO_TWOSHOT: /* a barrier: n - 1 messages each way per rank */
+    return ceil(S / SHM_TWOSHOT_CHUNK) * 2 * (turn + 2 * (n - 1) * SHM_MSG_US) +
+           3 * q * S / per_us;
+  default: return 2 * (n - 1) * (turn + SHM_MSG_US) + 5 * (n - 1) / n * q * S / per_us;
+  }
+}
+
 static double host_predict(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,
                            size_t bytes) {
   int tcp = c->nnodes > 1;
   double n = c->nranks, S = (double)bytes, as, bs;
+  if (!tcp && c->oversub > 1 && coll == ZCC_COLL_ALLREDUCE) return host_oversub(c, algo, S);
   host_scale(c, &as, &bs);
   if (algo == ZCC_ALGO_ONESHOT) {
     double a = (tcp ? TCP_DIRECT_ALPHA : SHM_DIRECT_ALPHA) * as;
@@ -390,6 +417,13 @@ static double host_predict(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_
     default: moved = (n - 1) * S; break; /* broadcast, reduce: the root moves (n-1) copies */
     }
     return a + moved / (bw * 1e3);
+  }
+  if (algo == ZCC_ALGO_TWOSHOT) {
+    /* per chunk two barriers (an all-pairs exchange each); every rank copies
+       its input in, reduces its segment from n regions and copies the
+       peers' segments out: about 3 S at the direct path's rate */
+    double chunks = ceil(S / SHM_TWOSHOT_CHUNK);
+    return 2 * chunks * SHM_DIRECT_ALPHA * as + 3 * S / (SHM_DIRECT_BW * bs * 1e3);
   }
   /* ring */
   double a = (tcp ? TCP_RING_ALPHA : SHM_RING_ALPHA) * as;

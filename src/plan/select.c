@@ -23,7 +23,8 @@
 
 ZCC_PARAM_STR(algo, "ALGO", NULL,
               "force an algorithm: ring, tree, oneshot (also 'direct'), twoshot, push, ce "
-              "or hier; host communicators run ring and oneshot, GPU communicators every one "
+              "or hier; host communicators run ring and oneshot (twoshot too for allreduce on "
+              "one host), GPU communicators every one "
               "but hier (push, ce, twoshot and tree for allreduce); a name this communicator "
               "cannot run is an error that lists the ones it can")
 ZCC_PARAM_STR(proto, "PROTO", NULL,
@@ -95,8 +96,18 @@ int zcc_select_can_run(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t al
   if (pairwise && algo != ZCC_ALGO_ONESHOT)
     return fail(why, whylen, "%s is all-pairs by nature (oneshot)", cn);
   if (!c->gpu) {
+    if (algo == ZCC_ALGO_TWOSHOT && coll == ZCC_COLL_ALLREDUCE && c->nnodes == 1) {
+      if (proto != ZCC_PROTO_SIMPLE)
+        return fail(why, whylen, "host communicators run the simple protocol, not %s",
+                    proto_names[proto]);
+      return 1;
+    }
+    if (algo == ZCC_ALGO_TWOSHOT && coll == ZCC_COLL_ALLREDUCE)
+      return fail(why, whylen, "twoshot shares staging memory: every rank on one host "
+                  "(here %d hosts)", c->nnodes);
     if (algo != ZCC_ALGO_RING && algo != ZCC_ALGO_ONESHOT)
-      return fail(why, whylen, "host communicators run ring and oneshot (direct), not %s", an);
+      return fail(why, whylen, "host communicators run ring and oneshot (direct)%s, not %s",
+                  coll == ZCC_COLL_ALLREDUCE ? " and twoshot (on one host)" : "", an);
     if (proto != ZCC_PROTO_SIMPLE)
       return fail(why, whylen, "host communicators run the simple protocol, not %s",
                   proto_names[proto]);
@@ -136,7 +147,10 @@ int zcc_select_can_run(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t al
 int zcc_select_auto(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,
                     zcc_proto_t proto, int staged) {
   (void)proto;
-  if (!c->gpu) return 1; /* both host algorithms are costed from measurements */
+  /* Host: twoshot where ranks outnumber the CPUs (measured there only, and
+     the ring's many rounds each wait for a scheduling turn), else ring and
+     oneshot (both costed from measurements). */
+  if (!c->gpu) return algo != ZCC_ALGO_TWOSHOT || c->oversub > 1;
   if (c->conn_only) return 1; /* ring and tree (allreduce), by the network's costs */
   /*
    * Windows in pinned host memory (link class SYS): every kernel is bound by

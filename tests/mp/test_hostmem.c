@@ -15,6 +15,15 @@
  *   - new regions after the old ones are freed: the new ones are mapped,
  *     never the old pages;
  *   - a rank that dies before the call: the others get an error, not a hang.
+ * And the two-shot allreduce through shared staging regions (ZCC_ALGO=twoshot,
+ * ordinary buffers, 4 KiB chunks so that most calls take several):
+ *   - exact at counts inside one chunk, at its edge and across many, every
+ *     case above, in and out of place; the regions are made and mapped once
+ *     (one log line, n memfd mappings) and unmapped at destroy;
+ *   - one rank's chunk differs (ZCC_TWOSHOT_CHUNK_BYTES): no rank can use
+ *     the peers' regions, every rank says so once and runs the ring, exact,
+ *     with nothing left mapped;
+ *   - a rank that dies after the regions were set up: an error, not a hang.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -38,37 +47,51 @@ typedef struct {
 
 static shared_t *sh;
 
-enum { MODE_DIRECT, MODE_ONE_MALLOC, MODE_DISABLED, MODE_DEATH, MODE_NUM };
-static const char *mode_names[MODE_NUM] = {"shared buffers", "one rank's buffers from malloc",
-                                           "ZCC_HOSTMEM_DIRECT=0", "a rank dies"};
+enum {
+  MODE_DIRECT,
+  MODE_ONE_MALLOC,
+  MODE_DISABLED,
+  MODE_DEATH,
+  MODE_TWOSHOT,
+  MODE_TWOSHOT_CHUNKS,
+  MODE_TWOSHOT_DEATH,
+  MODE_NUM
+};
+static const char *mode_names[MODE_NUM] = {
+    "shared buffers",  "one rank's buffers from malloc", "ZCC_HOSTMEM_DIRECT=0", "a rank dies",
+    "two-shot",        "two-shot, one rank's chunk differs", "two-shot, a rank dies"};
 
-/* The memfds of zccMemHostAlloc this process maps (its own and its peers'). */
-static int mapped_regions(void) {
+/* The memfds of zccMemHostAlloc (kind "hostmem") or of the two-shot
+   allreduce's regions ("stage") this process maps, its own and its peers'. */
+static int mapped(const char *kind) {
   FILE *f = fopen("/proc/self/maps", "r");
   if (!f) return -1;
-  char line[512];
+  char line[512], name[64];
+  snprintf(name, sizeof(name), "memfd:zcc-%s", kind);
   int n = 0;
   while (fgets(line, sizeof(line), f))
-    if (strstr(line, "memfd:zcc-hostmem")) n++;
+    if (strstr(line, name)) n++;
   fclose(f);
   return n;
 }
+static int mapped_regions(void) { return mapped("hostmem"); }
 
 /* Lines of this rank's log (ZCC_DEBUG_FILE, set by the runner) that say
    an allreduce ran in place on shared host memory. */
 static char log_dir[64];
 
-static int direct_runs(void) {
+static int log_lines(const char *what) {
   char path[128], line[1024];
   snprintf(path, sizeof(path), "%s/hostmem.%d.log", log_dir, (int)getpid());
   FILE *f = fopen(path, "r");
   if (!f) return -1;
   int n = 0;
   while (fgets(line, sizeof(line), f))
-    if (strstr(line, "in place on shared host memory")) n++;
+    if (strstr(line, what)) n++;
   fclose(f);
   return n;
 }
+static int direct_runs(void) { return log_lines("in place on shared host memory"); }
 
 static float fin(int r, size_t i, int round) {
   return (float)((int)((i * 7 + (size_t)r * 13 + (size_t)round * 5) % 61) - 30);
@@ -170,14 +193,70 @@ static void bad_input(void) {
            mapped_regions());
 }
 
+/* The two-shot modes: ordinary buffers, ZCC_ALGO=twoshot (set by the runner). */
+static int twoshot_main(zccComm_t comm, int rank, int nranks, int mode) {
+  size_t region = (1u << 20) + 8192;
+  char *sb = malloc(region), *rb = malloc(region);
+  if (!sb || !rb) return 1;
+  /* 4 KiB chunks: inside one, at its edge, just past it, across many */
+  static const size_t sizes[] = {8, 24, 4096, 4104, 16392, (1u << 20) + 24};
+  long wrong = 0;
+  int calls = 0;
+  size_t ncases = mode == MODE_TWOSHOT ? sizeof(cases) / sizeof(cases[0]) : 1;
+  for (size_t ci = 0; ci < ncases; ci++)
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++)
+      for (int inplace = 0; inplace < 2; inplace++)
+        for (int round = 0; round < 2; round++) { /* the second runs the kept plan */
+          wrong += one_call(comm, rank, nranks, &cases[ci], sb, rb, sizes[si], inplace,
+                            round + (int)ci);
+          calls++;
+        }
+  ZT_CHECK(!wrong, "rank %d: %s: %ld wrong results in %d calls", rank, mode_names[mode],
+           wrong, calls);
+  int made = log_lines("two-shot allreduce through every rank's");
+  int dropped = log_lines("could not map the peers' staging regions");
+  int maps = mapped("stage");
+  if (mode == MODE_TWOSHOT_CHUNKS) {
+    ZT_CHECK(made == 0 && dropped == 1 && maps == 0,
+             "rank %d: %s: the regions were kept %d time(s), dropped %d time(s) (expected 0 "
+             "and 1), %d mapped (expected 0)", rank, mode_names[mode], made, dropped, maps);
+  } else {
+    ZT_CHECK(made == 1 && dropped == 0 && maps == nranks,
+             "rank %d: %s: the regions were kept %d time(s), dropped %d time(s) (expected 1 "
+             "and 0), %d mapped (expected %d: its own and its peers')", rank,
+             mode_names[mode], made, dropped, maps, nranks);
+  }
+  if (mode == MODE_TWOSHOT_DEATH) {
+    if (sync_ranks(rank, nranks)) return 1;
+    if (rank == nranks - 1) _exit(0); /* gone before the next call */
+    double t0 = zt_now();
+    zccResult_t got = zccAllReduce(sb, rb, 1u << 16, zccFloat32, zccSum, comm, NULL);
+    ZT_CHECK(got != zccSuccess && zt_now() - t0 < 10,
+             "rank %d: two-shot allreduce with a dead peer returned %s after %.1f s", rank,
+             zt_rc_name(got), zt_now() - t0);
+    zccCommAbort(comm);
+  } else {
+    if (sync_ranks(rank, nranks)) return 1;
+    ZT_EXPECT_RC(zccSuccess, zccCommDestroy(comm));
+    ZT_CHECK(mapped("stage") == 0, "rank %d: %s: %d regions mapped after destroy", rank,
+             mode_names[mode], mapped("stage"));
+  }
+  free(sb);
+  free(rb);
+  return 0;
+}
+
 static int rank_main(int rank, int nranks, const zccUniqueId *id, void *arg) {
   int mode = *(int *)arg;
+  if (mode == MODE_TWOSHOT_CHUNKS && rank == nranks - 1)
+    setenv("ZCC_TWOSHOT_CHUNK_BYTES", "8192", 1);
   zccComm_t comm;
   zccResult_t rc = zt_comm_init_host(&comm, nranks, id, rank);
   if (rc != zccSuccess) {
     zt_fail("rank %d: init: %s", rank, zt_rc_name(rc));
     return 1;
   }
+  if (mode >= MODE_TWOSHOT) return twoshot_main(comm, rank, nranks, mode);
   int shared = !(mode == MODE_ONE_MALLOC && rank == nranks - 1);
   char *sregion = NULL, *rregion = NULL;
   size_t region = BIG + 8192;
@@ -271,6 +350,10 @@ int main(int argc, char **argv) {
       pid_t pid = fork();
       if (pid == 0) {
         setenv("ZCC_HOSTMEM_DIRECT", mode == MODE_DISABLED ? "0" : "1", 1);
+        if (mode >= MODE_TWOSHOT) {
+          setenv("ZCC_ALGO", "twoshot", 1);
+          setenv("ZCC_TWOSHOT_CHUNK_BYTES", "4096", 1);
+        }
         snprintf(log_dir, sizeof(log_dir), "/tmp/zcc-hostmem-XXXXXX");
         if (!mkdtemp(log_dir)) _exit(1);
         char pattern[128];
@@ -278,7 +361,7 @@ int main(int argc, char **argv) {
         setenv("ZCC_DEBUG", "INFO", 1);
         setenv("ZCC_DEBUG_SUBSYS", "COLL", 1);
         setenv("ZCC_DEBUG_FILE", pattern, 1);
-        if (mode == MODE_DEATH) setenv("ZCC_TIMEOUT", "20000", 1);
+        if (mode == MODE_DEATH || mode == MODE_TWOSHOT_DEATH) setenv("ZCC_TIMEOUT", "20000", 1);
         zt_group_t g;
         zccUniqueId id;
         if (zt_spawn(&g, n, rank_main, &mode) == 0) {

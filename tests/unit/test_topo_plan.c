@@ -335,7 +335,7 @@ static void test_overrides(void **s) {
 }
 
 static zcc_algo_t host_pick(int nranks, int nnodes, zcc_coll_t coll, size_t bytes) {
-  zcc_select_ctx_t c = {0, nranks, nnodes, nnodes > 1 ? ZCC_PATH_NET : ZCC_PATH_SELF, 0, 0, 0, 0, 0};
+  zcc_select_ctx_t c = {0, nranks, nnodes, nnodes > 1 ? ZCC_PATH_NET : ZCC_PATH_SELF, 0, 0, 0, 0, 0, 0};
   zcc_choice_t ch;
   assert_int_equal(zcc_select(&c, coll, bytes, 0, &ch), zccSuccess);
   assert_int_equal(ch.proto, ZCC_PROTO_SIMPLE);
@@ -357,8 +357,30 @@ static void test_host_pick(void **s) {
   assert_int_equal(host_pick(2, 2, ZCC_COLL_ALLREDUCE, 8), ZCC_ALGO_ONESHOT);
   assert_int_equal(host_pick(2, 2, ZCC_COLL_ALLREDUCE, 64 << 10), ZCC_ALGO_ONESHOT);
   assert_int_equal(host_pick(2, 2, ZCC_COLL_ALLREDUCE, 1 << 20), ZCC_ALGO_RING);
+  /* More ranks than CPUs on one host (oversub: ranks per CPU; plan/cost.c's
+   * host_oversub, fitted to 4 and 8 ranks on 2 CPUs): oneshot (gathered at
+   * rank 0) below about 9 KiB (8 ranks) or 12 KiB (4 ranks), twoshot above,
+   * the ring never; without oversubscription twoshot is never picked. */
+  zcc_select_ctx_t o8 = {0, 8, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 4.0};
+  zcc_select_ctx_t o4 = {0, 4, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 2.0};
+  zcc_select_ctx_t o4tcp = {0, 4, 2, ZCC_PATH_NET, 0, 0, 0, 0, 0, 2.0};
+  size_t sizes[] = {8, 4 << 10, 16 << 10, 1 << 20, (size_t)256 << 20};
+  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+    zcc_choice_t a, b;
+    zcc_algo_t want = sizes[i] < (8 << 10) ? ZCC_ALGO_ONESHOT : ZCC_ALGO_TWOSHOT;
+    assert_int_equal(zcc_select(&o8, ZCC_COLL_ALLREDUCE, sizes[i], 0, &a), zccSuccess);
+    assert_int_equal(zcc_select(&o4, ZCC_COLL_ALLREDUCE, sizes[i], 0, &b), zccSuccess);
+    assert_int_equal(a.algo, want);
+    assert_int_equal(b.algo, want);
+    assert_int_not_equal(host_pick(4, 1, ZCC_COLL_ALLREDUCE, sizes[i]), ZCC_ALGO_TWOSHOT);
+    assert_int_equal(zcc_select(&o4tcp, ZCC_COLL_ALLREDUCE, sizes[i], 0, &a), zccSuccess);
+    assert_int_not_equal(a.algo, ZCC_ALGO_TWOSHOT); /* across hosts: no shared staging */
+    assert_int_equal(zcc_select(&o8, ZCC_COLL_BROADCAST, sizes[i], 0, &a), zccSuccess);
+    assert_int_not_equal(a.algo, ZCC_ALGO_TWOSHOT); /* allreduce only */
+  }
+  assert_int_equal(host_pick(4, 1, ZCC_COLL_ALLREDUCE, 16 << 10), ZCC_ALGO_RING);
   zcc_choice_t ch;
-  zcc_select_ctx_t bad0 = {0, 0, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0}, bad1 = {0, 2, 3, ZCC_PATH_NET, 0, 0, 0, 0, 0};
+  zcc_select_ctx_t bad0 = {0, 0, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 0}, bad1 = {0, 2, 3, ZCC_PATH_NET, 0, 0, 0, 0, 0, 0};
   assert_int_equal(zcc_select(&bad0, ZCC_COLL_ALLREDUCE, 8, 0, &ch), zccInvalidArgument);
   assert_int_equal(zcc_select(&bad1, ZCC_COLL_ALLREDUCE, 8, 0, &ch), zccInvalidArgument);
 }
@@ -403,8 +425,8 @@ static void test_one_parser(void **s) {
     assert_int_equal(zcc_proto_parse(zcc_proto_name(q)), q);
   assert_int_equal(zcc_algo_parse("rung"), -1);
   assert_int_equal(zcc_proto_parse("ll256"), -1);
-  zcc_select_ctx_t host = {0, 4, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0}, gpu = {1, 3, 1, ZCC_PATH_NVL, 0, 0, 0, 0, 0},
-                   gpu2 = {1, 2, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0};
+  zcc_select_ctx_t host = {0, 4, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 0}, gpu = {1, 3, 1, ZCC_PATH_NVL, 0, 0, 0, 0, 0, 0},
+                   gpu2 = {1, 2, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 0};
   /* unknown names: the same message on both */
   expect_select_error(&host, ZCC_COLL_ALLREDUCE, 8, "rung", NULL, "ZCC_ALGO=rung is not an algorithm");
   expect_select_error(&gpu, ZCC_COLL_ALLREDUCE, 8, "rung", NULL, "ZCC_ALGO=rung is not an algorithm");
@@ -418,6 +440,13 @@ static void test_one_parser(void **s) {
   /* the same name on both kinds */
   assert_int_equal(select_with(&host, ZCC_COLL_ALLREDUCE, 1 << 20, "oneshot", NULL).algo, ZCC_ALGO_ONESHOT);
   assert_int_equal(select_with(&host, ZCC_COLL_ALLREDUCE, 8, "ring", NULL).algo, ZCC_ALGO_RING);
+  /* twoshot: host allreduce on one host only (shared staging regions) */
+  assert_int_equal(select_with(&host, ZCC_COLL_ALLREDUCE, 1 << 20, "twoshot", NULL).algo,
+                   ZCC_ALGO_TWOSHOT);
+  assert_int_not_equal(select_with(&host, ZCC_COLL_BROADCAST, 1 << 20, "twoshot", NULL).algo,
+                       ZCC_ALGO_TWOSHOT);
+  zcc_select_ctx_t host2 = {0, 4, 2, ZCC_PATH_NET, 0, 0, 0, 0, 0, 0};
+  expect_select_error(&host2, ZCC_COLL_ALLREDUCE, 8, "twoshot", NULL, "cannot run it");
   assert_int_equal(select_with(&gpu, ZCC_COLL_ALLREDUCE, 8, "ring", NULL).algo, ZCC_ALGO_RING);
   assert_int_equal(select_with(&gpu, ZCC_COLL_ALLREDUCE, 1 << 20, "oneshot", NULL).algo, ZCC_ALGO_ONESHOT);
   assert_int_equal(select_with(&gpu2, ZCC_COLL_ALLREDUCE, 1 << 20, "ce", NULL).algo, ZCC_ALGO_CE);
@@ -433,7 +462,7 @@ static void test_one_parser(void **s) {
   assert_int_equal(select_with(&gpu, ZCC_COLL_ALLTOALL, 1 << 20, "ring", NULL).algo, ZCC_ALGO_ONESHOT);
   assert_int_equal(select_with(&host, ZCC_COLL_ALLTOALL, 1 << 20, "ring", NULL).algo, ZCC_ALGO_ONESHOT);
   /* one rank: nothing moves, any valid override is accepted */
-  zcc_select_ctx_t one = {0, 1, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0};
+  zcc_select_ctx_t one = {0, 1, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 0};
   assert_int_equal(select_with(&one, ZCC_COLL_ALLREDUCE, 8, "ring", NULL).algo, ZCC_ALGO_ONESHOT);
   expect_select_error(&one, ZCC_COLL_ALLREDUCE, 8, "tree", NULL, "cannot run it");
   select_env(NULL, NULL);
@@ -445,7 +474,7 @@ static void test_select_cache(void **s) {
   select_env(NULL, NULL);
   zcc_select_cache_t *cache = calloc(1, sizeof(*cache));
   assert_non_null(cache);
-  cache->ctx = (zcc_select_ctx_t){0, 2, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0};
+  cache->ctx = (zcc_select_ctx_t){0, 2, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 0};
   for (int round = 0; round < 2; round++)
     for (size_t b = 8; b <= ((size_t)1 << 30); b = b * 3 + 1) {
       zcc_choice_t a, want;
@@ -662,8 +691,8 @@ static void check_table(const zcc_select_ctx_t *c) {
 
 static void test_host_decisions(void **state) {
   (void)state;
-  zcc_select_ctx_t tcp = {0, 4, 2, ZCC_PATH_NET, 0, 0, 0, 0, 0}, shm = {0, 3, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0},
-                   gpu = {1, 4, 1, ZCC_PATH_NVL, 0, 0, 0, 0, 0};
+  zcc_select_ctx_t tcp = {0, 4, 2, ZCC_PATH_NET, 0, 0, 0, 0, 0, 0}, shm = {0, 3, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 0},
+                   gpu = {1, 4, 1, ZCC_PATH_NVL, 0, 0, 0, 0, 0, 0};
   check_table(&tcp);
   check_table(&shm);
   check_table(&gpu);
