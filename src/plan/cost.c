@@ -374,14 +374,14 @@ static void host_scale(const zcc_select_ctx_t *c, double *as, double *bs) {
 }
 
 /*
- * Allreduce of host ranks on one host that outnumber its CPUs (q ranks per CPU): every
- * round waits for a scheduling turn (SHM_TURN_US per rank on the CPU), each
- * message costs SHM_MSG_US, and the bytes share the CPUs. Allreduce: oneshot
- * gathers at rank 0 (two rounds; rank 0 moves 3 (n-1) S alone), twoshot
- * has two all-pairs barriers per chunk and 3 S per rank, the ring 2 (n-1)
- * rounds and about 5 (n-1)/n S per rank (it copies into and out of FIFOs
- * at every step). Fitted to allreduce_perf -np 4 and 8 on 2 CPUs (docs/perf/host.md,
- * 2026-12-05): the measured times sit within 0.6-1.4x of these.
+ * Allreduce of host ranks of one host that outnumber its CPUs (q ranks per
+ * CPU): every round waits for a scheduling turn (SHM_TURN_US per rank on the
+ * CPU), each message costs SHM_MSG_US, and the bytes share the CPUs. Oneshot
+ * gathers at rank 0 (two rounds; rank 0 moves 3 (n-1) S alone), twoshot has
+ * two all-pairs barriers per chunk and 3 S per rank, the ring 2 (n-1) rounds
+ * and about 5 (n-1)/n S per rank (into and out of FIFOs at every step).
+ * Fitted to allreduce_perf -np 4 and 8 on 2 CPUs (docs/perf/host.md,
+ * 2026-12-05): measured / predicted 0.4-1.1 (small sizes at 4 ranks lowest).
  */
 #define SHM_TURN_US 1.0
 #define SHM_MSG_US 0.5
