@@ -56,8 +56,8 @@ struct ArParams {
   int passive; // one-shot: barriers only
 };
 
-template <int MAXK> ZD_INLINE void ar_barrier(const ArParams &p, uint32_t v) {
-  zd_barrier<MAXK>(p.flags, p.k, p.rank, p.abort_flag, v);
+template <int MAXK> ZD_INLINE bool ar_barrier(const ArParams &p, uint32_t v) {
+  return zd_barrier<MAXK>(p.flags, p.k, p.rank, p.abort_flag, v);
 }
 
 template <int MAXK> ZD_INLINE uint32_t ar_counter_load(const ArParams &p) {
@@ -120,7 +120,7 @@ template <typename T, typename Op, int MAXK>
 ZD_INLINE void oneshot_kernel_body(const ArParams &p) {
   enum { U = ArUnroll<MAXK>::U };
   uint32_t seq = ar_counter_load<MAXK>(p);
-  ar_barrier<MAXK>(p, ++seq);
+  if (!ar_barrier<MAXK>(p, ++seq)) return; // stopped: nothing written
 
   const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   const size_t nth = (size_t)gridDim.x * blockDim.x;
@@ -162,8 +162,8 @@ ZD_INLINE void oneshot_kernel_body(const ArParams &p) {
     const size_t c0 = rd * per_round + tid;
     uint4 acc[U];
     ar_load_reduce<T, Op, MAXK>(p, in, w, c0, nth, p.chunks, acc);
+    if (p.inplace && !ar_barrier<MAXK>(p, ++seq)) return; // every peer has read this round
     if (p.inplace) {
-      ar_barrier<MAXK>(p, ++seq); // every peer has read this round of my input
       if (rd == 0 && so >= 0) zd_st1<T>(own + so, sv);
     }
 #pragma unroll
@@ -188,7 +188,7 @@ template <typename T, typename Op, int MAXK>
 ZD_INLINE void twoshot_kernel_body(const ArParams &p) {
   enum { U = ArUnroll<MAXK>::U };
   uint32_t seq = ar_counter_load<MAXK>(p);
-  ar_barrier<MAXK>(p, ++seq);
+  if (!ar_barrier<MAXK>(p, ++seq)) return; // stopped: nothing written
 
   const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   const size_t nth = (size_t)gridDim.x * blockDim.x;

@@ -124,8 +124,10 @@ ZD_INLINE void oneshot_ll_kernel_body(const LlParams &p) {
       if (r < p.k && r != p.rank)
         st_volatile16(p.ll[r] + ((parity * ZCC_DEV_MAX_RANKS + p.rank) * ZD_LL_UNITS + u) * 16, line);
   }
-  // Receive and reduce in rank order.
-  for (size_t u = (size_t)blockIdx.x * blockDim.x + threadIdx.x; u < units; u += nth) {
+  // Receive and reduce in rank order (stopped by the abort word: nothing more
+  // is written).
+  bool dead = false;
+  for (size_t u = (size_t)blockIdx.x * blockDim.x + threadIdx.x; u < units && !dead; u += nth) {
     size_t n = p.bytes - u * 8 < 8 ? p.bytes - u * 8 : 8;
     uint2 own = ld8(p.in + u * 8, n);
     uint2 acc = own;
@@ -140,16 +142,20 @@ ZD_INLINE void oneshot_ll_kernel_body(const LlParams &p) {
         for (;;) {
           x = ld_volatile16(line);
           if (x.y == seq && x.w == seq) break;
-          if (p.abort_flag && (++spins & 1023u) == 0 && *p.abort_flag) break;
+          if (p.abort_flag && (++spins & 1023u) == 0 && *p.abort_flag) {
+            dead = true;
+            break;
+          }
         }
         v = make_uint2(x.x, x.z);
       }
       acc = r == 0 ? v : red8<T, Op>(acc, v);
     }
+    if (dead) break;
     if (p.avg) acc = avg8<T>(acc, p.avg);
     st8(p.out + u * 8, n, acc);
   }
-  __syncthreads();
+  if (__syncthreads_or(dead)) return;
   if (threadIdx.x == 0) *ctr = seq;
 }
 

@@ -76,13 +76,15 @@ template <int MAXK> ZD_INLINE char *push_slot(const PushParams &p, int dst, int 
   return zd_pick<MAXK>(p.stage, dst) + idx * p.slot;
 }
 
-template <int MAXK> ZD_INLINE void push_chunk(const PushParams &p, uint32_t n, size_t off, size_t len) {
+// false: the abort word ended a wait (nothing written; the block stops).
+template <int MAXK> ZD_INLINE bool push_chunk(const PushParams &p, uint32_t n, size_t off, size_t len) {
   const int t = threadIdx.x;
   // The peers (and, copying, the own consumer) are done with this slot's previous chunk.
+  bool ok = true;
   if (t < p.k && (t != p.rank || p.local_copy))
-    zd_wait_reach(push_line(zd_pick<MAXK>(p.flags, p.rank)) + 8 + t, n - ZCC_DEV_PUSH_SLOTS + 1,
-                  p.abort_flag);
-  __syncthreads();
+    ok = zd_wait_reach(push_line(zd_pick<MAXK>(p.flags, p.rank)) + 8 + t,
+                       n - ZCC_DEV_PUSH_SLOTS + 1, p.abort_flag);
+  if (__syncthreads_or(!ok)) return false;
   char *dst[MAXK];
 #pragma unroll
   for (int r = 0; r < MAXK; r++) dst[r] = r < p.k ? push_slot<MAXK>(p, r, p.rank, n) : NULL;
@@ -117,16 +119,18 @@ template <int MAXK> ZD_INLINE void push_chunk(const PushParams &p, uint32_t n, s
   __syncthreads();
   if (t < p.k && t != p.rank) zd_st_release_sys(push_line(zd_pick<MAXK>(p.flags, t)) + p.rank, n + 1);
   if (t == 0) zd_st_release_sys(push_line(zd_pick<MAXK>(p.flags, p.rank)) + ZD_PUSH_PUSHED, n + 1);
+  return true;
 }
 
 template <typename T, typename Op, int MAXK>
-ZD_INLINE void consume_chunk(const PushParams &p, uint32_t n, size_t off, size_t len) {
+ZD_INLINE bool consume_chunk(const PushParams &p, uint32_t n, size_t off, size_t len) {
   const int t = threadIdx.x;
   uint32_t *mine = push_line(zd_pick<MAXK>(p.flags, p.rank));
-  if (t < p.k && t != p.rank) zd_wait_reach(mine + t, n + 1, p.abort_flag);
+  bool ok = true;
+  if (t < p.k && t != p.rank) ok = zd_wait_reach(mine + t, n + 1, p.abort_flag);
   if (t == p.k && (p.in == p.out || p.local_copy))
-    zd_wait_reach(mine + ZD_PUSH_PUSHED, n + 1, p.abort_flag);
-  __syncthreads();
+    ok = zd_wait_reach(mine + ZD_PUSH_PUSHED, n + 1, p.abort_flag);
+  if (__syncthreads_or(!ok)) return false;
   const char *src[MAXK];
 #pragma unroll
   for (int r = 0; r < MAXK; r++)
@@ -173,6 +177,7 @@ ZD_INLINE void consume_chunk(const PushParams &p, uint32_t n, size_t off, size_t
   __syncthreads();
   // Freed into every peer's line, and into the own one for a pusher that copies.
   if (t < p.k) zd_st_release_sys(push_line(zd_pick<MAXK>(p.flags, t)) + 8 + p.rank, n + 1);
+  return true;
 }
 
 template <typename T, typename Op, int MAXK>
@@ -189,8 +194,9 @@ ZD_INLINE void push_kernel_body(const PushParams &p) {
   for (size_t i = 0; i < nb; i++) {
     size_t off = (j + i * B) * p.chunk;
     size_t len = p.bytes - off < p.chunk ? p.bytes - off : p.chunk;
-    if (pusher) push_chunk<MAXK>(p, base + (uint32_t)i, off, len);
-    else consume_chunk<T, Op, MAXK>(p, base + (uint32_t)i, off, len);
+    if (pusher ? !push_chunk<MAXK>(p, base + (uint32_t)i, off, len)
+               : !consume_chunk<T, Op, MAXK>(p, base + (uint32_t)i, off, len))
+      return; // stopped: nothing more is written
   }
   if (threadIdx.x == 0) *ctr = base + (uint32_t)nb;
 }

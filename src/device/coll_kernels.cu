@@ -72,7 +72,7 @@ template <int MAXK>
 ZD_INLINE void gather_kernel_body(const GaParams &p) {
   enum { U = ZD_GA_UNROLL };
   uint32_t seq = zd_counter_load<MAXK>(p.flags, p.rank);
-  zd_barrier<MAXK>(p.flags, p.k, p.rank, p.abort_flag, ++seq);
+  if (!zd_barrier<MAXK>(p.flags, p.k, p.rank, p.abort_flag, ++seq)) return; // stopped
 
   const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   const size_t nth = (size_t)gridDim.x * blockDim.x;

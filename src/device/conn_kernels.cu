@@ -98,20 +98,27 @@ ZD_INLINE void slice_of(const ConnParams &p, int c, size_t *lo, size_t *hi) {
 }
 
 // The primitive: up to 3 receives, up to 3 sends (see the file comment).
-// src / dst: user memory at the chunk, or NULL. len: bytes.
+// src / dst: user memory at the chunk, or NULL. len: bytes. *dead: the
+// abort word ended a wait of the block (this step's or an earlier one's):
+// nothing more is written.
 // Not inlined: one copy per (type, op) rather than one per call site keeps
 // the kernels small (the call costs nothing next to a slot's data).
 template <typename T, typename Op>
 __device__ __noinline__ void step(const ConnParams &p, Side *rv, int nr, Side *sd, int ns,
-                                  const char *src, char *dst, size_t len, int avg) {
+                                  const char *src, char *dst, size_t len, int avg, bool *dead) {
+  if (*dead) return;
   const int t = threadIdx.x;
+  bool ok = true;
 #pragma unroll
   for (int i = 0; i < ZCC_DEV_TREE_ARITY; i++) {
-    if (i < nr && t == i) zd_wait_reach(rv[i].ready, rv[i].step + 1, p.abort_flag);
+    if (i < nr && t == i) ok = zd_wait_reach(rv[i].ready, rv[i].step + 1, p.abort_flag);
     if (i < ns && t == 32 + i)
-      zd_wait_reach(sd[i].freed, sd[i].step + 1 - (uint32_t)p.nslots, p.abort_flag);
+      ok = zd_wait_reach(sd[i].freed, sd[i].step + 1 - (uint32_t)p.nslots, p.abort_flag);
   }
-  __syncthreads();
+  if (__syncthreads_or(!ok)) {
+    *dead = true;
+    return;
+  }
   const char *rs[ZCC_DEV_TREE_ARITY];
   char *ss[ZCC_DEV_TREE_ARITY];
 #pragma unroll
@@ -180,6 +187,7 @@ template <typename T, typename Op> ZD_INLINE void ring_kernel_body(const ConnPar
   Side r = side_load(ch->recv[ZCC_DEV_RECV_RING]);
   Side s = side_load(ch->send[ZCC_DEV_SEND_RING]);
   __syncthreads(); // every thread has read the steps before thread 0 may write them
+  bool dead = false;
   const int k = p.k, pos = ch->ring_pos;
   size_t lo, hi;
   slice_of(p, blockIdx.x, &lo, &hi);
@@ -195,23 +203,23 @@ template <typename T, typename Op> ZD_INLINE void ring_kernel_body(const ConnPar
   else a = off + R;
       {
         CHUNK(modk(pos - 1, k), a, n)
-        step<T, Op>(p, &r, 0, &s, 1, p.in + a, NULL, n, 0);
+        step<T, Op>(p, &r, 0, &s, 1, p.in + a, NULL, n, 0, &dead);
       }
       for (int st = 1; st <= k - 2; st++) {
         CHUNK(modk(pos - st - 1, k), a, n)
-        step<T, Op>(p, &r, 1, &s, 1, p.in + a, NULL, n, 0);
+        step<T, Op>(p, &r, 1, &s, 1, p.in + a, NULL, n, 0, &dead);
       }
       {
         CHUNK(pos, a, n)
-        step<T, Op>(p, &r, 1, &s, 1, p.in + a, p.out + a, n, p.avg);
+        step<T, Op>(p, &r, 1, &s, 1, p.in + a, p.out + a, n, p.avg, &dead);
       }
       for (int st = 1; st <= k - 2; st++) {
         CHUNK(modk(pos - st, k), a, n)
-        step<T, Op>(p, &r, 1, &s, 1, NULL, p.out + a, n, 0);
+        step<T, Op>(p, &r, 1, &s, 1, NULL, p.out + a, n, 0, &dead);
       }
       {
         CHUNK(modk(pos + 1, k), a, n)
-        step<T, Op>(p, &r, 1, &s, 0, NULL, p.out + a, n, 0);
+        step<T, Op>(p, &r, 1, &s, 0, NULL, p.out + a, n, 0, &dead);
       }
 #undef CHUNK
     }
@@ -221,12 +229,12 @@ template <typename T, typename Op> ZD_INLINE void ring_kernel_body(const ConnPar
     for (size_t off = lo; off < hi; off += cs) {
       size_t n = hi - off < cs ? hi - off : cs;
       int q = ch->ring_rank[modk(pos - 1, k)];
-      step<T, Op>(p, &r, 0, &s, 1, p.in + (size_t)q * B + off, NULL, n, 0);
+      step<T, Op>(p, &r, 0, &s, 1, p.in + (size_t)q * B + off, NULL, n, 0, &dead);
       for (int st = 1; st <= k - 2; st++) {
         q = ch->ring_rank[modk(pos - st - 1, k)];
-        step<T, Op>(p, &r, 1, &s, 1, p.in + (size_t)q * B + off, NULL, n, 0);
+        step<T, Op>(p, &r, 1, &s, 1, p.in + (size_t)q * B + off, NULL, n, 0, &dead);
       }
-      step<T, Op>(p, &r, 1, &s, 0, p.in + (size_t)p.rank * B + off, p.out + off, n, p.avg);
+      step<T, Op>(p, &r, 1, &s, 0, p.in + (size_t)p.rank * B + off, p.out + off, n, p.avg, &dead);
     }
     break;
   }
@@ -235,13 +243,13 @@ template <typename T, typename Op> ZD_INLINE void ring_kernel_body(const ConnPar
     const int inplace = p.in == p.out + (size_t)p.rank * B;
     for (size_t off = lo; off < hi; off += cs) {
       size_t n = hi - off < cs ? hi - off : cs;
-      step<T, Op>(p, &r, 0, &s, 1, p.in + off, inplace ? NULL : p.out + (size_t)p.rank * B + off, n, 0);
+      step<T, Op>(p, &r, 0, &s, 1, p.in + off, inplace ? NULL : p.out + (size_t)p.rank * B + off, n, 0, &dead);
       for (int st = 1; st <= k - 2; st++) {
         int q = ch->ring_rank[modk(pos - st, k)];
-        step<T, Op>(p, &r, 1, &s, 1, NULL, p.out + (size_t)q * B + off, n, 0);
+        step<T, Op>(p, &r, 1, &s, 1, NULL, p.out + (size_t)q * B + off, n, 0, &dead);
       }
       int q = ch->ring_rank[modk(pos - (k - 1), k)];
-      step<T, Op>(p, &r, 1, &s, 0, NULL, p.out + (size_t)q * B + off, n, 0);
+      step<T, Op>(p, &r, 1, &s, 0, NULL, p.out + (size_t)q * B + off, n, 0, &dead);
     }
     break;
   }
@@ -256,12 +264,12 @@ template <typename T, typename Op> ZD_INLINE void ring_kernel_body(const ConnPar
     for (size_t off = lo; off < hi; off += cs) {
       size_t n = hi - off < cs ? hi - off : cs;
       if (bcast) {
-        if (d == 0) step<T, Op>(p, &r, 0, &s, 1, p.in + off, p.in == p.out ? NULL : p.out + off, n, 0);
-        else step<T, Op>(p, &r, 1, &s, d < k - 1 ? 1 : 0, NULL, p.out + off, n, 0);
+        if (d == 0) step<T, Op>(p, &r, 0, &s, 1, p.in + off, p.in == p.out ? NULL : p.out + off, n, 0, &dead);
+        else step<T, Op>(p, &r, 1, &s, d < k - 1 ? 1 : 0, NULL, p.out + off, n, 0, &dead);
       } else {
-        if (d == 0) step<T, Op>(p, &r, 0, &s, 1, p.in + off, NULL, n, 0);
-        else if (d < k - 1) step<T, Op>(p, &r, 1, &s, 1, p.in + off, NULL, n, 0);
-        else step<T, Op>(p, &r, 1, &s, 0, p.in + off, p.out + off, n, p.avg);
+        if (d == 0) step<T, Op>(p, &r, 0, &s, 1, p.in + off, NULL, n, 0, &dead);
+        else if (d < k - 1) step<T, Op>(p, &r, 1, &s, 1, p.in + off, NULL, n, 0, &dead);
+        else step<T, Op>(p, &r, 1, &s, 0, p.in + off, p.out + off, n, p.avg, &dead);
       }
     }
     break;
@@ -300,6 +308,7 @@ template <typename T, typename Op> ZD_INLINE void tree_kernel_body(const ConnPar
     if (i < ns) sd[i] = side_load(ch->send[down ? ZCC_DEV_SEND_DOWN + i : ZCC_DEV_SEND_UP]);
   }
   uint32_t n0 = *(volatile uint32_t *)ctr, cnt = 0;
+  bool dead = false;
   __syncthreads();
   size_t lo, hi;
   slice_of(p, c, &lo, &hi);
@@ -307,17 +316,17 @@ template <typename T, typename Op> ZD_INLINE void tree_kernel_body(const ConnPar
     size_t n = hi - off < p.slot ? hi - off : p.slot;
     if (!down) {
       if (!root) {
-        step<T, Op>(p, rv, nr, sd, ns, p.in + off, NULL, n, 0);
+        step<T, Op>(p, rv, nr, sd, ns, p.in + off, NULL, n, 0, &dead);
       } else {
-        step<T, Op>(p, rv, nr, sd, 0, p.in + off, p.out + off, n, p.avg);
-        if (threadIdx.x == 0) zd_st_release_sys(done, n0 + cnt + 1);
+        step<T, Op>(p, rv, nr, sd, 0, p.in + off, p.out + off, n, p.avg, &dead);
+        if (threadIdx.x == 0 && !dead) zd_st_release_sys(done, n0 + cnt + 1);
       }
     } else if (!root) {
-      step<T, Op>(p, rv, 1, sd, ns, NULL, p.out + off, n, 0);
+      step<T, Op>(p, rv, 1, sd, ns, NULL, p.out + off, n, 0, &dead);
     } else {
-      if (threadIdx.x == 0) zd_wait_reach(done, n0 + cnt + 1, p.abort_flag);
-      __syncthreads();
-      step<T, Op>(p, rv, 0, sd, ns, p.out + off, NULL, n, 0);
+      bool ok = threadIdx.x != 0 || dead || zd_wait_reach(done, n0 + cnt + 1, p.abort_flag);
+      if (__syncthreads_or(!ok)) dead = true;
+      step<T, Op>(p, rv, 0, sd, ns, p.out + off, NULL, n, 0, &dead);
     }
   }
   __syncthreads();
@@ -410,14 +419,14 @@ ZD_INLINE void conn_p2p_kernel_body(const ConnP2pParams &p) {
       const size_t len = op.bytes - off < p.slot ? op.bytes - off : p.slot;
       char *const sl = s.fifo + (size_t)(s.step % nslots) * p.slot;
       if (send) {
-        if (threadIdx.x == 0) zd_wait_reach(s.freed, s.step + 1 - nslots, p.abort_flag);
-        __syncthreads();
+        bool ok = threadIdx.x != 0 || zd_wait_reach(s.freed, s.step + 1 - nslots, p.abort_flag);
+        if (__syncthreads_or(!ok)) return; // stopped: nothing more is written
         cp2p_copy<false>(sl, 16, op.buf + off, wbuf, len);
         __syncthreads();
         if (threadIdx.x == 0) publish(s, nslots, len);
       } else {
-        if (threadIdx.x == 0) zd_wait_reach(s.ready, s.step + 1, p.abort_flag);
-        __syncthreads();
+        bool ok = threadIdx.x != 0 || zd_wait_reach(s.ready, s.step + 1, p.abort_flag);
+        if (__syncthreads_or(!ok)) return;
         cp2p_copy<true>(op.buf + off, wbuf, sl, 16, len);
         __syncthreads();
         if (threadIdx.x == 0) zd_st_release_sys(s.freed, s.step + 1);

@@ -56,12 +56,16 @@ ZD_INLINE bool zd_sig_gate(const volatile uint64_t *gate, uint64_t seq,
   return s_open != 0;
 }
 
-// Spin until *p has reached v (modulo 2^32), or the abort flag is raised.
-ZD_INLINE void zd_wait_reach(const uint32_t *p, uint32_t v, const volatile uint32_t *abort_flag) {
+// Spin until *p has reached v (modulo 2^32): true; or the abort flag is
+// raised first: false. A kernel whose wait gave up writes nothing more (no
+// output, no peer's memory): every wait site's block asks __syncthreads_or
+// whether any of its waits did, and returns.
+ZD_INLINE bool zd_wait_reach(const uint32_t *p, uint32_t v, const volatile uint32_t *abort_flag) {
   unsigned spins = 0;
   while ((int32_t)(zd_ld_acquire_sys(p) - v) < 0) {
-    if (abort_flag && (++spins & 1023u) == 0 && *abort_flag) break;
+    if (abort_flag && (++spins & 1023u) == 0 && *abort_flag) return false;
   }
+  return true;
 }
 
 // ---- op stamps (device.h) ----
@@ -129,17 +133,19 @@ template <int MAXK, typename P> ZD_INLINE P zd_pick(const P *arr, int i) {
 // into its slot of every peer's line (after __syncthreads, so the block's
 // earlier loads and stores are ordered before it) and wait for every peer's
 // slot in the own line to reach v.
+// false (in every thread of the block) when the abort word ended a wait.
 template <int MAXK>
-ZD_INLINE void zd_barrier(uint32_t *const *flags, int k, int rank, const volatile uint32_t *abort_flag,
+ZD_INLINE bool zd_barrier(uint32_t *const *flags, int k, int rank, const volatile uint32_t *abort_flag,
                           uint32_t v) {
   __syncthreads();
   const int t = threadIdx.x;
+  bool ok = true;
   if (t < k && t != rank) {
     zd_st_release_sys(zd_pick<MAXK>(flags, t) + blockIdx.x * ZD_FLAG_STRIDE + rank, v);
     const uint32_t *mine = zd_pick<MAXK>(flags, rank) + blockIdx.x * ZD_FLAG_STRIDE + t;
-    zd_wait_reach(mine, v, abort_flag);
+    ok = zd_wait_reach(mine, v, abort_flag);
   }
-  __syncthreads();
+  return !__syncthreads_or(!ok);
 }
 
 // The block's barrier counter, read at the start of a launch and written

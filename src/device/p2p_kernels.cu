@@ -163,14 +163,15 @@ ZD_INLINE void p2p_kernel_body(const P2pParams &p) {
       const size_t len = op.bytes - off < cut.piece ? op.bytes - off : cut.piece;
       char *const slot = box + (size_t)(n % ZCC_DEV_P2P_SLOTS) * ZCC_DEV_P2P_SLOT_BYTES;
       if (send) {
-        if (threadIdx.x == 0) zd_wait_reach(own_line + ZD_P2P_FREE, n + 1 - ZCC_DEV_P2P_SLOTS, p.abort_flag);
-        __syncthreads();
+        bool ok = threadIdx.x != 0 ||
+                  zd_wait_reach(own_line + ZD_P2P_FREE, n + 1 - ZCC_DEV_P2P_SLOTS, p.abort_flag);
+        if (__syncthreads_or(!ok)) return; // stopped: nothing more is written
         p2p_copy<false>(slot, 16, op.buf + off, wbuf, len);
         __syncthreads();
         if (threadIdx.x == 0) zd_st_release_sys(peer_line + ZD_P2P_READY, n + 1);
       } else {
-        if (threadIdx.x == 0) zd_wait_reach(own_line + ZD_P2P_READY, n + 1, p.abort_flag);
-        __syncthreads();
+        bool ok = threadIdx.x != 0 || zd_wait_reach(own_line + ZD_P2P_READY, n + 1, p.abort_flag);
+        if (__syncthreads_or(!ok)) return;
         p2p_copy<true>(op.buf + off, wbuf, slot, 16, len);
         __syncthreads();
         if (threadIdx.x == 0) zd_st_release_sys(peer_line + ZD_P2P_FREE, n + 1);
