@@ -167,6 +167,22 @@ static long one_call(zccComm_t comm, int r, int n, const case_t *c, char *sb, ch
   return wrong;
 }
 
+/* The first ncases cases at every size, out of place and in place, twice
+   each (the second call runs the kept plan): the wrong results. */
+static long sweep(zccComm_t comm, int rank, int nranks, size_t ncases, const size_t *sizes,
+                  size_t nsizes, char *sb, char *rb, int *calls) {
+  long wrong = 0;
+  for (size_t ci = 0; ci < ncases; ci++)
+    for (size_t si = 0; si < nsizes; si++)
+      for (int inplace = 0; inplace < 2; inplace++)
+        for (int round = 0; round < 2; round++) {
+          wrong += one_call(comm, rank, nranks, &cases[ci], sb, rb, sizes[si], inplace,
+                            round + (int)ci);
+          (*calls)++;
+        }
+  return wrong;
+}
+
 static int sync_ranks(int rank, int nranks) {
   if (zt_barrier_wait(&sh->bar, nranks, 60) == 0) return 0;
   zt_fail("rank %d: barrier timed out", rank);
@@ -200,17 +216,10 @@ static int twoshot_main(zccComm_t comm, int rank, int nranks, int mode) {
   if (!sb || !rb) return 1;
   /* 4 KiB chunks: inside one, at its edge, just past it, across many */
   static const size_t sizes[] = {8, 24, 4096, 4104, 16392, (1u << 20) + 24};
-  long wrong = 0;
-  int calls = 0;
   size_t ncases = mode == MODE_TWOSHOT ? sizeof(cases) / sizeof(cases[0]) : 1;
-  for (size_t ci = 0; ci < ncases; ci++)
-    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++)
-      for (int inplace = 0; inplace < 2; inplace++)
-        for (int round = 0; round < 2; round++) { /* the second runs the kept plan */
-          wrong += one_call(comm, rank, nranks, &cases[ci], sb, rb, sizes[si], inplace,
-                            round + (int)ci);
-          calls++;
-        }
+  int calls = 0;
+  long wrong = sweep(comm, rank, nranks, ncases, sizes, sizeof(sizes) / sizeof(sizes[0]), sb,
+                     rb, &calls);
   ZT_CHECK(!wrong, "rank %d: %s: %ld wrong results in %d calls", rank, mode_names[mode],
            wrong, calls);
   int made = log_lines("two-shot allreduce through every rank's");
@@ -280,17 +289,10 @@ static int rank_main(int rank, int nranks, const zccUniqueId *id, void *arg) {
     zccCommAbort(comm);
     return 0;
   }
-  long wrong = 0;
   int calls = 0;
   static const size_t sizes[] = {1u << 20, (1u << 20) + 12, BIG};
-  for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++)
-    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++)
-      for (int inplace = 0; inplace < 2; inplace++)
-        for (int round = 0; round < 2; round++) { /* the second runs the kept plan */
-          wrong += one_call(comm, rank, nranks, &cases[ci], sb, rb, sizes[si], inplace,
-                            round + (int)ci);
-          calls++;
-        }
+  long wrong = sweep(comm, rank, nranks, sizeof(cases) / sizeof(cases[0]), sizes,
+                     sizeof(sizes) / sizeof(sizes[0]), sb, rb, &calls);
   ZT_CHECK(!wrong, "rank %d: %s: %ld wrong results", rank, mode_names[mode], wrong);
   int runs = direct_runs();
   ZT_CHECK(runs == (mode == MODE_DIRECT ? calls : 0),
