@@ -126,7 +126,8 @@ ZD_INLINE void oneshot_ll_kernel_body(const LlParams &p) {
   }
   // Receive and reduce in rank order. A thread whose wait the abort word
   // ended stores nothing more (the loop's test and the closing barrier stay
-  // as they were: a block-wide vote there cost 0.1 us per 8 B launch).
+  // as they were; with a block-wide vote there 512 B-32 KiB ran 0.05-0.1 us
+  // slower, docs/perf/h200x1.md 2026-12-05).
   bool dead = false;
   for (size_t u = (size_t)blockIdx.x * blockDim.x + threadIdx.x; u < units; u += nth) {
     size_t n = p.bytes - u * 8 < 8 ? p.bytes - u * 8 : 8;
