@@ -67,13 +67,9 @@ static zccResult_t zcc_stage_step(zcc_plan_t *p, int step, int *jump) {
   case ZCC_HOSTMEM_STAGE_PREP:
     zcc_stage_prepare(comm, h->st_chunk_bytes, &h->st_mine);
     return zccSuccess;
-  case ZCC_HOSTMEM_STAGE_MAP: {
-    int ok = h->st_mine.fd >= 0;
-    for (int k = 0; k < n && ok; k++)
-      if (k != r && h->st_theirs[k].fd < 0) ok = 0;
-    h->st_ok_mine = ok && zcc_stage_map(comm, h->st_theirs);
+  case ZCC_HOSTMEM_STAGE_MAP: /* 0 where a region is missing, own or a peer's */
+    h->st_ok_mine = zcc_stage_map(comm, h->st_theirs);
     return zccSuccess;
-  }
   case ZCC_HOSTMEM_STAGE_DECIDE: {
     int all = h->st_ok_mine == 1;
     for (int k = 0; k < n && all; k++)

@@ -96,16 +96,11 @@ int zcc_select_can_run(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t al
   if (pairwise && algo != ZCC_ALGO_ONESHOT)
     return fail(why, whylen, "%s is all-pairs by nature (oneshot)", cn);
   if (!c->gpu) {
-    if (algo == ZCC_ALGO_TWOSHOT && coll == ZCC_COLL_ALLREDUCE && c->nnodes == 1) {
-      if (proto != ZCC_PROTO_SIMPLE)
-        return fail(why, whylen, "host communicators run the simple protocol, not %s",
-                    proto_names[proto]);
-      return 1;
-    }
-    if (algo == ZCC_ALGO_TWOSHOT && coll == ZCC_COLL_ALLREDUCE)
+    int twoshot = algo == ZCC_ALGO_TWOSHOT && coll == ZCC_COLL_ALLREDUCE;
+    if (twoshot && c->nnodes > 1)
       return fail(why, whylen, "twoshot shares staging memory: every rank on one host "
                   "(here %d hosts)", c->nnodes);
-    if (algo != ZCC_ALGO_RING && algo != ZCC_ALGO_ONESHOT)
+    if (algo != ZCC_ALGO_RING && algo != ZCC_ALGO_ONESHOT && !twoshot)
       return fail(why, whylen, "host communicators run ring and oneshot (direct)%s, not %s",
                   coll == ZCC_COLL_ALLREDUCE ? " and twoshot (on one host)" : "", an);
     if (proto != ZCC_PROTO_SIMPLE)
