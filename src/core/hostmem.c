@@ -217,7 +217,7 @@ static void stage_free(struct zccComm *comm) {
   zcc_stage_t *st = comm->stage;
   if (!st) return;
   for (int k = 0; k < comm->nranks && st->peer; k++)
-    if (k != comm->rank && st->peer[k]) munmap(st->peer[k], 2 * st->chunk);
+    if (k != comm->rank && st->peer[k]) munmap(st->peer[k], zcc_stage_bytes(st->chunk));
   if (st->mine) zccMemHostFree(st->mine);
   free(st->peer);
   free(st);
@@ -242,24 +242,24 @@ void zcc_stage_prepare(struct zccComm *comm, size_t chunk, zcc_hostmem_ref_t *re
     if (st) st->peer = calloc((size_t)comm->nranks, sizeof(*st->peer));
     if (!st || !st->peer) {
       free(st);
-      ZCC_WARN("comm %s: out of memory for the two-shot allreduce's regions; it runs as "
-               "the ring", comm->name);
+      ZCC_WARN("comm %s: out of memory for the allreduce's staging regions; it runs "
+               "without them (the ring, the gather at rank 0)", comm->name);
       return;
     }
     comm->stage = st;
   }
   if (!st->mine) {
     void *p = NULL;
-    if (region_alloc(&p, 2 * chunk, "zcc-stage") != zccSuccess) {
-      ZCC_WARN("comm %s: cannot make the two-shot allreduce's region (%s); it runs as the "
-               "ring", comm->name, zcc_last_error());
+    if (region_alloc(&p, zcc_stage_bytes(chunk), "zcc-stage") != zccSuccess) {
+      ZCC_WARN("comm %s: cannot make the allreduce's staging region (%s); it runs "
+               "without them (the ring, the gather at rank 0)", comm->name, zcc_last_error());
       return;
     }
     st->mine = p;
     st->chunk = chunk;
     st->peer[comm->rank] = p;
   }
-  zcc_hostmem_find(st->mine, 2 * st->chunk, ref);
+  zcc_hostmem_find(st->mine, zcc_stage_bytes(st->chunk), ref);
 }
 
 int zcc_stage_map(struct zccComm *comm, const zcc_hostmem_ref_t *refs) {
@@ -267,11 +267,10 @@ int zcc_stage_map(struct zccComm *comm, const zcc_hostmem_ref_t *refs) {
   if (!st || !st->mine) return 0;
   for (int k = 0; k < comm->nranks; k++) {
     if (k == comm->rank || st->peer[k]) continue;
-    /* Every region is 2 x chunk bytes, the same chunk on every rank. */
-    if (refs[k].fd < 0 || refs[k].off != 0 || refs[k].bytes < 2 * st->chunk) return 0;
-    zcc_hostmem_ref_t whole = refs[k];
-    whole.bytes = 2 * st->chunk;
-    if (!(st->peer[k] = map_region(comm, k, &whole, 1))) return 0;
+    /* Every region has the same layout: the same chunk on every rank. */
+    if (refs[k].fd < 0 || refs[k].off != 0 || refs[k].bytes != zcc_stage_bytes(st->chunk))
+      return 0;
+    if (!(st->peer[k] = map_region(comm, k, &refs[k], 1))) return 0;
   }
   return 1;
 }
@@ -279,12 +278,12 @@ int zcc_stage_map(struct zccComm *comm, const zcc_hostmem_ref_t *refs) {
 void zcc_stage_decide(struct zccComm *comm, int ok) {
   if (ok && comm->stage) {
     comm->stage_state = 1;
-    ZCC_INFO(COLL, "comm %s: two-shot allreduce through every rank's %zu-byte staging "
-             "region", comm->name, 2 * comm->stage->chunk);
+    ZCC_INFO(COLL, "comm %s: two-shot and board allreduces through every rank's %zu-byte "
+             "staging region", comm->name, zcc_stage_bytes(comm->stage->chunk));
     return;
   }
   stage_free(comm);
   comm->stage_state = -1; /* for good: the same on every rank */
-  ZCC_INFO(COLL, "comm %s: a rank could not map the peers' staging regions: two-shot "
-           "allreduce runs as the ring", comm->name);
+  ZCC_INFO(COLL, "comm %s: a rank could not map the peers' staging regions: allreduce "
+           "runs without them (the ring, the gather at rank 0)", comm->name);
 }

@@ -50,6 +50,27 @@ static zccResult_t run_local(zcc_plan_t *p, const zcc_item_t *it) {
   return zccSuccess;
 }
 
+/* The bytes a signature's call moves per rank (for its description). */
+static uint64_t sig_bytes(const zcc_op_sig_t *s) {
+  return s->type >= 0 && s->type < zccNumTypes ? s->count * zcc_type_size((zccDataType_t)s->type)
+                                               : 0;
+}
+
+/* An error with `peer`, worded as the transfers' are ("allreduce with rank
+   1 failed: ..."). */
+static zccResult_t with_peer(zcc_plan_t *p, int peer, zccResult_t res) {
+  char cause[512];
+  snprintf(cause, sizeof(cause), "%s", zcc_last_error());
+  return zcc_error(res, "%s with rank %d failed: %s", zcc_coll_name(p->coll), peer, cause);
+}
+
+/* Bytes waiting from `peer` that the current call does not receive. */
+static zccResult_t board_stray(zcc_plan_t *p, int peer) {
+  zcc_conn_t *conn = p->comm->conns[peer];
+  zccResult_t res = conn && conn->ops->stray ? conn->ops->stray(conn, &p->sig) : zccSuccess;
+  return res == zccSuccess ? res : with_peer(p, peer, res);
+}
+
 /*
  * The two-shot allreduce's steps (hostmem.h, zcc_stage_t; exec/host_plan.c
  * lays them out, the chunk in item.first).
@@ -103,9 +124,63 @@ static zccResult_t zcc_stage_step(zcc_plan_t *p, int step, int *jump) {
       memcpy(h->st_rb + off * ts + at, st->peer[q] + st->chunk + at, zcc_seg_cnt(c, n, q) * ts);
     }
     return zccSuccess;
+  case ZCC_HOSTMEM_STAGE_ARRIVE:
+    /* No peer can be past this barrier yet: bytes waiting from one belong
+       to a call this rank does not make. */
+    for (int k = 1; k < n; k++)
+      ZCC_CHECK(board_stray(p, (r + k) % n));
+    *zcc_stage_sig(st->mine, st->chunk, st->bars + 1) = p->sig;
+    __atomic_store_n(zcc_stage_word(st->mine, st->chunk), ++st->bars, __ATOMIC_RELEASE);
+    return zccSuccess;
+  case ZCC_HOSTMEM_STAGE_WAIT:
+    /* From the rank last found missing: the one most likely still out. */
+    for (int k = 0; k < n; k++) {
+      int q = (h->st_waiting + k) % n;
+      uint64_t w = __atomic_load_n(zcc_stage_word(st->peer[q], st->chunk), __ATOMIC_ACQUIRE);
+      if (w < st->bars) {
+        /* Not there: it may be running a call that sends instead. */
+        ZCC_CHECK(board_stray(p, q));
+        h->st_waiting = q;
+        *jump = ZCC_HOSTMEM_NOT_YET;
+        return zccSuccess;
+      }
+      /* At this barrier: its call must be this one. (Past it: it compared
+         this rank's signature with its own already.) */
+      const zcc_op_sig_t *theirs = zcc_stage_sig(st->peer[q], st->chunk, st->bars);
+      if (w == st->bars && q != r && !zcc_opsig_same(theirs, &p->sig)) {
+        zcc_op_sig_t t = *theirs;
+        return with_peer(p, q, zcc_opsig_mismatch(&t, sig_bytes(&t), q, &p->sig,
+                                                  sig_bytes(&p->sig), r));
+      }
+    }
+    h->st_waiting = 0;
+    return zccSuccess;
+  case ZCC_HOSTMEM_BOARD_IN:
+    h->bd_parity = (int)(st->boards++ & 1);
+    memcpy(zcc_stage_slot(st->mine, st->chunk, h->bd_parity), h->bd_sb, h->bd_count * ts);
+    return zccSuccess;
+  case ZCC_HOSTMEM_BOARD_REDUCE: {
+    /* Rank order, every rank alike: the same bits on all of them. */
+    int par = h->bd_parity;
+    zcc_reduce(h->bd_rb, zcc_stage_slot(st->peer[0], st->chunk, par),
+               zcc_stage_slot(st->peer[1], st->chunk, par), h->bd_count, p->type, p->op);
+    for (int k = 2; k < n; k++)
+      zcc_reduce(h->bd_rb, h->bd_rb, zcc_stage_slot(st->peer[k], st->chunk, par), h->bd_count,
+                 p->type, p->op);
+    if (p->op == zccAvg) zcc_reduce_finish_avg(h->bd_rb, h->bd_rb, h->bd_count, p->type, n);
+    return zccSuccess;
+  }
   default:
     return zcc_error(zccInternalError, "executor: unknown shared-memory step %d", step);
   }
+}
+
+/* A board barrier's wait (ZCC_HOSTMEM_STAGE_WAIT): the rank not there yet. */
+static int board_waiting(const zcc_plan_t *p) {
+  if (p->cur >= p->nitems) return -1;
+  const zcc_item_t *it = &p->items[p->cur];
+  if (it->kind != ZCC_ITEM_HOSTMEM || it->n != ZCC_HOSTMEM_STAGE_WAIT || !p->hostmem) return -1;
+  return p->hostmem->st_waiting;
 }
 
 /*
@@ -200,6 +275,8 @@ zccResult_t zcc_hostmem_step(zcc_plan_t *p, int step, int *jump) {
 
 /* The peer a waiting plan waits on: its first unfinished receive, else send. */
 static int waited_peer(const zcc_plan_t *p) {
+  int b = board_waiting(p);
+  if (b >= 0) return b;
   if (p->cur >= p->nitems || p->items[p->cur].kind != ZCC_ITEM_XFERS) return -1;
   const zcc_item_t *it = &p->items[p->cur];
   int send_peer = -1;
@@ -260,7 +337,10 @@ static zccResult_t advance(chain_state_t *c, int *moved) {
     zcc_item_t *it = &p->items[p->cur];
     if (it->kind == ZCC_ITEM_JUMP || it->kind == ZCC_ITEM_HOSTMEM) {
       int next = (int)it->n;
-      if (it->kind == ZCC_ITEM_HOSTMEM) ZCC_CHECK(zcc_hostmem_step(p, (int)it->n, &next));
+      if (it->kind == ZCC_ITEM_HOSTMEM) {
+        ZCC_CHECK(zcc_hostmem_step(p, (int)it->n, &next));
+        if (next == ZCC_HOSTMEM_NOT_YET) return zccSuccess;
+      }
       p->cur = next >= 0 ? next : p->cur + 1;
       *moved = 1;
       continue;
@@ -330,6 +410,18 @@ static zccResult_t check_chain(chain_state_t *c, int64_t now) {
   }
   zcc_plan_t *p = c->plan;
   zcc_item_t *it = &p->items[p->cur];
+  int board = board_waiting(p);
+  if (board >= 0) {
+    /* A board barrier: the rank not there yet may have died or failed
+       (its shm connection says; every peer of such a plan has one). */
+    zcc_conn_t *conn = comm->conns[board];
+    zccResult_t res = conn && conn->ops->check ? conn->ops->check(conn) : zccSuccess;
+    if (res != zccSuccess) {
+      char cause[512];
+      snprintf(cause, sizeof(cause), "%s", zcc_last_error());
+      return zcc_error(res, "%s: %s", zcc_coll_name(p->coll), cause);
+    }
+  }
   if (it->kind == ZCC_ITEM_XFERS) {
     for (int i = it->first; i < it->first + it->count; i++) {
       zcc_xfer_t *x = &p->xfers[i];
@@ -355,7 +447,7 @@ static zccResult_t check_chain(chain_state_t *c, int64_t now) {
     }
   }
   if (comm->timeout_ms > 0 && now - c->last_progress_ns > comm->timeout_ms * 1000000LL) {
-    int peer = -1;
+    int peer = board;
     if (it->kind == ZCC_ITEM_XFERS)
       for (int i = it->first; i < it->first + it->count && peer < 0; i++)
         if (p->xfers[i].done != p->xfers[i].bytes) peer = p->xfers[i].conn->peer;

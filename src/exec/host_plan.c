@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <stdio.h>
+
 #include "check.h"
 #include "coll.h"
 #include "debug.h"
@@ -438,6 +440,50 @@ static zccResult_t stage_item(zcc_plan_t *p, int step, size_t chunk) {
   return add_item(p, it);
 }
 
+/* A barrier on the staging regions' boards (hostmem.h): no message. */
+static zccResult_t board_barrier(zcc_plan_t *p) {
+  ZCC_CHECK(hostmem_item(p, ZCC_HOSTMEM_STAGE_ARRIVE));
+  return hostmem_item(p, ZCC_HOSTMEM_STAGE_WAIT);
+}
+
+/* The staging regions' chunk: the communicator's once they exist, else
+   ZCC_TWOSHOT_CHUNK_BYTES (checked). */
+static zccResult_t stage_chunk_bytes(const struct zccComm *c, size_t *out) {
+  if (c->stage_state == 1) {
+    *out = c->stage->chunk;
+    return zccSuccess;
+  }
+  int64_t cb = zcc_param_twoshot_chunk_bytes();
+  if (cb < 4096 || cb > ((int64_t)1 << 30))
+    return zcc_error(zccInvalidArgument, "ZCC_TWOSHOT_CHUNK_BYTES=%lld: expected 4096 to 1G",
+                     (long long)cb);
+  *out = (size_t)cb;
+  return zccSuccess;
+}
+
+/*
+ * The regions' setup, in the communicator's first plan that uses them:
+ * made, described, mapped, and the decision every rank takes alike. Where
+ * they are kept DECIDE jumps to h->st_direct_at; else the steps the caller
+ * lays out next run (now, and from then on without this setup), and the
+ * caller's jump item, returned in *jump, skips the direct steps.
+ */
+static zccResult_t stage_setup_begin(zcc_plan_t *p) {
+  zcc_hostmem_op_t *h = p->hostmem;
+  ZCC_CHECK(stage_item(p, ZCC_HOSTMEM_STAGE_PREP, 0));
+  ZCC_CHECK(exchange_all(p, &h->st_mine, h->st_theirs, sizeof(h->st_mine)));
+  ZCC_CHECK(stage_item(p, ZCC_HOSTMEM_STAGE_MAP, 0));
+  ZCC_CHECK(exchange_all(p, &h->st_ok_mine, h->st_ok_theirs, sizeof(h->st_ok_mine)));
+  ZCC_CHECK(stage_item(p, ZCC_HOSTMEM_STAGE_DECIDE, 0));
+  p->once = 1; /* this layout holds for this call only */
+  return zccSuccess;
+}
+static zccResult_t stage_setup_fallback_end(zcc_plan_t *p, int *jump) {
+  *jump = p->nitems;
+  zcc_item_t it = {.kind = ZCC_ITEM_JUMP};
+  return add_item(p, it);
+}
+
 /*
  * Two-shot allreduce through shared staging regions (hostmem.h,
  * zcc_stage_t): per chunk, the input into the own region, a barrier, the own
@@ -448,12 +494,8 @@ static zccResult_t stage_item(zcc_plan_t *p, int step, size_t chunk) {
 static zccResult_t plan_allreduce_twoshot(zcc_plan_t *p, const char *sb, char *rb,
                                           size_t count) {
   struct zccComm *c = p->comm;
-  size_t ts = zcc_type_size(p->type);
-  int64_t cb = zcc_param_twoshot_chunk_bytes();
-  if (cb < 4096 || cb > ((int64_t)1 << 30))
-    return zcc_error(zccInvalidArgument, "ZCC_TWOSHOT_CHUNK_BYTES=%lld: expected 4096 to 1G",
-                     (long long)cb);
-  size_t chunk_bytes = c->stage_state == 1 ? c->stage->chunk : (size_t)cb;
+  size_t ts = zcc_type_size(p->type), chunk_bytes = 0;
+  ZCC_CHECK(stage_chunk_bytes(c, &chunk_bytes));
   size_t chunk = chunk_bytes / ts, nchunks = (count + chunk - 1) / chunk;
   if (nchunks > INT32_MAX) return plan_allreduce_ring(p, sb, rb, count);
   ZCC_CHECK(zcc_hostmem_op_get(c, &p->hostmem));
@@ -465,26 +507,60 @@ static zccResult_t plan_allreduce_twoshot(zcc_plan_t *p, const char *sb, char *r
   h->st_chunk_bytes = chunk_bytes;
   int jump = -1;
   if (c->stage_state == 0) {
-    /* Made and mapped once; this plan's layout holds only for this call. */
-    ZCC_CHECK(stage_item(p, ZCC_HOSTMEM_STAGE_PREP, 0));
-    ZCC_CHECK(exchange_all(p, &h->st_mine, h->st_theirs, sizeof(h->st_mine)));
-    ZCC_CHECK(stage_item(p, ZCC_HOSTMEM_STAGE_MAP, 0));
-    ZCC_CHECK(exchange_all(p, &h->st_ok_mine, h->st_ok_theirs, sizeof(h->st_ok_mine)));
-    ZCC_CHECK(stage_item(p, ZCC_HOSTMEM_STAGE_DECIDE, 0));
+    ZCC_CHECK(stage_setup_begin(p));
     ZCC_CHECK(plan_allreduce_ring(p, sb, rb, count));
-    jump = p->nitems;
-    zcc_item_t it = {.kind = ZCC_ITEM_JUMP};
-    ZCC_CHECK(add_item(p, it));
-    p->once = 1;
+    ZCC_CHECK(stage_setup_fallback_end(p, &jump));
   }
   h->st_direct_at = p->nitems;
   for (size_t k = 0; k < nchunks; k++) {
     ZCC_CHECK(stage_item(p, ZCC_HOSTMEM_STAGE_IN, k));
-    ZCC_CHECK(exchange_all(p, &h->bar_mine, h->bar_theirs, sizeof(h->bar_mine)));
+    ZCC_CHECK(board_barrier(p));
     ZCC_CHECK(stage_item(p, ZCC_HOSTMEM_STAGE_REDUCE, k));
-    ZCC_CHECK(exchange_all(p, &h->bar_mine, h->bar_theirs, sizeof(h->bar_mine)));
+    ZCC_CHECK(board_barrier(p));
     ZCC_CHECK(stage_item(p, ZCC_HOSTMEM_STAGE_OUT, k));
   }
+  if (jump >= 0) p->items[jump].n = (size_t)p->nitems;
+  return zccSuccess;
+}
+
+/*
+ * Whether an allreduce of `bytes` runs on the boards: more ranks than CPUs,
+ * every peer over shm, and every rank's read of all the slots (nranks x
+ * bytes) within ZCC_STAGE_BOARD_READ. Past that the gather at rank 0, where
+ * only rank 0 reads every input, was faster (docs/perf/host.md, 2026-12-05).
+ */
+static int board_eligible(const zcc_plan_t *p, size_t bytes) {
+  const struct zccComm *c = p->comm;
+  return c->nranks > 2 && c->oversubscribed && !c->dev && c->stage_state >= 0 &&
+         bytes > 0 && bytes <= ZCC_STAGE_BOARD_READ / (size_t)c->nranks && all_shm(c);
+}
+
+/*
+ * The one-barrier allreduce on the boards (hostmem.h): the input into this
+ * rank's slot, the barrier, every slot reduced in rank order into the
+ * output. Before the regions exist the gather at rank 0 runs (direct_reduce).
+ */
+static zccResult_t plan_allreduce_board(zcc_plan_t *p, const char *sb, char *rb,
+                                        size_t count) {
+  struct zccComm *c = p->comm;
+  size_t chunk_bytes = 0;
+  ZCC_CHECK(stage_chunk_bytes(c, &chunk_bytes));
+  ZCC_CHECK(zcc_hostmem_op_get(c, &p->hostmem));
+  zcc_hostmem_op_t *h = p->hostmem;
+  h->st_chunk_bytes = chunk_bytes;
+  h->bd_sb = sb;
+  h->bd_rb = rb;
+  h->bd_count = count;
+  int jump = -1;
+  if (c->stage_state == 0) {
+    ZCC_CHECK(stage_setup_begin(p));
+    ZCC_CHECK(direct_reduce(p, sb, 0, rb, count, -1));
+    ZCC_CHECK(stage_setup_fallback_end(p, &jump));
+  }
+  h->st_direct_at = p->nitems;
+  ZCC_CHECK(hostmem_item(p, ZCC_HOSTMEM_BOARD_IN));
+  ZCC_CHECK(board_barrier(p));
+  ZCC_CHECK(hostmem_item(p, ZCC_HOSTMEM_BOARD_REDUCE));
   if (jump >= 0) p->items[jump].n = (size_t)p->nitems;
   return zccSuccess;
 }
@@ -492,7 +568,11 @@ static zccResult_t plan_allreduce_twoshot(zcc_plan_t *p, const char *sb, char *r
 /* Allreduce through buffers of the library's (every rank's own buffers). */
 static zccResult_t plan_allreduce_staged(zcc_plan_t *p, const char *sb, char *rb,
                                          size_t count) {
-  if (p->algo == ZCC_ALGO_ONESHOT) return direct_reduce(p, sb, 0, rb, count, -1);
+  if (p->algo == ZCC_ALGO_ONESHOT) {
+    if (board_eligible(p, count * zcc_type_size(p->type)))
+      return plan_allreduce_board(p, sb, rb, count);
+    return direct_reduce(p, sb, 0, rb, count, -1);
+  }
   if (p->algo == ZCC_ALGO_TWOSHOT && !p->comm->dev && p->comm->stage_state >= 0 &&
       all_shm(p->comm))
     return plan_allreduce_twoshot(p, sb, rb, count);
@@ -548,10 +628,27 @@ static zccResult_t plan_allreduce_hostmem(zcc_plan_t *p, const char *sb, char *r
 }
 
 /* For the plan's log line (read only when it is logged). */
-static int has_hostmem_steps(const zcc_plan_t *p) {
+static int has_step(const zcc_plan_t *p, int step) {
   for (int i = 0; i < p->nitems; i++)
-    if (p->items[i].kind == ZCC_ITEM_HOSTMEM) return 1;
+    if (p->items[i].kind == ZCC_ITEM_HOSTMEM && p->items[i].n == (size_t)step) return 1;
   return 0;
+}
+
+/* What the plan's INFO line says about where its bytes go. */
+static const char *plan_path(const zcc_plan_t *p) {
+  if (has_step(p, ZCC_HOSTMEM_REDUCE))
+    return "in place where every rank's buffers are zccMemHostAlloc memory, else staged "
+           "through shm buffers";
+  const char *setup = p->once ? " once the regions are set up (this call sets them up)" : "";
+  static __thread char why[160];
+  if (has_step(p, ZCC_HOSTMEM_BOARD_REDUCE))
+    snprintf(why, sizeof(why), "on the staging regions' boards, one barrier%s", setup);
+  else if (has_step(p, ZCC_HOSTMEM_STAGE_REDUCE))
+    snprintf(why, sizeof(why), "through the shared staging regions, two barriers a chunk%s",
+             setup);
+  else
+    return "staged through shm/socket buffers";
+  return why;
 }
 
 static zccResult_t plan_allreduce(zcc_plan_t *p, const char *sb, char *rb, size_t count) {
@@ -821,9 +918,7 @@ zccResult_t zcc_plan_coll(struct zccComm *comm, const zcc_coll_args_t *a, zcc_pl
            zcc_coll_name(a->coll), a->count, zcc_type_name(a->type),
            a->scale ? "premulsum" : zcc_op_name(a->op),
            comm->nranks, zcc_algo_name(p->algo), p->nitems,
-           has_hostmem_steps(p) ? "in place where every rank's buffers are zccMemHostAlloc memory, else "
-                     "staged through shm buffers"
-                   : "staged through shm/socket buffers");
+           plan_path(p));
   p->key = *a;
   p->keyed = !p->once;
   *out = p;

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "opsig.h"
 #include "zcc.h"
 
 struct zccComm;
@@ -73,7 +74,42 @@ typedef struct zcc_stage {
   size_t chunk;       /* bytes of one input chunk; the region holds two */
   char *mine;         /* this rank's region */
   char **peer;        /* [nranks] every rank's region as mapped here (own: mine) */
+  uint64_t bars;      /* barriers this rank has entered on the regions */
+  uint64_t boards;    /* one-barrier allreduces run (their slot: the parity) */
 } zcc_stage_t;
+
+/*
+ * Past the two chunks each region holds its board: a word, alone on its
+ * page's first cache line, that says how many barriers its rank has entered
+ * (a barrier: store the own count, wait until every rank's word reaches it;
+ * no message, no atomic read-modify-write), then two slots of
+ * ZCC_STAGE_SLOT bytes for the one-barrier allreduce of small inputs that
+ * runs where ranks outnumber CPUs: every rank stores its input in its slot,
+ * meets the others at one barrier, and reduces all the slots in rank order.
+ * Consecutive ones alternate slots: a rank that writes a slot again has
+ * passed the barrier of the one between, which every rank entered only
+ * after reading the slot.
+ */
+#define ZCC_STAGE_BOARD_READ 4096 /* the most nranks x bytes it runs for */
+#define ZCC_STAGE_SLOT (ZCC_STAGE_BOARD_READ / 2)
+#define ZCC_STAGE_BOARD_HDR 4096
+static inline size_t zcc_stage_bytes(size_t chunk) {
+  return 2 * chunk + ZCC_STAGE_BOARD_HDR + 2 * ZCC_STAGE_SLOT;
+}
+static inline volatile uint64_t *zcc_stage_word(char *region, size_t chunk) {
+  return (volatile uint64_t *)(region + 2 * chunk);
+}
+/* Beside the word, the signature of the call that entered each barrier
+   (opsig.h; by the barrier's parity: a rank writes the next one's while its
+   peers may still read this one's, never the one after). Every rank compares
+   its own with those of the ranks at the same barrier, so that ranks whose
+   calls differ fail, naming both, as they do where bytes carry the record. */
+static inline zcc_op_sig_t *zcc_stage_sig(char *region, size_t chunk, uint64_t bar) {
+  return (zcc_op_sig_t *)(region + 2 * chunk + (bar & 1 ? 128 : 64));
+}
+static inline char *zcc_stage_slot(char *region, size_t chunk, int parity) {
+  return region + 2 * chunk + ZCC_STAGE_BOARD_HDR + (size_t)parity * ZCC_STAGE_SLOT;
+}
 
 /* Makes this rank's region of 2 x chunk bytes (once) and describes it in
    ref (ref->fd = -1 where it cannot be made: every rank then runs the ring). */
@@ -114,6 +150,12 @@ typedef struct zcc_hostmem_op {
   char *st_rb;
   size_t st_count, st_chunk, st_chunk_bytes;
   int st_direct_at;           /* item index where its chunks start */
+  int st_waiting;             /* a board barrier's wait: the rank not there yet */
+  /* The one-barrier allreduce: its buffers and bytes, its slot this call. */
+  const char *bd_sb;
+  char *bd_rb;
+  size_t bd_count;
+  int bd_parity;
 } zcc_hostmem_op_t;
 
 /* The state for a plan on comm (allocated once, kept with the plan). */
@@ -141,8 +183,17 @@ enum {
   ZCC_HOSTMEM_STAGE_IN,     /* the chunk of the input into this rank's region */
   ZCC_HOSTMEM_STAGE_REDUCE, /* this rank's segment of it from every region, in rank
                                order, into the output and the region's second half */
-  ZCC_HOSTMEM_STAGE_OUT     /* the peers' reduced segments into the output */
+  ZCC_HOSTMEM_STAGE_OUT,    /* the peers' reduced segments into the output */
+  ZCC_HOSTMEM_STAGE_ARRIVE, /* a barrier on the boards: this rank's word counts it */
+  ZCC_HOSTMEM_STAGE_WAIT,   /* ... and waits until every rank's word has (the
+                               step does not move until then) */
+  ZCC_HOSTMEM_BOARD_IN,     /* the one-barrier allreduce: the input into this
+                               rank's next slot */
+  ZCC_HOSTMEM_BOARD_REDUCE  /* every rank's slot, in rank order, into the output */
 };
+
+/* What zcc_hostmem_step puts in *jump for a step that cannot go on yet. */
+#define ZCC_HOSTMEM_NOT_YET (-2)
 
 /* Runs one step; *jump is set to the next item index, or -1 for the next. */
 zccResult_t zcc_hostmem_step(struct zcc_plan *p, int step, int *jump);

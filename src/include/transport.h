@@ -170,6 +170,11 @@ typedef struct zcc_transport_ops {
   /* Are bytes from the peer waiting to be received? Never blocks, moves
      nothing; for zccRecvAny. NULL: the transport cannot tell. */
   int (*pending)(zcc_conn_t *conn);
+  /* Bytes from the peer are waiting that no call of this rank receives
+     (`mine` runs now and moves none on this connection): the error naming
+     both calls (zccInvalidUsage), or the peer's failure. zccSuccess while
+     nothing waits. Moves nothing. NULL: the transport cannot tell. */
+  zccResult_t (*stray)(zcc_conn_t *conn, const zcc_op_sig_t *mine);
   /* Is the peer still there? Called while waiting; zccRemoteError if not. */
   zccResult_t (*check)(zcc_conn_t *conn);
   /* Tell the peer that this side gave up (so it stops waiting). */

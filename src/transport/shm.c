@@ -519,6 +519,29 @@ static int shm_pending(zcc_conn_t *conn) {
   return s && s->base && recv_desc(s) != NULL;
 }
 
+static zccResult_t shm_stray(zcc_conn_t *conn, const zcc_op_sig_t *mine) {
+  shm_conn_t *s = conn->priv;
+  const shm_desc_t *d = s && s->base ? recv_desc(s) : NULL;
+  if (!d) return zccSuccess;
+  zcc_wire_hdr_t bh;
+  const zcc_wire_hdr_t *h = &d->u.full.hdr;
+  if (d->first == SHM_BRIEF) {
+    zcc_wire_hdr_fill(&bh, &d->u.brief.sig, d->size, 0);
+    h = &bh;
+  }
+  if (atomic_load_explicit(s->peer_failed, memory_order_acquire) == SHM_FAILED &&
+      (!d->first || h->sig.opno >= *s->peer_fail_opno))
+    return peer_failed(conn, s);
+  if (s->recv_off != 0 || !d->first)
+    return zcc_error(zccInvalidUsage,
+                     "%s: the bytes from rank %d do not begin a transfer (an earlier call's "
+                     "sizes differed between the ranks)",
+                     zcc_coll_name((zcc_coll_t)mine->coll), conn->peer);
+  ZCC_CHECK(zcc_wire_hdr_check(h, mine, h->bytes, h->pseq, conn->peer, conn->comm));
+  return zcc_error(zccInvalidUsage, "%s: rank %d sent bytes for it, where this rank's call "
+                   "takes none from it", zcc_coll_name((zcc_coll_t)mine->coll), conn->peer);
+}
+
 static zccResult_t shm_check(zcc_conn_t *conn) {
   shm_conn_t *s = conn->priv;
   return s && s->base ? peer_gone(conn, s) : zccSuccess;
@@ -555,6 +578,7 @@ const zcc_transport_ops_t zcc_transport_shm = {
     .connect = shm_connect,
     .progress = shm_progress,
     .pending = shm_pending,
+    .stray = shm_stray,
     .check = shm_check,
     .fail = shm_fail,
     .free = shm_free,

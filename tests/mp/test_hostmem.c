@@ -24,6 +24,18 @@
  *     the peers' regions, every rank says so once and runs the ring, exact,
  *     with nothing left mapped;
  *   - a rank that dies after the regions were set up: an error, not a hang.
+ * And, with every rank on two CPUs (more ranks than CPUs), the one-barrier
+ * allreduce on the regions' boards for small inputs, between the gather at
+ * rank 0 and the two-shot (the default choices, 3 and 4 ranks):
+ *   - exact at every case, in and out of place, the board, the gather and
+ *     the two-shot interleaved (their plans' INFO lines say each ran);
+ *   - a rank that dies after the regions were set up: the board's wait ends
+ *     in an error that names it, not a hang;
+ *   - a rank that stalls: ZCC_TIMEOUT ends the others' wait with an error
+ *     that names the rank waited for;
+ *   - one rank's count differs, where both counts run on the board and where
+ *     the other count runs the gather (messages): every rank fails at once
+ *     with zccInvalidUsage, and the message names both calls.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -32,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -55,11 +68,19 @@ enum {
   MODE_TWOSHOT,
   MODE_TWOSHOT_CHUNKS,
   MODE_TWOSHOT_DEATH,
+  MODE_BOARD,
+  MODE_BOARD_DEATH,
+  MODE_BOARD_STALL,
+  MODE_BOARD_MISMATCH,
+  MODE_BOARD_MISMATCH_GATHER,
   MODE_NUM
 };
 static const char *mode_names[MODE_NUM] = {
     "shared buffers",  "one rank's buffers from malloc", "ZCC_HOSTMEM_DIRECT=0", "a rank dies",
-    "two-shot",        "two-shot, one rank's chunk differs", "two-shot, a rank dies"};
+    "two-shot",        "two-shot, one rank's chunk differs", "two-shot, a rank dies",
+    "2 CPUs: board, gather, two-shot", "2 CPUs: a rank dies", "2 CPUs: a rank stalls",
+    "2 CPUs: one rank's count differs (board and board)",
+    "2 CPUs: one rank's count differs (board and gather)"};
 
 /* The memfds of zccMemHostAlloc (kind "hostmem") or of the two-shot
    allreduce's regions ("stage") this process maps, its own and its peers'. */
@@ -222,7 +243,7 @@ static int twoshot_main(zccComm_t comm, int rank, int nranks, int mode) {
                      rb, &calls);
   ZT_CHECK(!wrong, "rank %d: %s: %ld wrong results in %d calls", rank, mode_names[mode],
            wrong, calls);
-  int made = log_lines("two-shot allreduce through every rank's");
+  int made = log_lines("two-shot and board allreduces through every rank's");
   int dropped = log_lines("could not map the peers' staging regions");
   int maps = mapped("stage");
   if (mode == MODE_TWOSHOT_CHUNKS) {
@@ -255,6 +276,81 @@ static int twoshot_main(zccComm_t comm, int rank, int nranks, int mode) {
   return 0;
 }
 
+/* The board modes: every rank on the same two CPUs (one where the runner has
+   only one), the default choices (set by the runner). */
+static int pinned;
+
+static int board_main(zccComm_t comm, int rank, int nranks, int mode) {
+  size_t region = (1u << 20) + 8192;
+  char *sb = malloc(region), *rb = malloc(region);
+  if (!sb || !rb) return 1;
+  /* The board's limit (nranks x bytes within 4096) and just past it (the
+     gather), then the two-shot's sizes (4 KiB chunks). */
+  size_t lim = 4096 / (size_t)nranks / 8 * 8;
+  const size_t sizes[] = {8, 24, lim, lim + 8, 16392, (1u << 20) + 24};
+  size_t ncases = mode == MODE_BOARD ? sizeof(cases) / sizeof(cases[0]) : 1;
+  int calls = 0;
+  long wrong = sweep(comm, rank, nranks, ncases, sizes, sizeof(sizes) / sizeof(sizes[0]), sb,
+                     rb, &calls);
+  ZT_CHECK(!wrong, "rank %d: %s: %ld wrong results in %d calls", rank, mode_names[mode],
+           wrong, calls);
+  int board = log_lines("on the staging regions' boards");
+  int two = log_lines("through the shared staging regions");
+  /* On one CPU the model leaves the two-shot out (no CPU to share its work). */
+  ZT_CHECK(board >= 1 && (two >= 1 || pinned < 2) &&
+               log_lines("two-shot and board allreduces through") == 1,
+           "rank %d: %s: %d board plans, %d two-shot plans, regions kept %d time(s) (expected "
+           "at least 1, 1 and exactly 1)", rank, mode_names[mode], board, two,
+           log_lines("two-shot and board allreduces through"));
+  if (mode == MODE_BOARD_MISMATCH || mode == MODE_BOARD_MISMATCH_GATHER) {
+    if (sync_ranks(rank, nranks)) return 1;
+    size_t mine = 2, other = mode == MODE_BOARD_MISMATCH ? 3 : 1024;
+    size_t count = rank == nranks - 1 ? other : mine;
+    double t0 = zt_now();
+    zccResult_t got = zccAllReduce(sb, rb, count, zccFloat32, zccSum, comm, NULL);
+    double took = zt_now() - t0;
+    const char *err = zccGetLastError(comm);
+    char a[48], b[48];
+    snprintf(a, sizeof(a), "allreduce(count=%zu,", mine);
+    snprintf(b, sizeof(b), "allreduce(count=%zu,", other);
+    ZT_CHECK(got == zccInvalidUsage && took < 5 && strstr(err, a) && strstr(err, b),
+             "rank %d: %s: %s after %.1f s (%s), expected zccInvalidUsage at once naming "
+             "%s and %s", rank, mode_names[mode], zt_rc_name(got), took, err, a, b);
+    zccCommAbort(comm);
+  } else if (mode == MODE_BOARD_DEATH || mode == MODE_BOARD_STALL) {
+    int gone = nranks - 1;
+    if (sync_ranks(rank, nranks)) return 1;
+    if (rank == gone) {
+      if (mode == MODE_BOARD_DEATH) _exit(0); /* gone before the next call */
+      sleep(8); /* past the others' ZCC_TIMEOUT (2 s) */
+      zccCommAbort(comm);
+      return 0;
+    }
+    double t0 = zt_now();
+    zccResult_t got = zccAllReduce(sb, rb, 4, zccFloat32, zccSum, comm, NULL);
+    double took = zt_now() - t0;
+    char want[32];
+    snprintf(want, sizeof(want), "rank %d", gone);
+    const char *err = zccGetLastError(comm);
+    ZT_CHECK(got != zccSuccess && took < 10 && strstr(err, want),
+             "rank %d: %s: the board allreduce returned %s after %.1f s (%s), expected an "
+             "error naming %s", rank, mode_names[mode], zt_rc_name(got), took, err, want);
+    if (mode == MODE_BOARD_STALL)
+      ZT_CHECK(got == zccTimeout && took >= 1.5, "rank %d: %s: %s after %.1f s, expected "
+               "zccTimeout after ZCC_TIMEOUT (2 s)", rank, mode_names[mode], zt_rc_name(got),
+               took);
+    zccCommAbort(comm);
+  } else {
+    if (sync_ranks(rank, nranks)) return 1;
+    ZT_EXPECT_RC(zccSuccess, zccCommDestroy(comm));
+    ZT_CHECK(mapped("stage") == 0, "rank %d: %s: %d regions mapped after destroy", rank,
+             mode_names[mode], mapped("stage"));
+  }
+  free(sb);
+  free(rb);
+  return 0;
+}
+
 static int rank_main(int rank, int nranks, const zccUniqueId *id, void *arg) {
   int mode = *(int *)arg;
   if (mode == MODE_TWOSHOT_CHUNKS && rank == nranks - 1)
@@ -265,6 +361,7 @@ static int rank_main(int rank, int nranks, const zccUniqueId *id, void *arg) {
     zt_fail("rank %d: init: %s", rank, zt_rc_name(rc));
     return 1;
   }
+  if (mode >= MODE_BOARD) return board_main(comm, rank, nranks, mode);
   if (mode >= MODE_TWOSHOT) return twoshot_main(comm, rank, nranks, mode);
   int shared = !(mode == MODE_ONE_MALLOC && rank == nranks - 1);
   char *sregion = NULL, *rregion = NULL;
@@ -344,7 +441,8 @@ int main(int argc, char **argv) {
   int quick = zt_quick(argc, argv);
   for (int mode = 0; mode < MODE_NUM; mode++)
     for (int n = 2; n <= MAXN; n++) {
-      if (quick && n == 3 && mode != MODE_DIRECT) continue;
+      if (quick && n == 3 && mode != MODE_DIRECT && mode != MODE_BOARD) continue;
+      if (mode >= MODE_BOARD && n == 2) continue; /* the board needs more than 2 ranks */
       memset(sh, 0, sizeof(*sh));
       printf("test_hostmem: --- %d ranks, %s\n", n, mode_names[mode]);
       fflush(NULL);
@@ -353,8 +451,19 @@ int main(int argc, char **argv) {
       if (pid == 0) {
         setenv("ZCC_HOSTMEM_DIRECT", mode == MODE_DISABLED ? "0" : "1", 1);
         if (mode >= MODE_TWOSHOT) {
-          setenv("ZCC_ALGO", "twoshot", 1);
+          if (mode < MODE_BOARD) setenv("ZCC_ALGO", "twoshot", 1);
           setenv("ZCC_TWOSHOT_CHUNK_BYTES", "4096", 1);
+        }
+        if (mode >= MODE_BOARD) { /* every rank on this runner's first two CPUs */
+          cpu_set_t set, two;
+          CPU_ZERO(&two);
+          if (sched_getaffinity(0, sizeof(set), &set) == 0)
+            for (int c = 0; c < CPU_SETSIZE && pinned < 2; c++)
+              if (CPU_ISSET(c, &set)) {
+                CPU_SET(c, &two);
+                pinned++;
+              }
+          if (sched_setaffinity(0, sizeof(two), &two) != 0) zt_log("cannot pin to two CPUs");
         }
         snprintf(log_dir, sizeof(log_dir), "/tmp/zcc-hostmem-XXXXXX");
         if (!mkdtemp(log_dir)) _exit(1);
@@ -363,7 +472,9 @@ int main(int argc, char **argv) {
         setenv("ZCC_DEBUG", "INFO", 1);
         setenv("ZCC_DEBUG_SUBSYS", "COLL", 1);
         setenv("ZCC_DEBUG_FILE", pattern, 1);
-        if (mode == MODE_DEATH || mode == MODE_TWOSHOT_DEATH) setenv("ZCC_TIMEOUT", "20000", 1);
+        if (mode == MODE_DEATH || mode == MODE_TWOSHOT_DEATH || mode == MODE_BOARD_DEATH)
+          setenv("ZCC_TIMEOUT", "20000", 1);
+        if (mode == MODE_BOARD_STALL) setenv("ZCC_TIMEOUT", "2000", 1);
         zt_group_t g;
         zccUniqueId id;
         if (zt_spawn(&g, n, rank_main, &mode) == 0) {
