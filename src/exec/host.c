@@ -124,31 +124,30 @@ static zccResult_t zcc_stage_step(zcc_plan_t *p, int step, int *jump) {
       memcpy(h->st_rb + off * ts + at, st->peer[q] + st->chunk + at, zcc_seg_cnt(c, n, q) * ts);
     }
     return zccSuccess;
-  case ZCC_HOSTMEM_STAGE_ARRIVE:
+  case ZCC_HOSTMEM_STAGE_ARRIVE: {
     /* No peer can be past this barrier yet: bytes waiting from one belong
        to a call this rank does not make. */
     for (int k = 1; k < n; k++)
       ZCC_CHECK(board_stray(p, (r + k) % n));
-    *zcc_stage_sig(st->mine, st->chunk, st->bars + 1) = p->sig;
-    __atomic_store_n(zcc_stage_word(st->mine, st->chunk), ++st->bars, __ATOMIC_RELEASE);
+    zcc_stage_line_t *l = zcc_stage_line(st->mine, st->chunk, ++st->bars);
+    l->sig = p->sig;
+    __atomic_store_n(&l->bar, st->bars, __ATOMIC_RELEASE);
     return zccSuccess;
+  }
   case ZCC_HOSTMEM_STAGE_WAIT:
     /* From the rank last found missing: the one most likely still out. */
     for (int k = 0; k < n; k++) {
       int q = (h->st_waiting + k) % n;
-      uint64_t w = __atomic_load_n(zcc_stage_word(st->peer[q], st->chunk), __ATOMIC_ACQUIRE);
-      if (w < st->bars) {
+      zcc_stage_line_t *l = zcc_stage_line(st->peer[q], st->chunk, st->bars);
+      if (__atomic_load_n(&l->bar, __ATOMIC_ACQUIRE) != st->bars) {
         /* Not there: it may be running a call that sends instead. */
         ZCC_CHECK(board_stray(p, q));
         h->st_waiting = q;
         *jump = ZCC_HOSTMEM_NOT_YET;
         return zccSuccess;
       }
-      /* At this barrier: its call must be this one. (Past it: it compared
-         this rank's signature with its own already.) */
-      const zcc_op_sig_t *theirs = zcc_stage_sig(st->peer[q], st->chunk, st->bars);
-      if (w == st->bars && q != r && !zcc_opsig_same(theirs, &p->sig)) {
-        zcc_op_sig_t t = *theirs;
+      if (q != r && !zcc_opsig_same(&l->sig, &p->sig)) {
+        zcc_op_sig_t t = l->sig;
         return with_peer(p, q, zcc_opsig_mismatch(&t, sig_bytes(&t), q, &p->sig,
                                                   sig_bytes(&p->sig), r));
       }

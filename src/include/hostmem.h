@@ -79,33 +79,36 @@ typedef struct zcc_stage {
 } zcc_stage_t;
 
 /*
- * Past the two chunks each region holds its board: a word, alone on its
- * page's first cache line, that says how many barriers its rank has entered
- * (a barrier: store the own count, wait until every rank's word reaches it;
- * no message, no atomic read-modify-write), then two slots of
- * ZCC_STAGE_SLOT bytes for the one-barrier allreduce of small inputs that
- * runs where ranks outnumber CPUs: every rank stores its input in its slot,
- * meets the others at one barrier, and reduces all the slots in rank order.
- * Consecutive ones alternate slots: a rank that writes a slot again has
- * passed the barrier of the one between, which every rank entered only
- * after reading the slot.
+ * Past the two chunks each region holds its board: two cache lines, one per
+ * barrier parity, each with a count of the barriers its rank has entered and
+ * the signature of the call that entered the last of that parity (opsig.h).
+ * A barrier: write the own line of its parity (signature, then count), wait
+ * until every rank's line of that parity holds this barrier's count; no
+ * message, no atomic read-modify-write. A rank writes the line of barrier
+ * b + 2 only after every rank entered b + 1, so while a rank waits at b the
+ * lines of b stay as written: each rank compares every signature there with
+ * its own, so that ranks whose calls differ fail, naming both, as they do
+ * where bytes carry the record. Then two slots of ZCC_STAGE_SLOT bytes for
+ * the one-barrier allreduce of small inputs that runs where ranks outnumber
+ * CPUs: every rank stores its input in its slot, meets the others at one
+ * barrier, and reduces all the slots in rank order. Consecutive ones
+ * alternate slots: a rank that writes a slot again has passed the barrier of
+ * the one between, which every rank entered only after reading the slot.
  */
 #define ZCC_STAGE_BOARD_READ 4096 /* the most nranks x bytes it runs for */
 #define ZCC_STAGE_SLOT (ZCC_STAGE_BOARD_READ / 2)
 #define ZCC_STAGE_BOARD_HDR 4096
+typedef struct zcc_stage_line {
+  uint64_t bar;     /* the count of barriers entered, at the last of this parity */
+  zcc_op_sig_t sig; /* that barrier's call */
+  char pad[64 - sizeof(uint64_t) - sizeof(zcc_op_sig_t)];
+} zcc_stage_line_t;
+_Static_assert(sizeof(zcc_stage_line_t) == 64, "a board line is one cache line");
 static inline size_t zcc_stage_bytes(size_t chunk) {
   return 2 * chunk + ZCC_STAGE_BOARD_HDR + 2 * ZCC_STAGE_SLOT;
 }
-static inline volatile uint64_t *zcc_stage_word(char *region, size_t chunk) {
-  return (volatile uint64_t *)(region + 2 * chunk);
-}
-/* Beside the word, the signature of the call that entered each barrier
-   (opsig.h; by the barrier's parity: a rank writes the next one's while its
-   peers may still read this one's, never the one after). Every rank compares
-   its own with those of the ranks at the same barrier, so that ranks whose
-   calls differ fail, naming both, as they do where bytes carry the record. */
-static inline zcc_op_sig_t *zcc_stage_sig(char *region, size_t chunk, uint64_t bar) {
-  return (zcc_op_sig_t *)(region + 2 * chunk + (bar & 1 ? 128 : 64));
+static inline zcc_stage_line_t *zcc_stage_line(char *region, size_t chunk, uint64_t bar) {
+  return (zcc_stage_line_t *)(region + 2 * chunk) + (bar & 1);
 }
 static inline char *zcc_stage_slot(char *region, size_t chunk, int parity) {
   return region + 2 * chunk + ZCC_STAGE_BOARD_HDR + (size_t)parity * ZCC_STAGE_SLOT;

@@ -378,10 +378,14 @@ static void host_scale(const zcc_select_ctx_t *c, double *as, double *bs) {
  * CPU): every round waits for a scheduling turn (SHM_TURN_US per rank on the
  * CPU), each message costs SHM_MSG_US, and the bytes share the CPUs. Oneshot
  * gathers at rank 0 (two rounds; rank 0 moves 3 (n-1) S alone), twoshot has
- * two all-pairs barriers per chunk and 3 S per rank, the ring 2 (n-1) rounds
- * and about 5 (n-1)/n S per rank (into and out of FIFOs at every step).
- * Fitted to allreduce_perf -np 4 and 8 on 2 CPUs (docs/perf/host.md,
- * 2026-12-05): measured / predicted 0.4-1.1 (small sizes at 4 ranks lowest).
+ * two barriers per chunk and 3 S per rank, the ring 2 (n-1) rounds and about
+ * 5 (n-1)/n S per rank (into and out of FIFOs at every step). Fitted to
+ * allreduce_perf -np 4 and 8 on 2 CPUs (docs/perf/host.md, 2026-12-05):
+ * measured / predicted 0.4-1.1 (small sizes at 4 ranks lowest). The
+ * barriers became board barriers (no message) and the smallest oneshots run
+ * on the boards (hostmem.h) after that fit; the same terms still fit them
+ * (a barrier costs what n - 1 messages each way were charged, and the board
+ * oneshot lies within the gather's spread), so the crossovers stand.
  */
 #define SHM_TURN_US 1.0
 #define SHM_MSG_US 0.5
