@@ -461,27 +461,43 @@ static zccResult_t stage_chunk_bytes(const struct zccComm *c, size_t *out) {
   return zccSuccess;
 }
 
-/*
- * The regions' setup, in the communicator's first plan that uses them:
- * made, described, mapped, and the decision every rank takes alike. Where
- * they are kept DECIDE jumps to h->st_direct_at; else the steps the caller
- * lays out next run (now, and from then on without this setup), and the
- * caller's jump item, returned in *jump, skips the direct steps.
- */
-static zccResult_t stage_setup_begin(zcc_plan_t *p) {
-  zcc_hostmem_op_t *h = p->hostmem;
-  ZCC_CHECK(stage_item(p, ZCC_HOSTMEM_STAGE_PREP, 0));
-  ZCC_CHECK(exchange_all(p, &h->st_mine, h->st_theirs, sizeof(h->st_mine)));
-  ZCC_CHECK(stage_item(p, ZCC_HOSTMEM_STAGE_MAP, 0));
-  ZCC_CHECK(exchange_all(p, &h->st_ok_mine, h->st_ok_theirs, sizeof(h->st_ok_mine)));
-  ZCC_CHECK(stage_item(p, ZCC_HOSTMEM_STAGE_DECIDE, 0));
-  p->once = 1; /* this layout holds for this call only */
+/* A plan's state for steps on the staging regions, with their chunk. */
+static zccResult_t stage_op(zcc_plan_t *p, zcc_hostmem_op_t **out) {
+  size_t chunk_bytes = 0;
+  ZCC_CHECK(stage_chunk_bytes(p->comm, &chunk_bytes));
+  ZCC_CHECK(zcc_hostmem_op_get(p->comm, &p->hostmem));
+  p->hostmem->st_chunk_bytes = chunk_bytes;
+  *out = p->hostmem;
   return zccSuccess;
 }
-static zccResult_t stage_setup_fallback_end(zcc_plan_t *p, int *jump) {
-  *jump = p->nitems;
-  zcc_item_t it = {.kind = ZCC_ITEM_JUMP};
-  return add_item(p, it);
+
+/*
+ * Before a plan's steps on the staging regions: in the communicator's first
+ * plan that uses them, their setup (made, described, mapped, and the
+ * decision every rank takes alike), then what runs where they are not kept
+ * (the gather at rank 0 or the ring; now, and from then on without this
+ * setup) and a jump over the steps that follow, returned in *jump for the
+ * caller to aim at its end. DECIDE jumps to those steps where they are kept.
+ */
+static zccResult_t stage_prologue(zcc_plan_t *p, const char *sb, char *rb, size_t count,
+                                  int gather, int *jump) {
+  zcc_hostmem_op_t *h = p->hostmem;
+  *jump = -1;
+  if (p->comm->stage_state == 0) {
+    ZCC_CHECK(stage_item(p, ZCC_HOSTMEM_STAGE_PREP, 0));
+    ZCC_CHECK(exchange_all(p, &h->st_mine, h->st_theirs, sizeof(h->st_mine)));
+    ZCC_CHECK(stage_item(p, ZCC_HOSTMEM_STAGE_MAP, 0));
+    ZCC_CHECK(exchange_all(p, &h->st_ok_mine, h->st_ok_theirs, sizeof(h->st_ok_mine)));
+    ZCC_CHECK(stage_item(p, ZCC_HOSTMEM_STAGE_DECIDE, 0));
+    p->once = 1; /* this layout holds for this call only */
+    ZCC_CHECK(gather ? direct_reduce(p, sb, 0, rb, count, -1)
+                     : plan_allreduce_ring(p, sb, rb, count));
+    *jump = p->nitems;
+    zcc_item_t it = {.kind = ZCC_ITEM_JUMP};
+    ZCC_CHECK(add_item(p, it));
+  }
+  h->st_direct_at = p->nitems;
+  return zccSuccess;
 }
 
 /*
@@ -493,25 +509,17 @@ static zccResult_t stage_setup_fallback_end(zcc_plan_t *p, int *jump) {
  */
 static zccResult_t plan_allreduce_twoshot(zcc_plan_t *p, const char *sb, char *rb,
                                           size_t count) {
-  struct zccComm *c = p->comm;
-  size_t ts = zcc_type_size(p->type), chunk_bytes = 0;
-  ZCC_CHECK(stage_chunk_bytes(c, &chunk_bytes));
-  size_t chunk = chunk_bytes / ts, nchunks = (count + chunk - 1) / chunk;
+  size_t ts = zcc_type_size(p->type);
+  zcc_hostmem_op_t *h;
+  ZCC_CHECK(stage_op(p, &h));
+  size_t chunk = h->st_chunk_bytes / ts, nchunks = (count + chunk - 1) / chunk;
   if (nchunks > INT32_MAX) return plan_allreduce_ring(p, sb, rb, count);
-  ZCC_CHECK(zcc_hostmem_op_get(c, &p->hostmem));
-  zcc_hostmem_op_t *h = p->hostmem;
   h->st_sb = sb;
   h->st_rb = rb;
   h->st_count = count;
   h->st_chunk = chunk;
-  h->st_chunk_bytes = chunk_bytes;
-  int jump = -1;
-  if (c->stage_state == 0) {
-    ZCC_CHECK(stage_setup_begin(p));
-    ZCC_CHECK(plan_allreduce_ring(p, sb, rb, count));
-    ZCC_CHECK(stage_setup_fallback_end(p, &jump));
-  }
-  h->st_direct_at = p->nitems;
+  int jump;
+  ZCC_CHECK(stage_prologue(p, sb, rb, count, 0, &jump));
   for (size_t k = 0; k < nchunks; k++) {
     ZCC_CHECK(stage_item(p, ZCC_HOSTMEM_STAGE_IN, k));
     ZCC_CHECK(board_barrier(p));
@@ -542,22 +550,13 @@ static int board_eligible(const zcc_plan_t *p, size_t bytes) {
  */
 static zccResult_t plan_allreduce_board(zcc_plan_t *p, const char *sb, char *rb,
                                         size_t count) {
-  struct zccComm *c = p->comm;
-  size_t chunk_bytes = 0;
-  ZCC_CHECK(stage_chunk_bytes(c, &chunk_bytes));
-  ZCC_CHECK(zcc_hostmem_op_get(c, &p->hostmem));
-  zcc_hostmem_op_t *h = p->hostmem;
-  h->st_chunk_bytes = chunk_bytes;
+  zcc_hostmem_op_t *h;
+  ZCC_CHECK(stage_op(p, &h));
   h->bd_sb = sb;
   h->bd_rb = rb;
   h->bd_count = count;
-  int jump = -1;
-  if (c->stage_state == 0) {
-    ZCC_CHECK(stage_setup_begin(p));
-    ZCC_CHECK(direct_reduce(p, sb, 0, rb, count, -1));
-    ZCC_CHECK(stage_setup_fallback_end(p, &jump));
-  }
-  h->st_direct_at = p->nitems;
+  int jump;
+  ZCC_CHECK(stage_prologue(p, sb, rb, count, 1, &jump));
   ZCC_CHECK(hostmem_item(p, ZCC_HOSTMEM_BOARD_IN));
   ZCC_CHECK(board_barrier(p));
   ZCC_CHECK(hostmem_item(p, ZCC_HOSTMEM_BOARD_REDUCE));

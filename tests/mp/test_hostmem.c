@@ -230,6 +230,15 @@ static void bad_input(void) {
            mapped_regions());
 }
 
+/* The staging modes' end: destroy, after which no region stays mapped. */
+static int destroy_unmapped(zccComm_t comm, int rank, int nranks, int mode) {
+  if (sync_ranks(rank, nranks)) return 1;
+  ZT_EXPECT_RC(zccSuccess, zccCommDestroy(comm));
+  ZT_CHECK(mapped("stage") == 0, "rank %d: %s: %d regions mapped after destroy", rank,
+           mode_names[mode], mapped("stage"));
+  return 0;
+}
+
 /* The two-shot modes: ordinary buffers, ZCC_ALGO=twoshot (set by the runner). */
 static int twoshot_main(zccComm_t comm, int rank, int nranks, int mode) {
   size_t region = (1u << 20) + 8192;
@@ -265,11 +274,8 @@ static int twoshot_main(zccComm_t comm, int rank, int nranks, int mode) {
              "rank %d: two-shot allreduce with a dead peer returned %s after %.1f s", rank,
              zt_rc_name(got), zt_now() - t0);
     zccCommAbort(comm);
-  } else {
-    if (sync_ranks(rank, nranks)) return 1;
-    ZT_EXPECT_RC(zccSuccess, zccCommDestroy(comm));
-    ZT_CHECK(mapped("stage") == 0, "rank %d: %s: %d regions mapped after destroy", rank,
-             mode_names[mode], mapped("stage"));
+  } else if (destroy_unmapped(comm, rank, nranks, mode)) {
+    return 1;
   }
   free(sb);
   free(rb);
@@ -340,11 +346,8 @@ static int board_main(zccComm_t comm, int rank, int nranks, int mode) {
                "zccTimeout after ZCC_TIMEOUT (2 s)", rank, mode_names[mode], zt_rc_name(got),
                took);
     zccCommAbort(comm);
-  } else {
-    if (sync_ranks(rank, nranks)) return 1;
-    ZT_EXPECT_RC(zccSuccess, zccCommDestroy(comm));
-    ZT_CHECK(mapped("stage") == 0, "rank %d: %s: %d regions mapped after destroy", rank,
-             mode_names[mode], mapped("stage"));
+  } else if (destroy_unmapped(comm, rank, nranks, mode)) {
+    return 1;
   }
   free(sb);
   free(rb);
