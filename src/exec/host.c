@@ -56,11 +56,12 @@ static uint64_t sig_bytes(const zcc_op_sig_t *s) {
                                                : 0;
 }
 
-/* An error with `peer`, worded as the transfers' are ("allreduce with rank
-   1 failed: ..."). */
-static zccResult_t with_peer(zcc_plan_t *p, int peer, zccResult_t res) {
+/* The last error again, under the plan's collective ("allreduce: ..."), or
+   with the peer it concerns ("allreduce with rank 1 failed: ..."; peer >= 0). */
+static zccResult_t coll_error(const zcc_plan_t *p, int peer, zccResult_t res) {
   char cause[512];
   snprintf(cause, sizeof(cause), "%s", zcc_last_error());
+  if (peer < 0) return zcc_error(res, "%s: %s", zcc_coll_name(p->coll), cause);
   return zcc_error(res, "%s with rank %d failed: %s", zcc_coll_name(p->coll), peer, cause);
 }
 
@@ -68,7 +69,7 @@ static zccResult_t with_peer(zcc_plan_t *p, int peer, zccResult_t res) {
 static zccResult_t board_stray(zcc_plan_t *p, int peer) {
   zcc_conn_t *conn = p->comm->conns[peer];
   zccResult_t res = conn && conn->ops->stray ? conn->ops->stray(conn, &p->sig) : zccSuccess;
-  return res == zccSuccess ? res : with_peer(p, peer, res);
+  return res == zccSuccess ? res : coll_error(p, peer, res);
 }
 
 /*
@@ -148,8 +149,8 @@ static zccResult_t zcc_stage_step(zcc_plan_t *p, int step, int *jump) {
       }
       if (q != r && !zcc_opsig_same(&l->sig, &p->sig)) {
         zcc_op_sig_t t = l->sig;
-        return with_peer(p, q, zcc_opsig_mismatch(&t, sig_bytes(&t), q, &p->sig,
-                                                  sig_bytes(&p->sig), r));
+        return coll_error(p, q, zcc_opsig_mismatch(&t, sig_bytes(&t), q, &p->sig,
+                                                   sig_bytes(&p->sig), r));
       }
     }
     h->st_waiting = 0;
@@ -377,12 +378,7 @@ static zccResult_t advance(chain_state_t *c, int *moved) {
       }
       int m = 0;
       zccResult_t res = x->conn->ops->progress(x->conn, x, &m);
-      if (res != zccSuccess) {
-        char cause[512];
-        snprintf(cause, sizeof(cause), "%s", zcc_last_error());
-        return zcc_error(res, "%s with rank %d failed: %s", zcc_coll_name(p->coll),
-                         x->conn->peer, cause);
-      }
+      if (res != zccSuccess) return coll_error(p, x->conn->peer, res);
       if (m) *moved = 1;
       if (x->done != x->bytes) all_done = 0;
     }
@@ -415,22 +411,14 @@ static zccResult_t check_chain(chain_state_t *c, int64_t now) {
        (its shm connection says; every peer of such a plan has one). */
     zcc_conn_t *conn = comm->conns[board];
     zccResult_t res = conn && conn->ops->check ? conn->ops->check(conn) : zccSuccess;
-    if (res != zccSuccess) {
-      char cause[512];
-      snprintf(cause, sizeof(cause), "%s", zcc_last_error());
-      return zcc_error(res, "%s: %s", zcc_coll_name(p->coll), cause);
-    }
+    if (res != zccSuccess) return coll_error(p, -1, res);
   }
   if (it->kind == ZCC_ITEM_XFERS) {
     for (int i = it->first; i < it->first + it->count; i++) {
       zcc_xfer_t *x = &p->xfers[i];
       if (x->done == x->bytes || !x->conn->ops->check) continue;
       zccResult_t res = x->conn->ops->check(x->conn);
-      if (res != zccSuccess) {
-        char cause[512];
-        snprintf(cause, sizeof(cause), "%s", zcc_last_error());
-        return zcc_error(res, "%s: %s", zcc_coll_name(p->coll), cause);
-      }
+      if (res != zccSuccess) return coll_error(p, -1, res);
     }
   }
   /* Waiting long: has a peer's host or the link to it gone silent? The
@@ -439,11 +427,7 @@ static zccResult_t check_chain(chain_state_t *c, int64_t now) {
   if (now - c->last_progress_ns > LINK_CHECK_NS && now - c->link_checked_ns > LINK_CHECK_NS) {
     c->link_checked_ns = now;
     zccResult_t res = zcc_bootstrap_link_check(comm->bootstrap);
-    if (res != zccSuccess) {
-      char cause[512];
-      snprintf(cause, sizeof(cause), "%s", zcc_last_error());
-      return zcc_error(res, "%s: %s", zcc_coll_name(p->coll), cause);
-    }
+    if (res != zccSuccess) return coll_error(p, -1, res);
   }
   if (comm->timeout_ms > 0 && now - c->last_progress_ns > comm->timeout_ms * 1000000LL) {
     int peer = board;
