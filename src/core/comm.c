@@ -216,6 +216,8 @@ void zcc_comm_free(struct zccComm *comm) {
   zcc_redop_free_all(comm);
   free(comm->peers);
   free(comm->ring_order);
+  free(comm->hier_local);
+  free(comm->hier_rail);
   free(comm->select);
   zcc_planner_free(comm->planner);
   zcc_topo_free(comm->topo_own);

@@ -234,6 +234,43 @@ static zccResult_t comm_select(struct zccComm *comm) {
 }
 
 /*
+ * The groups of hierarchical plans, from the host ring (each host's ranks
+ * together, in rank order): hier_local, this host's ranks, and hier_rail,
+ * the rank of this rank's local index on every host. Set only where every
+ * host has the same number of ranks, 2 or more, and there are several
+ * hosts; the select context learns the fewest and most ranks on a host.
+ */
+static zccResult_t comm_hier(struct zccComm *comm, const uint64_t *hosts) {
+  int n = comm->nranks, *order = comm->ring_order;
+  int mn = n, mx = 0, h = 0, me_h = 0, me_i = 0;
+  for (int i = 0; i < n;) {
+    int j = i;
+    while (j < n && hosts[order[j]] == hosts[order[i]]) j++;
+    if (j - i < mn) mn = j - i;
+    if (j - i > mx) mx = j - i;
+    if (comm->ring_pos >= i && comm->ring_pos < j) {
+      me_h = h;
+      me_i = comm->ring_pos - i;
+    }
+    h++;
+    i = j;
+  }
+  comm->select->ctx.min_local = mn;
+  comm->select->ctx.max_local = mx;
+  if (h < 2 || mn != mx || mx < 2) return zccSuccess;
+  comm->hier_local = malloc(sizeof(int) * (size_t)mx);
+  comm->hier_rail = malloc(sizeof(int) * (size_t)h);
+  if (!comm->hier_local || !comm->hier_rail) return zcc_error(zccSystemError, "init: out of memory");
+  comm->hier_m = mx;
+  comm->hier_h = h;
+  comm->hier_li = me_i;
+  comm->hier_hi = me_h;
+  for (int i = 0; i < mx; i++) comm->hier_local[i] = order[me_h * mx + i];
+  for (int k = 0; k < h; k++) comm->hier_rail[k] = order[k * mx + me_i];
+  return zccSuccess;
+}
+
+/*
  * The ring host collectives run on: from the planner, each host's ranks
  * together (zcc_planner_host_ring), so that a ring over several hosts
  * crosses every host boundary once. INFO TUNING prints it.
@@ -248,10 +285,15 @@ static zccResult_t comm_ring(struct zccComm *comm) {
   }
   for (int r = 0; r < n; r++) hosts[r] = comm->peers[r].host_hash;
   int crossings = zcc_planner_host_ring(n, hosts, comm->ring_order);
-  free(hosts);
-  if (crossings < 0) return zcc_error(zccInternalError, "init: cannot plan the host ring");
+  if (crossings < 0) {
+    free(hosts);
+    return zcc_error(zccInternalError, "init: cannot plan the host ring");
+  }
   for (int i = 0; i < n; i++)
     if (comm->ring_order[i] == comm->rank) comm->ring_pos = i;
+  zccResult_t res = comm_hier(comm, hosts);
+  free(hosts);
+  ZCC_CHECK(res);
   if (zcc_log_enabled(ZCC_LOG_INFO, ZCC_TUNING)) {
     char buf[512];
     size_t len = 0;

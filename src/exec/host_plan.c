@@ -149,12 +149,27 @@ static int ranges_overlap(const char *a, size_t an, const char *b, size_t bn) {
   return an && bn && a < b + bn && b < a + an;
 }
 
-/* The rank at ring position i, and this rank's position: the planner's host
-   ring (comm->ring_order, each host's ranks together), else rank order. */
-static int ring_at(const struct zccComm *c, int i) {
-  return c->ring_order ? c->ring_order[mod(i, c->nranks)] : mod(i, c->nranks);
+/*
+ * A ring the plans run over: n members at positions 0..n-1 (order[pos],
+ * NULL: member pos), this rank at position pos; member k is the comm rank
+ * ranks[k] (NULL: k) and names segment k. The communicator's ring is the
+ * planner's host ring (comm->ring_order, each host's ranks together), else
+ * rank order; a host's ring and a rail's (hierarchical plans) are rings of
+ * their own (comm->hier).
+ */
+typedef struct {
+  int n, pos;
+  const int *order, *ranks;
+} ring_t;
+
+static ring_t comm_ring(const struct zccComm *c) {
+  ring_t R = {c->nranks, c->ring_order ? c->ring_pos : c->rank, c->ring_order, NULL};
+  return R;
 }
-static int ring_pos(const struct zccComm *c) { return c->ring_order ? c->ring_pos : c->rank; }
+static int member_at(const ring_t *R, int i) {
+  return R->order ? R->order[mod(i, R->n)] : mod(i, R->n);
+}
+static int rank_of(const ring_t *R, int member) { return R->ranks ? R->ranks[member] : member; }
 
 /*
  * Reduce every rank's block into dst, in rank order: this rank's is `own`
@@ -185,28 +200,26 @@ static size_t sbytes(size_t count, int n, int i, int blocks, size_t ts) {
 }
 
 /*
- * Ring reduce-scatter, into the open batch. Positions are ring positions
- * (ring_at: the rank there, whose segment it names). Step s sends the
- * segment of position r-1-s to the next rank and receives that of position
- * r-2-s from the previous one, reducing
- * it with this rank's own contribution; rank r ends with segment r fully
+ * Ring reduce-scatter over R, into the open batch. Step s sends the segment
+ * of position pos-1-s to the next rank and receives that of position
+ * pos-2-s from the previous one, reducing it with this rank's own
+ * contribution; the rank at pos ends with its own member's segment fully
  * reduced in final_dst. Partial results of step s land in inter (same
  * layout as sendbuf) or in slot s of scratch. Each send starts as soon as
  * the receive that fills it has produced bytes, so all steps pipeline.
  * Returns the index of the final receive in *final_recv.
  */
-static zccResult_t ring_reduce_scatter(zcc_plan_t *p, const char *sendbuf, size_t count,
-                                       int blocks, char *inter, char *scratch,
+static zccResult_t ring_reduce_scatter(zcc_plan_t *p, const ring_t *R, const char *sendbuf,
+                                       size_t count, int blocks, char *inter, char *scratch,
                                        char *final_dst, int *final_recv) {
-  const struct zccComm *c = p->comm;
-  int n = c->nranks, r = ring_pos(c);
+  int n = R->n, r = R->pos;
   size_t ts = zcc_type_size(p->type);
-  int next = ring_at(c, r + 1), prev = ring_at(c, r - 1);
+  int next = rank_of(R, member_at(R, r + 1)), prev = rank_of(R, member_at(R, r - 1));
   size_t maxseg = sbytes(count, n, 0, blocks, ts);
   const char *filled = NULL; /* what the previous step's receive filled */
   int filled_by = -1;
   for (int s = 0; s <= n - 2; s++) {
-    int sseg = ring_at(c, r - 1 - s), rseg = ring_at(c, r - 2 - s);
+    int sseg = member_at(R, r - 1 - s), rseg = member_at(R, r - 2 - s);
     const char *src = s == 0 ? sendbuf + soff(count, n, sseg, blocks, ts) : filled;
     char *dst;
     if (s == n - 2) dst = final_dst;
@@ -222,18 +235,18 @@ static zccResult_t ring_reduce_scatter(zcc_plan_t *p, const char *sendbuf, size_
 }
 
 /*
- * Ring allgather into the open batch: segment r is in buf, or is being
- * filled by the receive at index `own_filled_by` (-1: present already).
+ * Ring allgather over R into the open batch: the own member's segment is in
+ * buf, or is being filled by the receive at index `own_filled_by` (-1:
+ * present already).
  */
-static zccResult_t ring_allgather(zcc_plan_t *p, char *buf, size_t count, int blocks,
-                                  int own_filled_by) {
-  const struct zccComm *c = p->comm;
-  int n = c->nranks, r = ring_pos(c);
+static zccResult_t ring_allgather(zcc_plan_t *p, const ring_t *R, char *buf, size_t count,
+                                  int blocks, int own_filled_by) {
+  int n = R->n, r = R->pos;
   size_t ts = zcc_type_size(p->type);
-  int next = ring_at(c, r + 1), prev = ring_at(c, r - 1);
+  int next = rank_of(R, member_at(R, r + 1)), prev = rank_of(R, member_at(R, r - 1));
   int filled_by = own_filled_by;
   for (int s = 0; s <= n - 2; s++) {
-    int sseg = ring_at(c, r - s), rseg = ring_at(c, r - s - 1);
+    int sseg = member_at(R, r - s), rseg = member_at(R, r - s - 1);
     ZCC_CHECK(send_when(p, next, buf + soff(count, n, sseg, blocks, ts),
                         sbytes(count, n, sseg, blocks, ts), filled_by));
     ZCC_CHECK(recv_into(p, prev, buf + soff(count, n, rseg, blocks, ts), NULL,
@@ -328,6 +341,7 @@ static zccResult_t direct_reduce(zcc_plan_t *p, const char *sb, size_t stride, c
 
 /* The ring allreduce through the transports' buffers. */
 static zccResult_t plan_allreduce_ring(zcc_plan_t *p, const char *sb, char *rb, size_t count) {
+  ring_t R = comm_ring(p->comm);
   int n = p->comm->nranks, r = p->comm->rank;
   size_t ts = zcc_type_size(p->type);
   /* One batch of chunks, each a reduce-scatter and an allgather; the
@@ -341,9 +355,9 @@ static zccResult_t plan_allreduce_ring(zcc_plan_t *p, const char *sb, char *rb, 
     const char *csb = sb + off * ts;
     char *crb = rb + off * ts;
     int final_recv;
-    ZCC_CHECK(ring_reduce_scatter(p, csb, c, 0, crb, NULL, crb + zcc_seg_off(c, n, r) * ts,
+    ZCC_CHECK(ring_reduce_scatter(p, &R, csb, c, 0, crb, NULL, crb + zcc_seg_off(c, n, r) * ts,
                                   &final_recv));
-    ZCC_CHECK(ring_allgather(p, crb, c, 0, final_recv));
+    ZCC_CHECK(ring_allgather(p, &R, crb, c, 0, final_recv));
   }
   batch_end(p);
   /* Avg divides every element once the sums are everywhere: same bits on all ranks. */
@@ -564,6 +578,52 @@ static zccResult_t plan_allreduce_board(zcc_plan_t *p, const char *sb, char *rb,
   return zccSuccess;
 }
 
+/*
+ * The hierarchical allreduce (ranks on several hosts, m on each: comm->hier),
+ * per chunk of ZCC_RING_CHUNK_BYTES: a ring reduce-scatter inside the host
+ * leaves this rank's segment (its local index's) summed over the host; an
+ * allreduce of that segment over its rail (a ring reduce-scatter and
+ * allgather among the ranks of its local index, one per host) sums it over
+ * every host; a ring allgather inside the host hands every rank every
+ * segment. Each element is summed at one rank and copied from there, so
+ * every rank gets the same bits. Only the rails cross hosts: 2 (H - 1)
+ * network steps instead of the flat ring's 2 (n - 1), and each host's link
+ * carries 2 (H - 1) / H of the bytes. The three phases are batches of their
+ * own (a phase reduces into what the one before filled).
+ */
+static zccResult_t plan_allreduce_hier(zcc_plan_t *p, const char *sb, char *rb, size_t count) {
+  const struct zccComm *c = p->comm;
+  if (!c->hier_local)
+    return zcc_error(zccInternalError, "allreduce: hier chosen on a communicator without "
+                     "hierarchical groups");
+  int m = c->hier_m, H = c->hier_h, li = c->hier_li, hi = c->hier_hi;
+  ring_t local = {m, li, NULL, c->hier_local}, rail = {H, hi, NULL, c->hier_rail};
+  size_t ts = zcc_type_size(p->type);
+  int64_t cb = zcc_param_ring_chunk_bytes();
+  size_t chunk = cb > 0 ? (size_t)cb / ts : count;
+  if (chunk < (size_t)(m * H)) chunk = (size_t)(m * H);
+  for (size_t off = 0; off < count; off += chunk) {
+    size_t cc = count - off < chunk ? count - off : chunk;
+    const char *csb = sb + off * ts;
+    char *crb = rb + off * ts;
+    char *seg = crb + zcc_seg_off(cc, m, li) * ts;
+    size_t sc = zcc_seg_cnt(cc, m, li);
+    int fin;
+    ZCC_CHECK(batch_begin(p));
+    ZCC_CHECK(ring_reduce_scatter(p, &local, csb, cc, 0, crb, NULL, seg, &fin));
+    batch_end(p);
+    ZCC_CHECK(batch_begin(p));
+    ZCC_CHECK(ring_reduce_scatter(p, &rail, seg, sc, 0, seg, NULL,
+                                  seg + zcc_seg_off(sc, H, hi) * ts, &fin));
+    ZCC_CHECK(ring_allgather(p, &rail, seg, sc, 0, fin));
+    batch_end(p);
+    ZCC_CHECK(batch_begin(p));
+    ZCC_CHECK(ring_allgather(p, &local, crb, cc, 0, -1));
+    batch_end(p);
+  }
+  return local_avg(p, rb, count);
+}
+
 /* Allreduce through buffers of the library's (every rank's own buffers). */
 static zccResult_t plan_allreduce_staged(zcc_plan_t *p, const char *sb, char *rb,
                                          size_t count) {
@@ -572,6 +632,7 @@ static zccResult_t plan_allreduce_staged(zcc_plan_t *p, const char *sb, char *rb
       return plan_allreduce_board(p, sb, rb, count);
     return direct_reduce(p, sb, 0, rb, count, -1);
   }
+  if (p->algo == ZCC_ALGO_HIER) return plan_allreduce_hier(p, sb, rb, count);
   if (p->algo == ZCC_ALGO_TWOSHOT && !p->comm->dev && p->comm->stage_state >= 0 &&
       all_shm(p->comm))
     return plan_allreduce_twoshot(p, sb, rb, count);
@@ -645,6 +706,9 @@ static const char *plan_path(const zcc_plan_t *p) {
   else if (has_step(p, ZCC_HOSTMEM_STAGE_REDUCE))
     snprintf(why, sizeof(why), "through the shared staging regions, two barriers a chunk%s",
              setup);
+  else if (p->algo == ZCC_ALGO_HIER)
+    snprintf(why, sizeof(why), "inside each host (%d ranks), over the rails across %d hosts, "
+             "inside the host", p->comm->hier_m, p->comm->hier_h);
   else
     return "staged through shm/socket buffers";
   return why;
@@ -659,6 +723,7 @@ static zccResult_t plan_allreduce(zcc_plan_t *p, const char *sb, char *rb, size_
 }
 
 static zccResult_t plan_reducescatter(zcc_plan_t *p, const char *sb, char *rb, size_t count) {
+  ring_t R = comm_ring(p->comm);
   int n = p->comm->nranks;
   size_t ts = zcc_type_size(p->type), bytes = count * ts;
   if (n == 1) return local_copy(p, rb, sb, bytes);
@@ -666,12 +731,13 @@ static zccResult_t plan_reducescatter(zcc_plan_t *p, const char *sb, char *rb, s
   int final_recv;
   ZCC_CHECK(alloc_tmp(p, (size_t)(n - 2) * bytes));
   ZCC_CHECK(batch_begin(p));
-  ZCC_CHECK(ring_reduce_scatter(p, sb, count, 1, NULL, p->tmp, rb, &final_recv));
+  ZCC_CHECK(ring_reduce_scatter(p, &R, sb, count, 1, NULL, p->tmp, rb, &final_recv));
   batch_end(p);
   return local_avg(p, rb, count);
 }
 
 static zccResult_t plan_reduce(zcc_plan_t *p, const char *sb, char *rb, size_t count, int root) {
+  ring_t R = comm_ring(p->comm);
   int n = p->comm->nranks, r = p->comm->rank;
   size_t ts = zcc_type_size(p->type), bytes = count * ts;
   if (n == 1) return local_copy(p, rb, sb, bytes);
@@ -682,7 +748,7 @@ static zccResult_t plan_reduce(zcc_plan_t *p, const char *sb, char *rb, size_t c
                           : (char *)p->tmp + (size_t)(n - 2) * maxseg;
   int final_recv;
   ZCC_CHECK(batch_begin(p));
-  ZCC_CHECK(ring_reduce_scatter(p, sb, count, 0, NULL, p->tmp, final, &final_recv));
+  ZCC_CHECK(ring_reduce_scatter(p, &R, sb, count, 0, NULL, p->tmp, final, &final_recv));
   if (r != root) {
     ZCC_CHECK(send_when(p, root, final, zcc_seg_cnt(count, n, r) * ts, final_recv));
   } else {
@@ -696,6 +762,7 @@ static zccResult_t plan_reduce(zcc_plan_t *p, const char *sb, char *rb, size_t c
 }
 
 static zccResult_t plan_broadcast(zcc_plan_t *p, const char *sb, char *rb, size_t count, int root) {
+  ring_t R = comm_ring(p->comm);
   int n = p->comm->nranks, r = p->comm->rank;
   size_t ts = zcc_type_size(p->type), bytes = count * ts;
   if (r == root) ZCC_CHECK(local_copy(p, rb, sb, bytes));
@@ -721,12 +788,13 @@ static zccResult_t plan_broadcast(zcc_plan_t *p, const char *sb, char *rb, size_
     ZCC_CHECK(recv_into(p, root, rb + zcc_seg_off(count, n, r) * ts, NULL,
                         zcc_seg_cnt(count, n, r) * ts, &own));
   }
-  ZCC_CHECK(ring_allgather(p, rb, count, 0, own));
+  ZCC_CHECK(ring_allgather(p, &R, rb, count, 0, own));
   batch_end(p);
   return zccSuccess;
 }
 
 static zccResult_t plan_allgather(zcc_plan_t *p, const char *sb, char *rb, size_t count) {
+  ring_t R = comm_ring(p->comm);
   int n = p->comm->nranks, r = p->comm->rank;
   size_t ts = zcc_type_size(p->type), bytes = count * ts;
   ZCC_CHECK(local_copy(p, rb + (size_t)r * bytes, sb, bytes));
@@ -742,7 +810,7 @@ static zccResult_t plan_allgather(zcc_plan_t *p, const char *sb, char *rb, size_
     return zccSuccess;
   }
   ZCC_CHECK(batch_begin(p));
-  ZCC_CHECK(ring_allgather(p, rb, count, 1, -1));
+  ZCC_CHECK(ring_allgather(p, &R, rb, count, 1, -1));
   batch_end(p);
   return zccSuccess;
 }

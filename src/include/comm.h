@@ -124,6 +124,13 @@ struct zccComm {
   struct zcc_plan *spare_plan; /* kept by zcc_plan_free for reuse */
   int *ring_order;             /* host rings: [nranks] rank at each ring position */
   int ring_pos;                /* this rank's position in ring_order */
+  /* Hierarchical plans (host communicators on several hosts with the same
+     number of ranks on each; init.c): this host's ranks in rank order, and
+     this rank's rail, the rank of its local index on every host (hosts in
+     ring order). hier_local NULL: the ranks cannot run them. */
+  int hier_m, hier_h;   /* ranks per host, hosts */
+  int hier_li, hier_hi; /* this rank's index in hier_local and in hier_rail */
+  int *hier_local, *hier_rail;
   const struct zcc_topo *topo;     /* the graph it plans on (zcc_topo_acquire); NULL: none */
   struct zcc_topo *topo_own;       /* the graph over several hosts made from it, or NULL */
   struct zcc_planner *planner;     /* its plan on that graph, or NULL */

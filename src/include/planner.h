@@ -189,6 +189,8 @@ typedef struct zcc_select_ctx {
                       tree; send/receive and all-to-all over connectors) */
   double oversub;  /* host communicators: ranks of this host per CPU for them, where
                       they outnumber the CPUs (init.c); 0: each rank has a CPU */
+  int min_local, max_local; /* the fewest and most ranks on one host (hier needs them
+                               equal, and at least 2) */
 } zcc_select_ctx_t;
 
 /* The table's latency (us, one ring step) and bandwidth (GB/s) of the class. */

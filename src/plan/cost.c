@@ -429,6 +429,18 @@ static double host_predict(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_
     double chunks = ceil(S / SHM_TWOSHOT_CHUNK);
     return 2 * chunks * SHM_DIRECT_ALPHA * as + 3 * S / (SHM_DIRECT_BW * bs * 1e3);
   }
+  if (algo == ZCC_ALGO_HIER) {
+    /* A ring reduce-scatter inside each host (m ranks, shared memory), an
+       allreduce of each rank's segment over its rail (the rank of its
+       local index on each of the H hosts, over the network), a ring
+       allgather inside the host, one after the other. The m rails share
+       each host's link: together they move what one rank's rail would move
+       of the whole S. The measured link (ZCC_TOPO_MEASURE) scales the
+       network's part. */
+    double m = c->max_local > 1 ? c->max_local : 2, H = c->nnodes;
+    return 2 * (m - 1) * SHM_RING_ALPHA + 2 * (m - 1) / m * S / (SHM_RING_BW * 1e3) +
+           2 * (H - 1) * TCP_RING_ALPHA * as + 2 * (H - 1) / H * S / (TCP_RING_BW * bs * 1e3);
+  }
   /* ring */
   double a = (tcp ? TCP_RING_ALPHA : SHM_RING_ALPHA) * as;
   double bw = (tcp ? TCP_RING_BW : SHM_RING_BW) * bs;

@@ -23,9 +23,10 @@
 
 ZCC_PARAM_STR(algo, "ALGO", NULL,
               "force an algorithm: ring, tree, oneshot (also 'direct'), twoshot, push, ce "
-              "or hier; host communicators run ring and oneshot (twoshot too for allreduce on "
-              "one host), GPU communicators every one "
-              "but hier (push, ce, twoshot and tree for allreduce); a name this communicator "
+              "or hier; host communicators run ring and oneshot (for allreduce also twoshot on "
+              "one host, and hier on several hosts with the same number of ranks on each), GPU "
+              "communicators every one but hier (push, ce, twoshot and tree for allreduce); a "
+              "name this communicator "
               "cannot run is an error that lists the ones it can")
 ZCC_PARAM_STR(proto, "PROTO", NULL,
               "force a protocol: ll, ll128 or simple; host communicators run simple, GPU "
@@ -97,12 +98,19 @@ int zcc_select_can_run(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t al
     return fail(why, whylen, "%s is all-pairs by nature (oneshot)", cn);
   if (!c->gpu) {
     int twoshot = algo == ZCC_ALGO_TWOSHOT && coll == ZCC_COLL_ALLREDUCE;
+    int hier = algo == ZCC_ALGO_HIER && coll == ZCC_COLL_ALLREDUCE;
     if (twoshot && c->nnodes > 1)
       return fail(why, whylen, "twoshot shares staging memory: every rank on one host "
                   "(here %d hosts)", c->nnodes);
-    if (algo != ZCC_ALGO_RING && algo != ZCC_ALGO_ONESHOT && !twoshot)
+    if (hier && c->nnodes < 2)
+      return fail(why, whylen, "hier needs several hosts (here 1)");
+    if (hier && (c->min_local != c->max_local || c->max_local < 2))
+      return fail(why, whylen, "hier needs the same number of ranks on every host, at least "
+                  "2 (here %d to %d)", c->min_local, c->max_local);
+    if (algo != ZCC_ALGO_RING && algo != ZCC_ALGO_ONESHOT && !twoshot && !hier)
       return fail(why, whylen, "host communicators run ring and oneshot (direct)%s, not %s",
-                  coll == ZCC_COLL_ALLREDUCE ? " and twoshot (on one host)" : "", an);
+                  coll == ZCC_COLL_ALLREDUCE ? ", twoshot (on one host) and hier (on several)"
+                                             : "", an);
     if (proto != ZCC_PROTO_SIMPLE)
       return fail(why, whylen, "host communicators run the simple protocol, not %s",
                   proto_names[proto]);
@@ -219,11 +227,15 @@ zccResult_t zcc_select(const zcc_select_ctx_t *c, zcc_coll_t coll, size_t bytes,
                      fp);
   char list[160];
   if (want_a >= 0 && !runs_somewhere(c, want_a, -1)) {
+    /* why, as allreduce (which every algorithm runs) meets it */
+    char why[160];
     runnable_list(c, coll, bytes, 0, list, sizeof(list));
+    zcc_select_can_run(c, ZCC_COLL_ALLREDUCE, want_a, ZCC_PROTO_SIMPLE, 8, why, sizeof(why));
     return zcc_error(zccInvalidArgument,
-                     "ZCC_ALGO=%s: this %s communicator (%d ranks, %d host%s) cannot run it; "
-                     "for %s it runs %s", fa, kind_of(c), c->nranks, c->nnodes,
-                     c->nnodes == 1 ? "" : "s", zcc_coll_name(coll), list);
+                     "ZCC_ALGO=%s: this %s communicator (%d ranks, %d host%s) cannot run it "
+                     "(%s); for %s it runs %s", fa, kind_of(c), c->nranks, c->nnodes,
+                     c->nnodes == 1 ? "" : "s", why[0] ? why : "no kernel for it",
+                     zcc_coll_name(coll), list);
   }
   if (want_p >= 0 && !runs_somewhere(c, -1, want_p)) {
     runnable_list(c, coll, bytes, 1, list, sizeof(list));
@@ -291,6 +303,12 @@ void zcc_select_ctx_of_plan(const zcc_planner_t *p, zcc_select_ctx_t *c) {
      proxy: the connector kernels alone, costed by the network */
   c->conn_only = c->gpu && p->nnodes > 1;
   if (c->conn_only) c->link_class = ZCC_PATH_NET;
+  c->max_local = p->max_local;
+  c->min_local = p->nranks;
+  for (int h = 0; h < p->nnodes; h++) {
+    int k = p->host_off[h + 1] - p->host_off[h];
+    if (k < c->min_local) c->min_local = k;
+  }
 }
 
 static int size_class(size_t bytes) {

@@ -13,6 +13,9 @@
 #   phase init-net  the same over the net transport with the socket plug-in
 #   phase init-ib   the same with the ib plug-in on the fake verbs provider
 #                   (ZCC_TEST_FAKEVERBS: the path of libzcc_fakeverbs.so)
+#   phase hier      the check cases (small sizes) with ZCC_ALGO=hier: the
+#                   allreduces hierarchical (rings inside the hosts and
+#                   across them), exact, every log naming that plan
 #
 # Usage: many_hosts.sh /path/to/net_driver
 # Skips (exit 0, "0 passed, 0 failed, 1 skipped") without the privileges to
@@ -124,12 +127,41 @@ phase_init() { # VARIANT: default, net or ib
   RANK_ENV=()
 }
 
-for phase in ${ZCC_TEST_MANY_PHASES:-init init-net init-ib}; do
+# phase_hier: ZCC_ALGO=hier on every rank (NH hosts of RPH ranks: rings of
+# RPH inside the hosts and NH across them), the check cases (small sizes)
+# exact, 4 KiB chunks (the 4097-element cases run several); every rank's
+# log names the plan
+phase_hier() {
+  local dir=$WORK/hier pids=() r h st
+  mkdir -p "$dir"
+  for ((r = 0; r < N; r++)); do
+    h=$((r / RPH))
+    start_rank "zcc-h$h-$TAG" "zcc-host-$h" "zh${h}n$TAG" "$dir/rank$r.log" \
+      ZCC_TIMEOUT=60000 ZCC_ALGO=hier ZCC_RING_CHUNK_BYTES=4096 ZCC_DEBUG=INFO \
+      ZCC_DEBUG_SUBSYS=COLL "$DRIVER" --rank $r --nranks $N --id-file "$dir/id" \
+      --seed "$SEED" --mode check --sizes small
+    pids+=("$LAST_PID")
+  done
+  for ((r = 0; r < N; r++)); do
+    wait_pid "${pids[$r]}" 300
+    st=$?
+    collect "$dir/rank$r.log" $st "hier rank $r"
+    if grep -qE "allreduce: 4097 elements of float32 \\(sum\\) on $N ranks via hier, [0-9]+ steps, inside each host \\($RPH ranks\\), over the rails across $NH hosts" "$dir/rank$r.log"; then
+      pass
+    else
+      fail "hier rank $r: its log does not name the hierarchical plan:"
+      grep -m3 "allreduce: " "$dir/rank$r.log" | sed "s/^/  /"
+    fi
+  done
+}
+
+for phase in ${ZCC_TEST_MANY_PHASES:-init init-net init-ib hier}; do
   log "--- phase $phase"
   case $phase in
     init) phase_init default ;;
     init-net) phase_init net ;;
     init-ib) phase_init ib ;;
+    hier) phase_hier ;;
     *) fail "unknown phase $phase" ;;
   esac
 done

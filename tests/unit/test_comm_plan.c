@@ -240,7 +240,7 @@ static void test_explain(void **s) {
   (void)s;
   use_fixture(NULL);
   table_t *t = calloc(1, sizeof(*t));
-  zcc_select_ctx_t gpu8 = {1, 8, 1, ZCC_PATH_NVS, 0, 0, 0, 0, 0, 0}, host2 = {0, 2, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 0};
+  zcc_select_ctx_t gpu8 = {1, 8, 1, ZCC_PATH_NVS, 0, 0, 0, 0, 0, 0, 0, 0}, host2 = {0, 2, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 0, 0, 0};
   assert_int_equal(zcc_select_explain(&gpu8, ZCC_COLL_ALLREDUCE, 64 << 20, 1, keep_line, t),
                    zccSuccess);
   zcc_choice_t ch;

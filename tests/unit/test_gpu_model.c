@@ -41,7 +41,7 @@ static const row_t rows[] = {
 };
 
 static zcc_choice_t gpu_pick(int nranks, size_t bytes, int staged) {
-  zcc_select_ctx_t c = {1, nranks, 1, ZCC_PATH_NVL, 0, 0, 0, 0, 0, 0};
+  zcc_select_ctx_t c = {1, nranks, 1, ZCC_PATH_NVL, 0, 0, 0, 0, 0, 0, 0, 0};
   zcc_choice_t ch;
   assert_int_equal(zcc_select(&c, ZCC_COLL_ALLREDUCE, bytes, staged, &ch), zccSuccess);
   return ch;
@@ -125,7 +125,7 @@ static void test_host_windows(void **state) {
   } m[] = {{8, 4.51, 0},           {4096, 5.26, 0},        {32768, 9.82, 0},
            {4194304, 283.1, 299.7}, {16777216, 970.1, 1064.2}, {67108864, 3482.3, 3625.0},
            {268435456, 13361.0, 13585.0}};
-  zcc_select_ctx_t c = {1, 2, 1, ZCC_PATH_SYS, 0, 0, 0, 2, 0, 0};
+  zcc_select_ctx_t c = {1, 2, 1, ZCC_PATH_SYS, 0, 0, 0, 2, 0, 0, 0, 0};
   printf("| bytes (host windows) | algorithm | predicted (us) | measured (us) | ratio |\n");
   for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
     zcc_choice_t ch;
@@ -149,7 +149,7 @@ static void test_host_windows(void **state) {
     }
   }
   /* the same GPUs' NVLink model is untouched: no host term without class SYS */
-  zcc_select_ctx_t nvl = {1, 2, 1, ZCC_PATH_NVL, 0, 0, 0, 2, 0, 0};
+  zcc_select_ctx_t nvl = {1, 2, 1, ZCC_PATH_NVL, 0, 0, 0, 2, 0, 0, 0, 0};
   assert_true(zcc_select_predict(&nvl, ZCC_COLL_ALLREDUCE, ZCC_ALGO_PUSH, ZCC_PROTO_SIMPLE,
                                  (size_t)64 << 20, 1) < 400.0);
 }
@@ -258,7 +258,7 @@ static void test_host_windows_ranks(void **state) {
   double worst = 1;
   for (size_t r = 0; r < sizeof(host_meas) / sizeof(host_meas[0]); r++) {
     const meas_t *m = &host_meas[r];
-    zcc_select_ctx_t c = {1, m->k, 1, ZCC_PATH_SYS, 0, 0, 0, m->k, 0, 0};
+    zcc_select_ctx_t c = {1, m->k, 1, ZCC_PATH_SYS, 0, 0, 0, m->k, 0, 0, 0, 0};
     for (int i = 0; i < 8 && m->bytes[i]; i++) {
       zcc_proto_t q = meas_proto(m, i);
       assert_true(zcc_select_can_run(&c, m->coll, m->algo, q, m->bytes[i], NULL, 0));
@@ -285,7 +285,7 @@ static void test_host_windows_ranks(void **state) {
     const meas_t *m = &host_meas[r];
     /* each (ranks, collective, size) once: from its oneshot row */
     if (m->algo != ZCC_ALGO_ONESHOT || (m->coll == ZCC_COLL_ALLREDUCE && m->proto >= 0)) continue;
-    zcc_select_ctx_t c = {1, m->k, 1, ZCC_PATH_SYS, 0, 0, 0, m->k, 0, 0};
+    zcc_select_ctx_t c = {1, m->k, 1, ZCC_PATH_SYS, 0, 0, 0, m->k, 0, 0, 0, 0};
     for (int i = 0; i < 8 && m->bytes[i]; i++) {
       size_t b = m->bytes[i];
       zcc_choice_t ch;
@@ -316,7 +316,7 @@ static void test_host_windows_ranks(void **state) {
  */
 static void test_measured_scaling(void **state) {
   (void)state;
-  zcc_select_ctx_t t = {1, 2, 1, ZCC_PATH_NVL, 0, 0, 0, 0, 0, 0}, m = t;
+  zcc_select_ctx_t t = {1, 2, 1, ZCC_PATH_NVL, 0, 0, 0, 0, 0, 0, 0, 0}, m = t;
   double ta, tb;
   zcc_select_link_table(&t, &ta, &tb);
   m.measured = 1;
@@ -352,7 +352,7 @@ static void test_measured_scaling(void **state) {
 static void test_fit_gpu(void **state) {
   (void)state;
   const size_t big = 4u << 20;
-  zcc_select_ctx_t t = {1, 2, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 0};
+  zcc_select_ctx_t t = {1, 2, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 0, 0, 0};
   double ta, tb;
   zcc_select_link_table(&t, &ta, &tb);
   double ps = zcc_select_predict(&t, ZCC_COLL_ALLREDUCE, ZCC_ALGO_ONESHOT, ZCC_PROTO_LL, 8, 1);
@@ -381,7 +381,7 @@ static void test_fit_gpu(void **state) {
 
 static void test_forced(void **state) {
   (void)state;
-  zcc_select_ctx_t c3 = {1, 3, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 0}, c4 = {1, 4, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 0};
+  zcc_select_ctx_t c3 = {1, 3, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 0, 0, 0}, c4 = {1, 4, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 0, 0, 0};
   zcc_choice_t ch;
   setenv("ZCC_ALGO", "ring", 1);
   zcc_param_reload();
@@ -416,7 +416,7 @@ static void test_over_network(void **state) {
   unsetenv("ZCC_ALGO");
   unsetenv("ZCC_PROTO");
   zcc_param_reload();
-  zcc_select_ctx_t c = {1, 4, 2, ZCC_PATH_NET, 0, 0, 0, 0, 1, 0};
+  zcc_select_ctx_t c = {1, 4, 2, ZCC_PATH_NET, 0, 0, 0, 0, 1, 0, 0, 0};
   zcc_choice_t ch;
   for (int coll = 0; coll < ZCC_COLL_COUNT; coll++)
     for (size_t b = 8; b <= ((size_t)1 << 30); b *= 8) {

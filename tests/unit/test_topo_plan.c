@@ -335,7 +335,7 @@ static void test_overrides(void **s) {
 }
 
 static zcc_algo_t host_pick(int nranks, int nnodes, zcc_coll_t coll, size_t bytes) {
-  zcc_select_ctx_t c = {0, nranks, nnodes, nnodes > 1 ? ZCC_PATH_NET : ZCC_PATH_SELF, 0, 0, 0, 0, 0, 0};
+  zcc_select_ctx_t c = {0, nranks, nnodes, nnodes > 1 ? ZCC_PATH_NET : ZCC_PATH_SELF, 0, 0, 0, 0, 0, 0, 0, 0};
   zcc_choice_t ch;
   assert_int_equal(zcc_select(&c, coll, bytes, 0, &ch), zccSuccess);
   assert_int_equal(ch.proto, ZCC_PROTO_SIMPLE);
@@ -361,9 +361,9 @@ static void test_host_pick(void **s) {
    * host_oversub, fitted to 4 and 8 ranks on 2 CPUs): oneshot (gathered at
    * rank 0) below about 9 KiB (8 ranks) or 12 KiB (4 ranks), twoshot above,
    * the ring never; without oversubscription twoshot is never picked. */
-  zcc_select_ctx_t o8 = {0, 8, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 4.0};
-  zcc_select_ctx_t o4 = {0, 4, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 2.0};
-  zcc_select_ctx_t o4tcp = {0, 4, 2, ZCC_PATH_NET, 0, 0, 0, 0, 0, 2.0};
+  zcc_select_ctx_t o8 = {0, 8, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 4.0, 0, 0};
+  zcc_select_ctx_t o4 = {0, 4, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 2.0, 0, 0};
+  zcc_select_ctx_t o4tcp = {0, 4, 2, ZCC_PATH_NET, 0, 0, 0, 0, 0, 2.0, 0, 0};
   size_t sizes[] = {8, 4 << 10, 16 << 10, 1 << 20, (size_t)256 << 20};
   for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
     zcc_choice_t a, b;
@@ -380,7 +380,7 @@ static void test_host_pick(void **s) {
   }
   assert_int_equal(host_pick(4, 1, ZCC_COLL_ALLREDUCE, 16 << 10), ZCC_ALGO_RING);
   zcc_choice_t ch;
-  zcc_select_ctx_t bad0 = {0, 0, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 0}, bad1 = {0, 2, 3, ZCC_PATH_NET, 0, 0, 0, 0, 0, 0};
+  zcc_select_ctx_t bad0 = {0, 0, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 0, 0, 0}, bad1 = {0, 2, 3, ZCC_PATH_NET, 0, 0, 0, 0, 0, 0, 0, 0};
   assert_int_equal(zcc_select(&bad0, ZCC_COLL_ALLREDUCE, 8, 0, &ch), zccInvalidArgument);
   assert_int_equal(zcc_select(&bad1, ZCC_COLL_ALLREDUCE, 8, 0, &ch), zccInvalidArgument);
 }
@@ -425,8 +425,8 @@ static void test_one_parser(void **s) {
     assert_int_equal(zcc_proto_parse(zcc_proto_name(q)), q);
   assert_int_equal(zcc_algo_parse("rung"), -1);
   assert_int_equal(zcc_proto_parse("ll256"), -1);
-  zcc_select_ctx_t host = {0, 4, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 0}, gpu = {1, 3, 1, ZCC_PATH_NVL, 0, 0, 0, 0, 0, 0},
-                   gpu2 = {1, 2, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 0};
+  zcc_select_ctx_t host = {0, 4, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 0, 0, 0}, gpu = {1, 3, 1, ZCC_PATH_NVL, 0, 0, 0, 0, 0, 0, 0, 0},
+                   gpu2 = {1, 2, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 0, 0, 0};
   /* unknown names: the same message on both */
   expect_select_error(&host, ZCC_COLL_ALLREDUCE, 8, "rung", NULL, "ZCC_ALGO=rung is not an algorithm");
   expect_select_error(&gpu, ZCC_COLL_ALLREDUCE, 8, "rung", NULL, "ZCC_ALGO=rung is not an algorithm");
@@ -445,8 +445,23 @@ static void test_one_parser(void **s) {
                    ZCC_ALGO_TWOSHOT);
   assert_int_not_equal(select_with(&host, ZCC_COLL_BROADCAST, 1 << 20, "twoshot", NULL).algo,
                        ZCC_ALGO_TWOSHOT);
-  zcc_select_ctx_t host2 = {0, 4, 2, ZCC_PATH_NET, 0, 0, 0, 0, 0, 0};
+  zcc_select_ctx_t host2 = {0, 4, 2, ZCC_PATH_NET, 0, 0, 0, 0, 0, 0, 0, 0};
   expect_select_error(&host2, ZCC_COLL_ALLREDUCE, 8, "twoshot", NULL, "cannot run it");
+  /* hier: host allreduce on several hosts with the same number of ranks on
+     each (2 or more); the other collectives are left to the model */
+  zcc_select_ctx_t even = {0, 4, 2, ZCC_PATH_NET, 0, 0, 0, 0, 0, 0, 2, 2},
+                   uneven = {0, 3, 2, ZCC_PATH_NET, 0, 0, 0, 0, 0, 0, 1, 2},
+                   rails1 = {0, 2, 2, ZCC_PATH_NET, 0, 0, 0, 0, 0, 0, 1, 1};
+  assert_int_equal(select_with(&even, ZCC_COLL_ALLREDUCE, 8, "hier", NULL).algo, ZCC_ALGO_HIER);
+  assert_int_equal(select_with(&even, ZCC_COLL_ALLREDUCE, 1 << 20, "hier", NULL).algo,
+                   ZCC_ALGO_HIER);
+  assert_int_not_equal(select_with(&even, ZCC_COLL_BROADCAST, 1 << 20, "hier", NULL).algo,
+                       ZCC_ALGO_HIER);
+  expect_select_error(&uneven, ZCC_COLL_ALLREDUCE, 8, "hier", NULL,
+                      "hier needs the same number of ranks on every host, at least 2 (here 1 to 2)");
+  expect_select_error(&rails1, ZCC_COLL_ALLREDUCE, 8, "hier", NULL, "(here 1 to 1)");
+  expect_select_error(&host, ZCC_COLL_ALLREDUCE, 8, "hier", NULL, "hier needs several hosts");
+  expect_select_error(&host2, ZCC_COLL_ALLREDUCE, 8, "hier", NULL, "cannot run it");
   assert_int_equal(select_with(&gpu, ZCC_COLL_ALLREDUCE, 8, "ring", NULL).algo, ZCC_ALGO_RING);
   assert_int_equal(select_with(&gpu, ZCC_COLL_ALLREDUCE, 1 << 20, "oneshot", NULL).algo, ZCC_ALGO_ONESHOT);
   assert_int_equal(select_with(&gpu2, ZCC_COLL_ALLREDUCE, 1 << 20, "ce", NULL).algo, ZCC_ALGO_CE);
@@ -462,7 +477,7 @@ static void test_one_parser(void **s) {
   assert_int_equal(select_with(&gpu, ZCC_COLL_ALLTOALL, 1 << 20, "ring", NULL).algo, ZCC_ALGO_ONESHOT);
   assert_int_equal(select_with(&host, ZCC_COLL_ALLTOALL, 1 << 20, "ring", NULL).algo, ZCC_ALGO_ONESHOT);
   /* one rank: nothing moves, any valid override is accepted */
-  zcc_select_ctx_t one = {0, 1, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 0};
+  zcc_select_ctx_t one = {0, 1, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 0, 0, 0};
   assert_int_equal(select_with(&one, ZCC_COLL_ALLREDUCE, 8, "ring", NULL).algo, ZCC_ALGO_ONESHOT);
   expect_select_error(&one, ZCC_COLL_ALLREDUCE, 8, "tree", NULL, "cannot run it");
   select_env(NULL, NULL);
@@ -474,7 +489,7 @@ static void test_select_cache(void **s) {
   select_env(NULL, NULL);
   zcc_select_cache_t *cache = calloc(1, sizeof(*cache));
   assert_non_null(cache);
-  cache->ctx = (zcc_select_ctx_t){0, 2, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 0};
+  cache->ctx = (zcc_select_ctx_t){0, 2, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 0, 0, 0};
   for (int round = 0; round < 2; round++)
     for (size_t b = 8; b <= ((size_t)1 << 30); b = b * 3 + 1) {
       zcc_choice_t a, want;
@@ -691,8 +706,8 @@ static void check_table(const zcc_select_ctx_t *c) {
 
 static void test_host_decisions(void **state) {
   (void)state;
-  zcc_select_ctx_t tcp = {0, 4, 2, ZCC_PATH_NET, 0, 0, 0, 0, 0, 0}, shm = {0, 3, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 0},
-                   gpu = {1, 4, 1, ZCC_PATH_NVL, 0, 0, 0, 0, 0, 0};
+  zcc_select_ctx_t tcp = {0, 4, 2, ZCC_PATH_NET, 0, 0, 0, 0, 0, 0, 0, 0}, shm = {0, 3, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 0, 0, 0},
+                   gpu = {1, 4, 1, ZCC_PATH_NVL, 0, 0, 0, 0, 0, 0, 0, 0};
   check_table(&tcp);
   check_table(&shm);
   check_table(&gpu);
