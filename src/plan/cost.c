@@ -410,6 +410,13 @@ static double host_predict(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_
   host_scale(c, &as, &bs);
   if (algo == ZCC_ALGO_ONESHOT) {
     double a = (tcp ? TCP_DIRECT_ALPHA : SHM_DIRECT_ALPHA) * as;
+    if (tcp && c->min_local > 0) {
+      /* One round, but each rank's messages over the network are handled
+         one after another on its thread (fitted with one peer): a rank of
+         the host with the fewest ranks has n - min_local of them, and
+         min_local - 1 over shared memory. */
+      a = TCP_DIRECT_ALPHA * as * (n - c->min_local) + SHM_DIRECT_ALPHA * (c->min_local - 1);
+    }
     double bw = (tcp ? TCP_DIRECT_BW : SHM_DIRECT_BW) * bs;
     double moved;
     switch (coll) {

@@ -379,6 +379,25 @@ static void test_host_pick(void **s) {
     assert_int_not_equal(a.algo, ZCC_ALGO_TWOSHOT); /* allreduce only */
   }
   assert_int_equal(host_pick(4, 1, ZCC_COLL_ALLREDUCE, 16 << 10), ZCC_ALGO_RING);
+  /* Several hosts with the same number of ranks on each (the table's
+   * constants): the direct path pays each network peer's message, the
+   * hierarchical plan 2 (H - 1) network steps and the host's rings, the
+   * flat ring 2 (n - 1) network steps. 2 ranks on each of 2 hosts: oneshot
+   * to ~1 KiB, hier to ~1 MiB, the ring beyond; 8 on each: hier from 8 B. */
+  zcc_select_ctx_t h2x2 = {0, 4, 2, ZCC_PATH_NET, 0, 0, 0, 0, 0, 0, 2, 2},
+                   h2x8 = {0, 16, 2, ZCC_PATH_NET, 0, 0, 0, 0, 0, 0, 8, 8};
+  zcc_algo_t want2[] = {ZCC_ALGO_ONESHOT, ZCC_ALGO_HIER, ZCC_ALGO_HIER, ZCC_ALGO_RING},
+             want8[] = {ZCC_ALGO_HIER, ZCC_ALGO_HIER, ZCC_ALGO_HIER, ZCC_ALGO_RING};
+  size_t at[] = {8, 4 << 10, 256 << 10, 64 << 20};
+  for (int i = 0; i < 4; i++) {
+    zcc_choice_t a;
+    assert_int_equal(zcc_select(&h2x2, ZCC_COLL_ALLREDUCE, at[i], 0, &a), zccSuccess);
+    assert_int_equal(a.algo, want2[i]);
+    assert_int_equal(zcc_select(&h2x8, ZCC_COLL_ALLREDUCE, at[i], 0, &a), zccSuccess);
+    assert_int_equal(a.algo, want8[i]);
+    assert_int_equal(zcc_select(&h2x8, ZCC_COLL_BROADCAST, at[i], 0, &a), zccSuccess);
+    assert_int_not_equal(a.algo, ZCC_ALGO_HIER); /* allreduce only */
+  }
   zcc_choice_t ch;
   zcc_select_ctx_t bad0 = {0, 0, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 0, 0, 0}, bad1 = {0, 2, 3, ZCC_PATH_NET, 0, 0, 0, 0, 0, 0, 0, 0};
   assert_int_equal(zcc_select(&bad0, ZCC_COLL_ALLREDUCE, 8, 0, &ch), zccInvalidArgument);
