@@ -402,8 +402,34 @@ static double host_oversub(const zcc_select_ctx_t *c, zcc_algo_t algo, double S)
   }
 }
 
+static double host_predict_one(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,
+                               size_t bytes);
+
+/*
+ * Across hosts whose ranks outnumber their CPUs, each round of an allreduce
+ * also waits for a scheduling turn, as host_oversub charges on one host:
+ * the direct path gathers at rank 0 there (two rounds), the hierarchical
+ * plan has 2 (m - 1) + 2 (H - 1), the ring 2 (n - 1). With 4 ranks in each
+ * of two namespaces on 2 CPUs (docs/perf/net.md, 2026-12-05) this puts the
+ * crossover from the direct path to hier at 2-8 KiB; measured, the direct
+ * path was fastest to 32 KiB and hier from 128 KiB (the model charges hier's
+ * 8 rounds too little there: 28 us predicted at 32 B, 67 measured).
+ */
 static double host_predict(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,
                            size_t bytes) {
+  double t = host_predict_one(c, coll, algo, bytes);
+  if (c->nnodes < 2 || c->oversub <= 1 || coll != ZCC_COLL_ALLREDUCE) return t;
+  double n = c->nranks, m = c->max_local > 1 ? c->max_local : 1, H = c->nnodes, rounds;
+  switch (algo) {
+  case ZCC_ALGO_ONESHOT: rounds = n > 2 ? 2 : 1; break;
+  case ZCC_ALGO_HIER: rounds = 2 * (m - 1) + 2 * (H - 1); break;
+  default: rounds = 2 * (n - 1); break;
+  }
+  return t + rounds * SHM_TURN_US * c->oversub;
+}
+
+static double host_predict_one(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,
+                               size_t bytes) {
   int tcp = c->nnodes > 1;
   double n = c->nranks, S = (double)bytes, as, bs;
   if (!tcp && c->oversub > 1 && coll == ZCC_COLL_ALLREDUCE) return host_oversub(c, algo, S);

@@ -398,6 +398,14 @@ static void test_host_pick(void **s) {
     assert_int_equal(zcc_select(&h2x8, ZCC_COLL_BROADCAST, at[i], 0, &a), zccSuccess);
     assert_int_not_equal(a.algo, ZCC_ALGO_HIER); /* allreduce only */
   }
+  /* Hosts whose ranks outnumber their CPUs (4 ranks on 2): each round also
+     waits for a turn, so the direct path (two rounds) holds to 2 KiB. */
+  zcc_select_ctx_t h4x2o = {0, 8, 2, ZCC_PATH_NET, 0, 0, 0, 0, 0, 2.0, 4, 4};
+  zcc_choice_t o;
+  assert_int_equal(zcc_select(&h4x2o, ZCC_COLL_ALLREDUCE, 2048, 0, &o), zccSuccess);
+  assert_int_equal(o.algo, ZCC_ALGO_ONESHOT);
+  assert_int_equal(zcc_select(&h4x2o, ZCC_COLL_ALLREDUCE, 64 << 10, 0, &o), zccSuccess);
+  assert_int_equal(o.algo, ZCC_ALGO_HIER);
   zcc_choice_t ch;
   zcc_select_ctx_t bad0 = {0, 0, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 0, 0, 0}, bad1 = {0, 2, 3, ZCC_PATH_NET, 0, 0, 0, 0, 0, 0, 0, 0};
   assert_int_equal(zcc_select(&bad0, ZCC_COLL_ALLREDUCE, 8, 0, &ch), zccInvalidArgument);
