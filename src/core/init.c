@@ -195,8 +195,26 @@ static void comm_wait_policy(struct zccComm *comm) {
   }
   /* Every rank of the host computes the same from the same records. */
   comm->oversubscribed = ncpu > 0 && local > ncpu;
-  /* The model charges each round a scheduling turn there (plan/cost.c). */
-  if (comm->oversubscribed && comm->select) comm->select->ctx.oversub = (double)local / ncpu;
+  /* The plans and the model (which charges each round a scheduling turn,
+     plan/cost.c) take the most oversubscribed host's ranks per CPU: every
+     rank of every host computes the same. */
+  double worst = 0;
+  for (int r = 0; r < comm->nranks; r++) {
+    int first = 1, k = 0, nc = 0;
+    uint64_t hc[16] = {0};
+    for (int q = 0; q < r && first; q++)
+      if (comm->peers[q].host_hash == comm->peers[r].host_hash) first = 0;
+    if (!first) continue;
+    for (int q = r; q < comm->nranks; q++) {
+      if (comm->peers[q].host_hash != comm->peers[r].host_hash) continue;
+      k++;
+      for (int w = 0; w < 16; w++) hc[w] |= comm->peers[q].cpus[w];
+    }
+    for (int w = 0; w < 16; w++) nc += __builtin_popcountll(hc[w]);
+    if (nc > 0 && k > nc && (double)k / nc > worst) worst = (double)k / nc;
+  }
+  comm->oversub_any = worst > 1;
+  if (comm->select) comm->select->ctx.oversub = worst;
   int64_t spin = zcc_param_spin_us(), yield = zcc_param_yield_us();
   comm->spin_ns = (spin >= 0 ? spin : bound ? 20000 : 0) * 1000;
   comm->yield_ns = (yield >= 0 ? yield : bound ? 0 : 2000) * 1000;

@@ -287,7 +287,7 @@ static zccResult_t direct_reduce(zcc_plan_t *p, const char *sb, size_t stride, c
     batch_end(p);
     return local_avg(p, rb, count);
   }
-  if (root < 0 && stride == 0 && n > 2 && p->comm->oversubscribed) {
+  if (root < 0 && stride == 0 && n > 2 && p->comm->oversub_any) {
     /*
      * More ranks than CPUs: every rank runs only when the scheduler lets
      * it, so each message costs turns. Gather to rank 0, which reduces in
@@ -591,11 +591,66 @@ static zccResult_t plan_allreduce_board(zcc_plan_t *p, const char *sb, char *rb,
  * carries 2 (H - 1) / H of the bytes. The three phases are batches of their
  * own (a phase reduces into what the one before filled).
  */
+/*
+ * The hierarchical allreduce's leaders' form, for small messages (the model
+ * picks the form: cost.c, zcc_host_hier_leaders): each host's ranks send
+ * their input to the host's first rank, its leader, which sums them in
+ * local order, exchanges that sum with every other host's leader (one
+ * round over the network) and sums the hosts' in host order: every leader
+ * gets the same bits, and sends them to its host's ranks. Three rounds,
+ * one of them across hosts.
+ */
+static zccResult_t plan_allreduce_leaders(zcc_plan_t *p, const char *sb, char *rb,
+                                          size_t count) {
+  const struct zccComm *c = p->comm;
+  int m = c->hier_m, H = c->hier_h, li = c->hier_li, hi = c->hier_hi;
+  size_t bytes = count * zcc_type_size(p->type);
+  int leader = c->hier_local[0];
+  if (li != 0) {
+    ZCC_CHECK(batch_begin(p));
+    ZCC_CHECK(send_to(p, leader, sb, bytes));
+    if (ranges_overlap(sb, bytes, rb, bytes)) { /* the sum may land while the send reads */
+      ZCC_CHECK(alloc_tmp(p, bytes));
+      ZCC_CHECK(recv_from(p, leader, p->tmp, NULL, bytes));
+      batch_end(p);
+      return local_copy(p, rb, p->tmp, bytes);
+    }
+    ZCC_CHECK(recv_from(p, leader, rb, NULL, bytes));
+    batch_end(p);
+    return zccSuccess; /* avg: the leader divided */
+  }
+  /* tmp: the host's inputs (slot 0 unused), then every host's sum */
+  ZCC_CHECK(alloc_tmp(p, (size_t)(m + H) * bytes));
+  char *in = p->tmp, *sums = in + (size_t)m * bytes, *own = sums + (size_t)hi * bytes;
+  ZCC_CHECK(batch_begin(p));
+  for (int k = 1; k < m; k++)
+    ZCC_CHECK(recv_from(p, c->hier_local[k], in + (size_t)k * bytes, NULL, bytes));
+  batch_end(p);
+  ZCC_CHECK(local_reduce(p, own, sb, in + bytes, count));
+  for (int k = 2; k < m; k++) ZCC_CHECK(local_reduce(p, own, own, in + (size_t)k * bytes, count));
+  ZCC_CHECK(batch_begin(p));
+  for (int j = 0; j < H; j++) {
+    if (j == hi) continue;
+    ZCC_CHECK(send_to(p, c->hier_rail[j], own, bytes));
+    ZCC_CHECK(recv_from(p, c->hier_rail[j], sums + (size_t)j * bytes, NULL, bytes));
+  }
+  batch_end(p);
+  ZCC_CHECK(local_reduce(p, rb, sums, sums + bytes, count));
+  for (int j = 2; j < H; j++) ZCC_CHECK(local_reduce(p, rb, rb, sums + (size_t)j * bytes, count));
+  ZCC_CHECK(local_avg(p, rb, count));
+  ZCC_CHECK(batch_begin(p));
+  for (int k = 1; k < m; k++) ZCC_CHECK(send_to(p, c->hier_local[k], rb, bytes));
+  batch_end(p);
+  return zccSuccess;
+}
+
 static zccResult_t plan_allreduce_hier(zcc_plan_t *p, const char *sb, char *rb, size_t count) {
   const struct zccComm *c = p->comm;
   if (!c->hier_local)
     return zcc_error(zccInternalError, "allreduce: hier chosen on a communicator without "
                      "hierarchical groups");
+  if (zcc_host_hier_leaders(&c->select->ctx, count * zcc_type_size(p->type)))
+    return plan_allreduce_leaders(p, sb, rb, count);
   int m = c->hier_m, H = c->hier_h, li = c->hier_li, hi = c->hier_hi;
   ring_t local = {m, li, NULL, c->hier_local}, rail = {H, hi, NULL, c->hier_rail};
   size_t ts = zcc_type_size(p->type);
@@ -706,6 +761,10 @@ static const char *plan_path(const zcc_plan_t *p) {
   else if (has_step(p, ZCC_HOSTMEM_STAGE_REDUCE))
     snprintf(why, sizeof(why), "through the shared staging regions, two barriers a chunk%s",
              setup);
+  else if (p->algo == ZCC_ALGO_HIER &&
+           zcc_host_hier_leaders(&p->comm->select->ctx, (size_t)p->bytes))
+    snprintf(why, sizeof(why), "summed by each host's leader (%d ranks a host), exchanged "
+             "between the %d hosts' leaders, sent back", p->comm->hier_m, p->comm->hier_h);
   else if (p->algo == ZCC_ALGO_HIER)
     snprintf(why, sizeof(why), "inside each host (%d ranks), over the rails across %d hosts, "
              "inside the host", p->comm->hier_m, p->comm->hier_h);

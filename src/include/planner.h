@@ -193,6 +193,11 @@ typedef struct zcc_select_ctx {
                                equal, and at least 2) */
 } zcc_select_ctx_t;
 
+/* Host communicators: 1 if the hierarchical allreduce of `bytes` runs in its
+   leaders' form (a sum per host, one exchange between hosts), 0 if in its
+   rails' (cost.c: hier_time). Alike on every rank (the context is). */
+int zcc_host_hier_leaders(const zcc_select_ctx_t *c, size_t bytes);
+
 /* The table's latency (us, one ring step) and bandwidth (GB/s) of the class. */
 void zcc_select_link_table(const zcc_select_ctx_t *c, double *alpha_us, double *bw_gbs);
 

@@ -406,10 +406,45 @@ static double host_predict_one(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_a
                                size_t bytes);
 
 /*
+ * The hierarchical allreduce (exec/host_plan.c) in its two forms, m ranks on
+ * each of H hosts. Rails: a ring reduce-scatter inside each host (shared
+ * memory), an allreduce of each rank's segment over its rail (the rank of
+ * its local index on every host, over the network), a ring allgather inside
+ * the host: 2 (m - 1) shared-memory ring steps and 2 (m - 1) / m S at that
+ * ring's rate, 2 (H - 1) network steps and 2 (H - 1) / H S at the network
+ * ring's rate (the m rails share the host's link: together they move what
+ * one rank's rail would of the whole S). Leaders: each host's ranks send
+ * their input to its first rank, which sums them, exchanges the sum with
+ * the other hosts' leaders (one round, H - 1 messages each way) and sends
+ * the total back: three rounds, one of them over the network, the leader
+ * moving 2 (m - 1) S over shared memory and (H - 1) S each way over the
+ * network. Where a host's ranks outnumber its CPUs each round also waits
+ * for a scheduling turn (host_oversub). The measured link (ZCC_TOPO_MEASURE)
+ * scales the network's part.
+ */
+static double hier_time(const zcc_select_ctx_t *c, double S, int leaders) {
+  double as, bs;
+  host_scale(c, &as, &bs);
+  double m = c->max_local > 1 ? c->max_local : 2, H = c->nnodes;
+  double turn = c->oversub > 1 ? SHM_TURN_US * c->oversub : 0;
+  if (leaders)
+    return 2 * SHM_DIRECT_ALPHA + (H - 1) * TCP_DIRECT_ALPHA * as +
+           S * (2 * (m - 1) / (SHM_DIRECT_BW * 1e3) + (H - 1) / (TCP_DIRECT_BW * bs * 1e3)) +
+           3 * turn;
+  return 2 * (m - 1) * SHM_RING_ALPHA + 2 * (m - 1) / m * S / (SHM_RING_BW * 1e3) +
+         2 * (H - 1) * TCP_RING_ALPHA * as + 2 * (H - 1) / H * S / (TCP_RING_BW * bs * 1e3) +
+         (2 * (m - 1) + 2 * (H - 1)) * turn;
+}
+
+int zcc_host_hier_leaders(const zcc_select_ctx_t *c, size_t bytes) {
+  return hier_time(c, (double)bytes, 1) <= hier_time(c, (double)bytes, 0);
+}
+
+/*
  * Across hosts whose ranks outnumber their CPUs, each round of an allreduce
  * also waits for a scheduling turn, as host_oversub charges on one host:
- * the direct path gathers at rank 0 there (two rounds), the hierarchical
- * plan has 2 (m - 1) + 2 (H - 1), the ring 2 (n - 1). With 4 ranks in each
+ * the direct path gathers at rank 0 there (two rounds), the ring has
+ * 2 (n - 1) (the hierarchical plan: hier_time). With 4 ranks in each
  * of two namespaces on 2 CPUs (docs/perf/net.md, 2026-12-05) this puts the
  * crossover from the direct path to hier at 2-8 KiB; measured, the direct
  * path was fastest to 32 KiB and hier from 128 KiB (the model charges hier's
@@ -417,15 +452,14 @@ static double host_predict_one(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_a
  */
 static double host_predict(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,
                            size_t bytes) {
+  if (algo == ZCC_ALGO_HIER) {
+    double l = hier_time(c, (double)bytes, 1), r = hier_time(c, (double)bytes, 0);
+    return l <= r ? l : r;
+  }
   double t = host_predict_one(c, coll, algo, bytes);
   if (c->nnodes < 2 || c->oversub <= 1 || coll != ZCC_COLL_ALLREDUCE) return t;
-  double n = c->nranks, m = c->max_local > 1 ? c->max_local : 1, H = c->nnodes, rounds;
-  switch (algo) {
-  case ZCC_ALGO_ONESHOT: rounds = n > 2 ? 2 : 1; break;
-  case ZCC_ALGO_HIER: rounds = 2 * (m - 1) + 2 * (H - 1); break;
-  default: rounds = 2 * (n - 1); break;
-  }
-  return t + rounds * SHM_TURN_US * c->oversub;
+  double n = c->nranks;
+  return t + (algo == ZCC_ALGO_ONESHOT ? (n > 2 ? 2 : 1) : 2 * (n - 1)) * SHM_TURN_US * c->oversub;
 }
 
 static double host_predict_one(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,
@@ -461,18 +495,6 @@ static double host_predict_one(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_a
        peers' segments out: about 3 S at the direct path's rate */
     double chunks = ceil(S / SHM_TWOSHOT_CHUNK);
     return 2 * chunks * SHM_DIRECT_ALPHA * as + 3 * S / (SHM_DIRECT_BW * bs * 1e3);
-  }
-  if (algo == ZCC_ALGO_HIER) {
-    /* A ring reduce-scatter inside each host (m ranks, shared memory), an
-       allreduce of each rank's segment over its rail (the rank of its
-       local index on each of the H hosts, over the network), a ring
-       allgather inside the host, one after the other. The m rails share
-       each host's link: together they move what one rank's rail would move
-       of the whole S. The measured link (ZCC_TOPO_MEASURE) scales the
-       network's part. */
-    double m = c->max_local > 1 ? c->max_local : 2, H = c->nnodes;
-    return 2 * (m - 1) * SHM_RING_ALPHA + 2 * (m - 1) / m * S / (SHM_RING_BW * 1e3) +
-           2 * (H - 1) * TCP_RING_ALPHA * as + 2 * (H - 1) / H * S / (TCP_RING_BW * bs * 1e3);
   }
   /* ring */
   double a = (tcp ? TCP_RING_ALPHA : SHM_RING_ALPHA) * as;

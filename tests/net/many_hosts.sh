@@ -130,7 +130,7 @@ phase_init() { # VARIANT: default, net or ib
 # phase_hier: ZCC_ALGO=hier on every rank (NH hosts of RPH ranks: rings of
 # RPH inside the hosts and NH across them), the check cases (small sizes)
 # exact, 4 KiB chunks (the 4097-element cases run several); every rank's
-# log names the plan
+# log names the plan: the rails' form at 4097 float64 elements, the leaders' at 1
 phase_hier() {
   local dir=$WORK/hier pids=() r h st
   mkdir -p "$dir"
@@ -146,11 +146,17 @@ phase_hier() {
     wait_pid "${pids[$r]}" 300
     st=$?
     collect "$dir/rank$r.log" $st "hier rank $r"
-    if grep -qE "allreduce: 4097 elements of float32 \\(sum\\) on $N ranks via hier, [0-9]+ steps, inside each host \\($RPH ranks\\), over the rails across $NH hosts" "$dir/rank$r.log"; then
+    if grep -qE "allreduce: 4097 elements of float64 \\(sum\\) on $N ranks via hier, [0-9]+ steps, inside each host \\($RPH ranks\\), over the rails across $NH hosts" "$dir/rank$r.log"; then
       pass
     else
       fail "hier rank $r: its log does not name the hierarchical plan:"
       grep -m3 "allreduce: " "$dir/rank$r.log" | sed "s/^/  /"
+    fi
+    if grep -qE "allreduce: 1 elements of float32 \\(sum\\) on $N ranks via hier, [0-9]+ steps, summed by each host's leader \\($RPH ranks a host\\), exchanged between the $NH hosts' leaders" "$dir/rank$r.log"; then
+      pass
+    else
+      fail "hier rank $r: its log does not name the leaders' form for 1 element:"
+      grep -m3 "allreduce: 1 elements" "$dir/rank$r.log" | sed "s/^/  /"
     fi
   done
 }

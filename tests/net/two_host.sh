@@ -177,13 +177,14 @@ phase_interleave() {
 # phase_hier: the hierarchical allreduce (ZCC_ALGO=hier), 4 ranks with
 # ranks 0 and 2 in A, 1 and 3 in B (so the groups are not rank ranges),
 # 64 KiB chunks (the 1 MiB case runs 17), exact; every rank's log names the
-# plan. Then 3 ranks (2 in A, 1 in B), which cannot run it: every collective
+# plan, in its rails' form (1 MiB) and its leaders' (1 element). Then 3 ranks (2 in A, 1 in B), which cannot run it: every collective
 # but the all-pairs ones is refused at the call, naming why, and those pass
 # after the refusals.
 phase_hier() {
   local dir=$WORK/hier pids=() r st ns want
   mkdir -p "$dir"
   want="via hier, [0-9]+ steps, inside each host \\(2 ranks\\), over the rails across 2 hosts"
+  small="via hier, [0-9]+ steps, summed by each host's leader \\(2 ranks a host\\), exchanged between the 2 hosts' leaders"
   for r in 0 1 2 3; do
     if [ $((r % 2)) -eq 0 ]; then ns="$NSA zcc-host-a $VA"; else ns="$NSB zcc-host-b $VB"; fi
     # shellcheck disable=SC2086
@@ -201,6 +202,13 @@ phase_hier() {
       pass
     else
       fail "hier rank $r: no allreduce line '... $want' in its log:"
+      grep -m3 "allreduce: " "$dir/rank$r.log" | sed "s/^/  /"
+    fi
+    # small sizes: the leaders' form
+    if grep -qE "allreduce: 1 elements of float32 \\(sum\\) on 4 ranks $small" "$dir/rank$r.log"; then
+      pass
+    else
+      fail "hier rank $r: no allreduce line '... $small' in its log:"
       grep -m3 "allreduce: " "$dir/rank$r.log" | sed "s/^/  /"
     fi
   done

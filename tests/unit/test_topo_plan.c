@@ -381,12 +381,13 @@ static void test_host_pick(void **s) {
   assert_int_equal(host_pick(4, 1, ZCC_COLL_ALLREDUCE, 16 << 10), ZCC_ALGO_RING);
   /* Several hosts with the same number of ranks on each (the table's
    * constants): the direct path pays each network peer's message, the
-   * hierarchical plan 2 (H - 1) network steps and the host's rings, the
-   * flat ring 2 (n - 1) network steps. 2 ranks on each of 2 hosts: oneshot
-   * to ~1 KiB, hier to ~1 MiB, the ring beyond; 8 on each: hier from 8 B. */
+   * hierarchical plan one network round (leaders, small sizes) or 2 (H - 1)
+   * network steps and the host's rings (rails), the flat ring 2 (n - 1)
+   * network steps. 2 or 8 ranks on each of 2 hosts: hier to 1-8 MiB, the
+   * ring beyond. */
   zcc_select_ctx_t h2x2 = {0, 4, 2, ZCC_PATH_NET, 0, 0, 0, 0, 0, 0, 2, 2},
                    h2x8 = {0, 16, 2, ZCC_PATH_NET, 0, 0, 0, 0, 0, 0, 8, 8};
-  zcc_algo_t want2[] = {ZCC_ALGO_ONESHOT, ZCC_ALGO_HIER, ZCC_ALGO_HIER, ZCC_ALGO_RING},
+  zcc_algo_t want2[] = {ZCC_ALGO_HIER, ZCC_ALGO_HIER, ZCC_ALGO_HIER, ZCC_ALGO_RING},
              want8[] = {ZCC_ALGO_HIER, ZCC_ALGO_HIER, ZCC_ALGO_HIER, ZCC_ALGO_RING};
   size_t at[] = {8, 4 << 10, 256 << 10, 64 << 20};
   for (int i = 0; i < 4; i++) {
@@ -398,14 +399,21 @@ static void test_host_pick(void **s) {
     assert_int_equal(zcc_select(&h2x8, ZCC_COLL_BROADCAST, at[i], 0, &a), zccSuccess);
     assert_int_not_equal(a.algo, ZCC_ALGO_HIER); /* allreduce only */
   }
+  /* the form: leaders to ~19 KiB on 2x2, rails beyond */
+  assert_int_equal(zcc_host_hier_leaders(&h2x2, 8), 1);
+  assert_int_equal(zcc_host_hier_leaders(&h2x2, 16 << 10), 1);
+  assert_int_equal(zcc_host_hier_leaders(&h2x2, 64 << 10), 0);
   /* Hosts whose ranks outnumber their CPUs (4 ranks on 2): each round also
-     waits for a turn, so the direct path (two rounds) holds to 2 KiB. */
+     waits for a turn; the leaders' three rounds beat the direct path's two
+     (gathered at rank 0 over the network), and the rails' 8 from ~16 KiB */
   zcc_select_ctx_t h4x2o = {0, 8, 2, ZCC_PATH_NET, 0, 0, 0, 0, 0, 2.0, 4, 4};
   zcc_choice_t o;
   assert_int_equal(zcc_select(&h4x2o, ZCC_COLL_ALLREDUCE, 2048, 0, &o), zccSuccess);
-  assert_int_equal(o.algo, ZCC_ALGO_ONESHOT);
+  assert_int_equal(o.algo, ZCC_ALGO_HIER);
+  assert_int_equal(zcc_host_hier_leaders(&h4x2o, 2048), 1);
   assert_int_equal(zcc_select(&h4x2o, ZCC_COLL_ALLREDUCE, 64 << 10, 0, &o), zccSuccess);
   assert_int_equal(o.algo, ZCC_ALGO_HIER);
+  assert_int_equal(zcc_host_hier_leaders(&h4x2o, 64 << 10), 0);
   zcc_choice_t ch;
   zcc_select_ctx_t bad0 = {0, 0, 1, ZCC_PATH_SELF, 0, 0, 0, 0, 0, 0, 0, 0}, bad1 = {0, 2, 3, ZCC_PATH_NET, 0, 0, 0, 0, 0, 0, 0, 0};
   assert_int_equal(zcc_select(&bad0, ZCC_COLL_ALLREDUCE, 8, 0, &ch), zccInvalidArgument);
