@@ -445,10 +445,10 @@ int zcc_host_hier_leaders(const zcc_select_ctx_t *c, size_t bytes) {
  * also waits for a scheduling turn, as host_oversub charges on one host:
  * the direct path gathers at rank 0 there (two rounds), the ring has
  * 2 (n - 1) (the hierarchical plan: hier_time). With 4 ranks in each
- * of two namespaces on 2 CPUs (docs/perf/net.md, 2026-12-05) this puts the
- * crossover from the direct path to hier at 2-8 KiB; measured, the direct
- * path was fastest to 32 KiB and hier from 128 KiB (the model charges hier's
- * 8 rounds too little there: 28 us predicted at 32 B, 67 measured).
+ * of two namespaces on 2 CPUs (docs/perf/net.md, 2026-12-05) the model
+ * picks hier at every size to 4 MiB (leaders to 2 KiB); measured, hier was
+ * as fast as the direct path or faster except at 32 KiB (the rails' eight
+ * rounds, 1.1-1.4x the direct path's time).
  */
 static double host_predict(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,
                            size_t bytes) {
