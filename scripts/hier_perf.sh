@@ -28,25 +28,11 @@ ROUNDS=${HIER_PERF_ROUNDS:-2}
 ALGOS=${HIER_PERF_ALGOS:-model hier ring oneshot}
 TAG=$$
 NSA=zchp-a-$TAG NSB=zchp-b-$TAG VA=zqa$TAG VB=zqb$TAG IPA=10.79.0.1 IPB=10.79.0.2
-cleanup() {
-  ip netns del "$NSA" 2>/dev/null
-  ip netns del "$NSB" 2>/dev/null
-  ip link del "$VA" 2>/dev/null
-}
-trap cleanup EXIT
 # shellcheck source=../tests/net/ns_lib.sh
 . "$root/tests/net/ns_lib.sh"
-set -e
-ip netns add "$NSA"
-ip netns add "$NSB"
-ip link add "$VA" type veth peer name "$VB"
-ns_link_up "$NSA" "$VA" "$IPA"
-ns_link_up "$NSB" "$VB" "$IPB"
-set +e
+ns_pair_begin
 {
-  echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-  echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null)"
-  echo "kernel: $(uname -r); cpus: $(nproc); load: $(cut -d' ' -f1-3 /proc/loadavg)"
+  ns_perf_info "$root"
   echo "ranks: $RPH in each of 2 namespaces; sizes 8 B .. $MAX; $ITERS iterations; rounds $ROUNDS; algorithms $ALGOS; env ${HIER_PERF_ENV:-}"
 } | tee "$OUT/info.txt"
 

@@ -30,26 +30,12 @@ MAX=${NET_PERF_MAX:-64M}
 ITERS=${NET_PERF_ITERS:-20}
 TAG=$$
 NSA=zccp-a-$TAG NSB=zccp-b-$TAG VA=zpa$TAG VB=zpb$TAG IPA=10.78.0.1 IPB=10.78.0.2
-cleanup() {
-  ip netns del "$NSA" 2>/dev/null
-  ip netns del "$NSB" 2>/dev/null
-  ip link del "$VA" 2>/dev/null
-}
-trap cleanup EXIT
 # shellcheck source=../tests/net/ns_lib.sh
 . "$root/tests/net/ns_lib.sh"
-set -e
-ip netns add "$NSA"
-ip netns add "$NSB"
-ip link add "$VA" type veth peer name "$VB"
-ns_link_up "$NSA" "$VA" "$IPA"
-ns_link_up "$NSB" "$VB" "$IPB"
-set +e
+ns_pair_begin
 
 {
-  echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-  echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null)"
-  echo "kernel: $(uname -r); cpus: $(nproc); load: $(cut -d' ' -f1-3 /proc/loadavg)"
+  ns_perf_info "$root"
   ip -n "$NSA" link show "$VA" | head -1
 } > "$OUT/info.txt"
 cat "$OUT/info.txt"

@@ -146,18 +146,10 @@ phase_hier() {
     wait_pid "${pids[$r]}" 300
     st=$?
     collect "$dir/rank$r.log" $st "hier rank $r"
-    if grep -qE "allreduce: 4097 elements of float64 \\(sum\\) on $N ranks via hier, [0-9]+ steps, inside each host \\($RPH ranks\\), over the rails across $NH hosts" "$dir/rank$r.log"; then
-      pass
-    else
-      fail "hier rank $r: its log does not name the hierarchical plan:"
-      grep -m3 "allreduce: " "$dir/rank$r.log" | sed "s/^/  /"
-    fi
-    if grep -qE "allreduce: 1 elements of float32 \\(sum\\) on $N ranks via hier, [0-9]+ steps, summed by each host's leader \\($RPH ranks a host\\), exchanged between the $NH hosts' leaders" "$dir/rank$r.log"; then
-      pass
-    else
-      fail "hier rank $r: its log does not name the leaders' form for 1 element:"
-      grep -m3 "allreduce: 1 elements" "$dir/rank$r.log" | sed "s/^/  /"
-    fi
+    expect_line "$dir/rank$r.log" "allreduce: 4097 elements of float64 \\(sum\\) on $N ranks via hier, [0-9]+ steps, inside each host \\($RPH ranks\\), over the rails across $NH hosts" \
+      "hier rank $r: its log does not name the hierarchical plan's rails:"
+    expect_line "$dir/rank$r.log" "allreduce: 1 elements of float32 \\(sum\\) on $N ranks via hier, [0-9]+ steps, summed by each host's leader \\($RPH ranks a host\\), exchanged between the $NH hosts' leaders" \
+      "hier rank $r: its log does not name the leaders' form for 1 element:"
   done
 }
 

@@ -96,3 +96,39 @@ ns_link_up() {
     ip -n "$1" link set lo up &&
     ip -n "$1" link set "$2" up
 }
+
+# The benchmark scripts' two hosts (scripts/net_perf.sh, hier_perf.sh), from
+# NSA NSB VA VB IPA IPB: both namespaces, a veth pair between them, its ends
+# up with their addresses; the cleanup that undoes it on exit. Exits at the
+# first step that fails.
+ns_pair_begin() {
+  ns_pair_cleanup() {
+    ip netns del "$NSA" 2>/dev/null
+    ip netns del "$NSB" 2>/dev/null
+    ip link del "$VA" 2>/dev/null
+  }
+  trap ns_pair_cleanup EXIT
+  ip netns add "$NSA" && ip netns add "$NSB" &&
+    ip link add "$VA" type veth peer name "$VB" &&
+    ns_link_up "$NSA" "$VA" "$IPA" && ns_link_up "$NSB" "$VB" "$IPB" ||
+    { echo "cannot make the namespaces and their veth pair"; exit 1; }
+}
+
+# ns_perf_info ROOT: where and when a benchmark ran (its info.txt lines)
+ns_perf_info() {
+  echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+  echo "commit: $(git -C "$1" rev-parse --short HEAD 2>/dev/null)"
+  echo "kernel: $(uname -r); cpus: $(nproc); load: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+
+# expect_line LOG ERE WHAT [SHOW]: pass if LOG has a line matching the
+# extended regular expression, else fail with WHAT and LOG's first lines
+# matching SHOW (default "allreduce: ")
+expect_line() {
+  if grep -qE -- "$2" "$1"; then
+    pass
+  else
+    fail "$3"
+    grep -m3 -- "${4:-allreduce: }" "$1" | sed "s/^/  /"
+  fi
+}

@@ -102,6 +102,8 @@ veth_bytes() { # rx+tx bytes of VA
 
 # rank r lives in namespace A for r < 2, else B
 rank_ns() { if [ "$1" -lt 2 ]; then echo "$NSA zcc-host-a $VA"; else echo "$NSB zcc-host-b $VB"; fi; }
+# the interleaved layout: even ranks in A, odd in B
+rank_ns_alt() { if [ $(($1 % 2)) -eq 0 ]; then echo "$NSA zcc-host-a $VA"; else echo "$NSB zcc-host-b $VB"; fi; }
 
 phase_check() {
   local dir=$WORK/${PHASE_TAG}check pids=() r st before after
@@ -151,12 +153,11 @@ phase_env() {
 }
 
 phase_interleave() {
-  local dir=$WORK/interleave pids=() r st ns
+  local dir=$WORK/interleave pids=() r st
   mkdir -p "$dir"
   for r in 0 1 2 3; do
-    if [ $((r % 2)) -eq 0 ]; then ns="$NSA zcc-host-a $VA"; else ns="$NSB zcc-host-b $VB"; fi
-    # shellcheck disable=SC2086
-    start_rank $ns "$dir/rank$r.log" \
+    # shellcheck disable=SC2046
+    start_rank $(rank_ns_alt $r) "$dir/rank$r.log" \
       ZCC_TIMEOUT=60000 ZCC_ALGO=ring ZCC_DEBUG=INFO ZCC_DEBUG_SUBSYS=TUNING \
       "$DRIVER" --rank $r --nranks 4 --id-file "$dir/id" --seed "$SEED" --mode check --sizes small
     pids+=("$LAST_PID")
@@ -165,30 +166,27 @@ phase_interleave() {
     wait_pid "${pids[$r]}" 300
     st=$?
     collect "$dir/rank$r.log" $st "interleave rank $r"
-    if grep -q "host ring 0 2 1 3 (2 host crossing(s), 2 host(s))" "$dir/rank$r.log"; then
-      pass
-    else
-      fail "interleave rank $r: no 'host ring 0 2 1 3 (2 host crossing(s), 2 host(s))' in its log:"
-      grep -i "host ring" "$dir/rank$r.log" | sed "s/^/  /"
-    fi
+    expect_line "$dir/rank$r.log" "host ring 0 2 1 3 \\(2 host crossing\\(s\\), 2 host\\(s\\)\\)" \
+      "interleave rank $r: no 'host ring 0 2 1 3 (2 host crossing(s), 2 host(s))' in its log:" \
+      "host ring"
   done
 }
 
 # phase_hier: the hierarchical allreduce (ZCC_ALGO=hier), 4 ranks with
 # ranks 0 and 2 in A, 1 and 3 in B (so the groups are not rank ranges),
 # 64 KiB chunks (the 1 MiB case runs 17), exact; every rank's log names the
-# plan, in its rails' form (1 MiB) and its leaders' (1 element). Then 3 ranks (2 in A, 1 in B), which cannot run it: every collective
-# but the all-pairs ones is refused at the call, naming why, and those pass
-# after the refusals.
+# plan, in its rails' form (1 MiB) and its leaders' (1 element). Then 3
+# ranks (2 in A, 1 in B), which cannot run it: every collective but the
+# all-pairs ones is refused at the call, naming why, and those pass after
+# the refusals.
 phase_hier() {
-  local dir=$WORK/hier pids=() r st ns want
+  local dir=$WORK/hier pids=() r st want small
   mkdir -p "$dir"
   want="via hier, [0-9]+ steps, inside each host \\(2 ranks\\), over the rails across 2 hosts"
   small="via hier, [0-9]+ steps, summed by each host's leader \\(2 ranks a host\\), exchanged between the 2 hosts' leaders"
   for r in 0 1 2 3; do
-    if [ $((r % 2)) -eq 0 ]; then ns="$NSA zcc-host-a $VA"; else ns="$NSB zcc-host-b $VB"; fi
-    # shellcheck disable=SC2086
-    start_rank $ns "$dir/rank$r.log" \
+    # shellcheck disable=SC2046
+    start_rank $(rank_ns_alt $r) "$dir/rank$r.log" \
       ZCC_TIMEOUT=60000 ZCC_ALGO=hier ZCC_RING_CHUNK_BYTES=65536 ZCC_DEBUG=INFO \
       ZCC_DEBUG_SUBSYS=COLL "$DRIVER" --rank $r --nranks 4 --id-file "$dir/id" \
       --seed "$SEED" --mode check
@@ -198,19 +196,11 @@ phase_hier() {
     wait_pid "${pids[$r]}" 400
     st=$?
     collect "$dir/rank$r.log" $st "hier rank $r"
-    if grep -qE "allreduce: 1048579 elements of float32 \\(sum\\) on 4 ranks $want" "$dir/rank$r.log"; then
-      pass
-    else
-      fail "hier rank $r: no allreduce line '... $want' in its log:"
-      grep -m3 "allreduce: " "$dir/rank$r.log" | sed "s/^/  /"
-    fi
+    expect_line "$dir/rank$r.log" "allreduce: 1048579 elements of float32 \\(sum\\) on 4 ranks $want" \
+      "hier rank $r: no allreduce line '... $want' in its log:"
     # small sizes: the leaders' form
-    if grep -qE "allreduce: 1 elements of float32 \\(sum\\) on 4 ranks $small" "$dir/rank$r.log"; then
-      pass
-    else
-      fail "hier rank $r: no allreduce line '... $small' in its log:"
-      grep -m3 "allreduce: " "$dir/rank$r.log" | sed "s/^/  /"
-    fi
+    expect_line "$dir/rank$r.log" "allreduce: 1 elements of float32 \\(sum\\) on 4 ranks $small" \
+      "hier rank $r: no allreduce line '... $small' in its log:"
   done
   dir=$WORK/hier-uneven
   mkdir -p "$dir"
