@@ -3,7 +3,8 @@
 # pair), HIER_PERF_RPH ranks in each (default 2): each algorithm in
 # HIER_PERF_ALGOS (default "model hier ring oneshot"; model: no ZCC_ALGO, the
 # cost model's pick) one after the other, the whole list HIER_PERF_ROUNDS
-# times (default 2), allreduce_perf -b 8 -e HIER_PERF_MAX (16M) -f 4 -n
+# times (default 2), HIER_PERF_TOOL (allreduce_perf; broadcast_perf,
+# reduce_perf) -b 8 -e HIER_PERF_MAX (16M) -f 4 -n
 # HIER_PERF_ITERS (20) -w 5 -c 1 (every result checked exactly). Root (ip
 # netns). HIER_PERF_ENV (VAR=value ...) goes to every rank (for example
 # ZCC_TOPO_MEASURE=1: the model's pick on the measured link). Results to $OUT (default ./hier_perf_out), one file per run, and a
@@ -17,7 +18,8 @@ if [ -z "$build" ]; then
   build=$root/build-host
   [ -x "$build/tools/allreduce_perf" ] || build=$root/build
 fi
-[ -x "$build/tools/allreduce_perf" ] || { echo "hier_perf: no $build/tools/allreduce_perf (build the project first)"; exit 1; }
+[ -x "$build/tools/${HIER_PERF_TOOL:-allreduce_perf}" ] ||
+  { echo "hier_perf: no $build/tools/${HIER_PERF_TOOL:-allreduce_perf} (build the project first)"; exit 1; }
 command -v ip >/dev/null || { echo "hier_perf: needs iproute2's ip"; exit 1; }
 OUT=${OUT:-$PWD/hier_perf_out}
 mkdir -p "$OUT"
@@ -26,6 +28,7 @@ MAX=${HIER_PERF_MAX:-16M}
 ITERS=${HIER_PERF_ITERS:-20}
 ROUNDS=${HIER_PERF_ROUNDS:-2}
 ALGOS=${HIER_PERF_ALGOS:-model hier ring oneshot}
+TOOL=${HIER_PERF_TOOL:-allreduce_perf}
 TAG=$$
 NSA=zchp-a-$TAG NSB=zchp-b-$TAG VA=zqa$TAG VB=zqb$TAG IPA=10.79.0.1 IPB=10.79.0.2
 # shellcheck source=../tests/net/ns_lib.sh
@@ -33,7 +36,7 @@ NSA=zchp-a-$TAG NSB=zchp-b-$TAG VA=zqa$TAG VB=zqb$TAG IPA=10.79.0.1 IPB=10.79.0.
 ns_pair_begin
 {
   ns_perf_info "$root"
-  echo "ranks: $RPH in each of 2 namespaces; sizes 8 B .. $MAX; $ITERS iterations; rounds $ROUNDS; algorithms $ALGOS; env ${HIER_PERF_ENV:-}"
+  echo "ranks: $RPH in each of 2 namespaces; sizes 8 B .. $MAX; $ITERS iterations; rounds $ROUNDS; algorithms $ALGOS; $TOOL; env ${HIER_PERF_ENV:-}"
 } | tee "$OUT/info.txt"
 
 # run NAME ALGO: 2 x RPH ranks, torchrun-style rendezvous; rank 0's output in $OUT/NAME.txt
@@ -50,7 +53,7 @@ run() {
       LOCAL_WORLD_SIZE="$RPH" MASTER_ADDR=$IPA MASTER_PORT=$port ZCC_COMM_SECRET="$secret" \
       ZCC_TIMEOUT=60000 ZCC_SOCKET_IFNAME="=$v" ZCC_HOSTNAME=$host ZCC_DEBUG=INFO \
       ZCC_DEBUG_SUBSYS=COLL,TUNING ${HIER_PERF_ENV:-} "${extra[@]}" \
-      "$build/tools/allreduce_perf" -b 8 -e "$MAX" -f 4 -n "$ITERS" -w 5 -c 1 > "$out" 2>&1 &
+      "$build/tools/$TOOL" -b 8 -e "$MAX" -f 4 -n "$ITERS" -w 5 -c 1 > "$out" 2>&1 &
     pids+=($!)
   done
   local st=0

@@ -761,6 +761,9 @@ static const char *plan_path(const zcc_plan_t *p) {
   else if (has_step(p, ZCC_HOSTMEM_STAGE_REDUCE))
     snprintf(why, sizeof(why), "through the shared staging regions, two barriers a chunk%s",
              setup);
+  else if (p->algo == ZCC_ALGO_HIER && p->coll != ZCC_COLL_ALLREDUCE)
+    snprintf(why, sizeof(why), "through the root's rank on each of the %d hosts (%d ranks a "
+             "host)", p->comm->hier_h, p->comm->hier_m);
   else if (p->algo == ZCC_ALGO_HIER &&
            zcc_host_hier_leaders(&p->comm->select->ctx, (size_t)p->bytes))
     snprintf(why, sizeof(why), "summed by each host's leader (%d ranks a host), exchanged "
@@ -795,11 +798,92 @@ static zccResult_t plan_reducescatter(zcc_plan_t *p, const char *sb, char *rb, s
   return local_avg(p, rb, count);
 }
 
+/* A rank's index among its host's ranks (hierarchical plans: the host ring
+   holds each host's hier_m ranks together). */
+static int hier_index_of(const struct zccComm *c, int rank) {
+  for (int i = 0; i < c->nranks; i++)
+    if (c->ring_order[i] == rank) return i % c->hier_m;
+  return 0;
+}
+
+/*
+ * Hierarchical broadcast: the root's rank on every other host (the one of
+ * its local index, on the root's rail) relays. The root sends to the relays
+ * and to its host's ranks; each relay forwards to its host's ranks as the
+ * bytes arrive. One message per host crosses the network.
+ */
+static zccResult_t plan_broadcast_hier(zcc_plan_t *p, char *rb, size_t count, int root) {
+  const struct zccComm *c = p->comm;
+  int m = c->hier_m, H = c->hier_h, li = c->hier_li, hi = c->hier_hi;
+  int lr = hier_index_of(c, root);
+  size_t bytes = count * zcc_type_size(p->type);
+  ZCC_CHECK(batch_begin(p));
+  if (c->rank == root) { /* its rail is the relays' */
+    for (int j = 0; j < H; j++)
+      if (j != hi) ZCC_CHECK(send_to(p, c->hier_rail[j], rb, bytes));
+    for (int k = 0; k < m; k++)
+      if (k != li) ZCC_CHECK(send_to(p, c->hier_local[k], rb, bytes));
+  } else if (li == lr) {
+    int got;
+    ZCC_CHECK(recv_into(p, root, rb, NULL, bytes, &got));
+    for (int k = 0; k < m; k++)
+      if (k != li) ZCC_CHECK(send_when(p, c->hier_local[k], rb, bytes, got));
+  } else {
+    ZCC_CHECK(recv_from(p, c->hier_local[lr], rb, NULL, bytes));
+  }
+  batch_end(p);
+  return zccSuccess;
+}
+
+/*
+ * Hierarchical reduce, the broadcast's mirror: the root's rank on each host
+ * (its relay; the root on its own) gathers its host's inputs and sums them
+ * in local order, each relay sends that sum to the root, which sums the
+ * hosts' in host order. One message per host crosses the network.
+ */
+static zccResult_t plan_reduce_hier(zcc_plan_t *p, const char *sb, char *rb, size_t count,
+                                    int root) {
+  const struct zccComm *c = p->comm;
+  int m = c->hier_m, H = c->hier_h, li = c->hier_li, hi = c->hier_hi;
+  int lr = hier_index_of(c, root);
+  size_t bytes = count * zcc_type_size(p->type);
+  if (li != lr) {
+    ZCC_CHECK(batch_begin(p));
+    ZCC_CHECK(send_to(p, c->hier_local[lr], sb, bytes));
+    batch_end(p);
+    return zccSuccess;
+  }
+  /* tmp: the host's inputs (own slot unused), then every host's sum */
+  ZCC_CHECK(alloc_tmp(p, (size_t)(m + H) * bytes));
+  char *in = p->tmp, *sums = in + (size_t)m * bytes, *own = sums + (size_t)hi * bytes;
+  ZCC_CHECK(batch_begin(p));
+  for (int k = 0; k < m; k++)
+    if (k != li) ZCC_CHECK(recv_from(p, c->hier_local[k], in + (size_t)k * bytes, NULL, bytes));
+  batch_end(p);
+#define SRC(k) ((k) == li ? sb : in + (size_t)(k) * bytes)
+  ZCC_CHECK(local_reduce(p, own, SRC(0), SRC(1), count));
+  for (int k = 2; k < m; k++) ZCC_CHECK(local_reduce(p, own, own, SRC(k), count));
+#undef SRC
+  ZCC_CHECK(batch_begin(p));
+  if (c->rank != root) {
+    ZCC_CHECK(send_to(p, root, own, bytes));
+    batch_end(p);
+    return zccSuccess;
+  }
+  for (int j = 0; j < H; j++)
+    if (j != hi) ZCC_CHECK(recv_from(p, c->hier_rail[j], sums + (size_t)j * bytes, NULL, bytes));
+  batch_end(p);
+  ZCC_CHECK(local_reduce(p, rb, sums, sums + bytes, count));
+  for (int j = 2; j < H; j++) ZCC_CHECK(local_reduce(p, rb, rb, sums + (size_t)j * bytes, count));
+  return local_avg(p, rb, count);
+}
+
 static zccResult_t plan_reduce(zcc_plan_t *p, const char *sb, char *rb, size_t count, int root) {
   ring_t R = comm_ring(p->comm);
   int n = p->comm->nranks, r = p->comm->rank;
   size_t ts = zcc_type_size(p->type), bytes = count * ts;
   if (n == 1) return local_copy(p, rb, sb, bytes);
+  if (p->algo == ZCC_ALGO_HIER) return plan_reduce_hier(p, sb, rb, count, root);
   if (p->algo == ZCC_ALGO_ONESHOT) return direct_reduce(p, sb, 0, rb, count, root);
   size_t maxseg = zcc_seg_cnt(count, n, 0) * ts;
   ZCC_CHECK(alloc_tmp(p, (size_t)(n - 1) * maxseg));
@@ -826,6 +910,7 @@ static zccResult_t plan_broadcast(zcc_plan_t *p, const char *sb, char *rb, size_
   size_t ts = zcc_type_size(p->type), bytes = count * ts;
   if (r == root) ZCC_CHECK(local_copy(p, rb, sb, bytes));
   if (n == 1) return zccSuccess;
+  if (p->algo == ZCC_ALGO_HIER) return plan_broadcast_hier(p, rb, count, root);
   if (p->algo == ZCC_ALGO_ONESHOT) {
     ZCC_CHECK(batch_begin(p));
     if (r == root) {

@@ -450,8 +450,28 @@ int zcc_host_hier_leaders(const zcc_select_ctx_t *c, size_t bytes) {
  * as fast as the direct path or faster except at 32 KiB (the rails' eight
  * rounds, 1.1-1.4x the direct path's time).
  */
+/*
+ * Hierarchical broadcast and reduce (exec/host_plan.c): the root's rank on
+ * every other host (the same local index) relays. Broadcast: the root sends
+ * to the relays over the network and to its host's ranks, each relay
+ * forwards to its host's ranks as the bytes arrive; reduce the mirror (each
+ * relay sums its host's inputs and sends the sum to the root, which sums
+ * the hosts'). Two rounds, one across hosts; the root moves (H - 1) S over
+ * the network and (m - 1) S over shared memory.
+ */
+static double hier_rooted_time(const zcc_select_ctx_t *c, double S) {
+  double as, bs;
+  host_scale(c, &as, &bs);
+  double m = c->max_local > 1 ? c->max_local : 2, H = c->nnodes;
+  double turn = c->oversub > 1 ? SHM_TURN_US * c->oversub : 0;
+  return SHM_DIRECT_ALPHA + (H - 1) * TCP_DIRECT_ALPHA * as +
+         S * ((m - 1) / (SHM_DIRECT_BW * 1e3) + (H - 1) / (TCP_DIRECT_BW * bs * 1e3)) + 2 * turn;
+}
+
 static double host_predict(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,
                            size_t bytes) {
+  if (algo == ZCC_ALGO_HIER && coll != ZCC_COLL_ALLREDUCE)
+    return hier_rooted_time(c, (double)bytes);
   if (algo == ZCC_ALGO_HIER) {
     double l = hier_time(c, (double)bytes, 1), r = hier_time(c, (double)bytes, 0);
     return l <= r ? l : r;

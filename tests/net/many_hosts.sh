@@ -130,7 +130,8 @@ phase_init() { # VARIANT: default, net or ib
 # phase_hier: ZCC_ALGO=hier on every rank (NH hosts of RPH ranks: rings of
 # RPH inside the hosts and NH across them), the check cases (small sizes)
 # exact, 4 KiB chunks (the 4097-element cases run several); every rank's
-# log names the plan: the rails' form at 4097 float64 elements, the leaders' at 1
+# log names the plan: the rails' form at 4097 float64 elements, the leaders' at 1,
+# broadcast and reduce through the root's rank on each host
 phase_hier() {
   local dir=$WORK/hier pids=() r h st
   mkdir -p "$dir"
@@ -150,6 +151,10 @@ phase_hier() {
       "hier rank $r: its log does not name the hierarchical plan's rails:"
     expect_line "$dir/rank$r.log" "allreduce: 1 elements of float32 \\(sum\\) on $N ranks via hier, [0-9]+ steps, summed by each host's leader \\($RPH ranks a host\\), exchanged between the $NH hosts' leaders" \
       "hier rank $r: its log does not name the leaders' form for 1 element:"
+    for c in broadcast reduce; do
+      expect_line "$dir/rank$r.log" "$c: 4097 elements of float32 \\(sum\\) on $N ranks via hier, [0-9]+ steps, through the root's rank on each of the $NH hosts" \
+        "hier rank $r: its log does not name the hierarchical $c:" "$c: "
+    done
   done
 }
 

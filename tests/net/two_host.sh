@@ -23,8 +23,8 @@
 #                    logs the host ring 0 2 1 3, which crosses between the
 #                    namespaces twice, not at every step
 #   phase hier       ZCC_ALGO=hier: 4 ranks, 0 and 2 in A, 1 and 3 in B, every
-#                    collective exact, the allreduces hierarchical (the logs
-#                    say so); 3 ranks (2 in A, 1 in B): refused, naming why,
+#                    collective exact, allreduce, broadcast and reduce
+#                    hierarchical (the logs say so); 3 ranks (2 in A, 1 in B): refused, naming why,
 #                    and all-to-all and send/receive pass after the refusals
 #   phase net-socket check, linkdown, heartbeat and kill over the net transport with the
 #                    socket plug-in (ZCC_NET_PLUGIN=socket); the ranks' logs
@@ -175,7 +175,8 @@ phase_interleave() {
 # phase_hier: the hierarchical allreduce (ZCC_ALGO=hier), 4 ranks with
 # ranks 0 and 2 in A, 1 and 3 in B (so the groups are not rank ranges),
 # 64 KiB chunks (the 1 MiB case runs 17), exact; every rank's log names the
-# plan, in its rails' form (1 MiB) and its leaders' (1 element). Then 3
+# plan, in its rails' form (1 MiB) and its leaders' (1 element), and the
+# broadcasts' and reduces' (through the root's rank on each host). Then 3
 # ranks (2 in A, 1 in B), which cannot run it: every collective but the
 # all-pairs ones is refused at the call, naming why, and those pass after
 # the refusals.
@@ -201,6 +202,11 @@ phase_hier() {
     # small sizes: the leaders' form
     expect_line "$dir/rank$r.log" "allreduce: 1 elements of float32 \\(sum\\) on 4 ranks $small" \
       "hier rank $r: no allreduce line '... $small' in its log:"
+    # broadcast and reduce through the root's rank on each host
+    for c in broadcast reduce; do
+      expect_line "$dir/rank$r.log" "$c: 4097 elements of float32 \\(sum\\) on 4 ranks via hier, [0-9]+ steps, through the root's rank on each of the 2 hosts" \
+        "hier rank $r: no $c line '... via hier ... through the root's rank' in its log:" "$c: "
+    done
   done
   dir=$WORK/hier-uneven
   mkdir -p "$dir"

@@ -396,8 +396,15 @@ static void test_host_pick(void **s) {
     assert_int_equal(a.algo, want2[i]);
     assert_int_equal(zcc_select(&h2x8, ZCC_COLL_ALLREDUCE, at[i], 0, &a), zccSuccess);
     assert_int_equal(a.algo, want8[i]);
+    /* broadcast and reduce: through the root's rank on each host to 32-128
+       KiB, the ring (scatter and allgather, or reduce-scatter and gather)
+       beyond */
     assert_int_equal(zcc_select(&h2x8, ZCC_COLL_BROADCAST, at[i], 0, &a), zccSuccess);
-    assert_int_not_equal(a.algo, ZCC_ALGO_HIER); /* allreduce only */
+    assert_int_equal(a.algo, at[i] <= (4 << 10) ? ZCC_ALGO_HIER : ZCC_ALGO_RING);
+    assert_int_equal(zcc_select(&h2x2, ZCC_COLL_REDUCE, at[i], 0, &a), zccSuccess);
+    assert_int_equal(a.algo, at[i] <= (4 << 10) ? ZCC_ALGO_HIER : ZCC_ALGO_RING);
+    assert_int_equal(zcc_select(&h2x8, ZCC_COLL_ALLGATHER, at[i], 0, &a), zccSuccess);
+    assert_int_not_equal(a.algo, ZCC_ALGO_HIER); /* allreduce, broadcast, reduce only */
   }
   /* the form: leaders to ~19 KiB on 2x2, rails beyond */
   assert_int_equal(zcc_host_hier_leaders(&h2x2, 8), 1);
@@ -482,15 +489,19 @@ static void test_one_parser(void **s) {
                        ZCC_ALGO_TWOSHOT);
   zcc_select_ctx_t host2 = {0, 4, 2, ZCC_PATH_NET, 0, 0, 0, 0, 0, 0, 0, 0};
   expect_select_error(&host2, ZCC_COLL_ALLREDUCE, 8, "twoshot", NULL, "cannot run it");
-  /* hier: host allreduce on several hosts with the same number of ranks on
-     each (2 or more); the other collectives are left to the model */
+  /* hier: host allreduce, broadcast and reduce on several hosts with the
+     same number of ranks on each (2 or more); the others are left to the
+     model */
   zcc_select_ctx_t even = {0, 4, 2, ZCC_PATH_NET, 0, 0, 0, 0, 0, 0, 2, 2},
                    uneven = {0, 3, 2, ZCC_PATH_NET, 0, 0, 0, 0, 0, 0, 1, 2},
                    rails1 = {0, 2, 2, ZCC_PATH_NET, 0, 0, 0, 0, 0, 0, 1, 1};
   assert_int_equal(select_with(&even, ZCC_COLL_ALLREDUCE, 8, "hier", NULL).algo, ZCC_ALGO_HIER);
   assert_int_equal(select_with(&even, ZCC_COLL_ALLREDUCE, 1 << 20, "hier", NULL).algo,
                    ZCC_ALGO_HIER);
-  assert_int_not_equal(select_with(&even, ZCC_COLL_BROADCAST, 1 << 20, "hier", NULL).algo,
+  assert_int_equal(select_with(&even, ZCC_COLL_BROADCAST, 1 << 20, "hier", NULL).algo,
+                   ZCC_ALGO_HIER);
+  assert_int_equal(select_with(&even, ZCC_COLL_REDUCE, 8, "hier", NULL).algo, ZCC_ALGO_HIER);
+  assert_int_not_equal(select_with(&even, ZCC_COLL_REDUCESCATTER, 1 << 20, "hier", NULL).algo,
                        ZCC_ALGO_HIER);
   expect_select_error(&uneven, ZCC_COLL_ALLREDUCE, 8, "hier", NULL,
                       "hier needs the same number of ranks on every host, at least 2 (here 1 to 2)");
