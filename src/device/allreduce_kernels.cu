@@ -179,9 +179,9 @@ ZD_INLINE void oneshot_kernel_body(const ArParams &p) {
 
 template <typename T, typename Op, int MAXK>
 __global__ void __launch_bounds__(ZD_AR_THREADS) oneshot_kernel(ArParams p) {
-  const uint64_t stamp_entry = zd_stamp_enter(p.stamp);
+  const zd_stamp_at stamp_at = zd_stamp_enter(p.stamp);
   oneshot_kernel_body<T, Op, MAXK>(p);
-  zd_stamp_exit(p.stamp, stamp_entry);
+  zd_stamp_exit(stamp_at);
 }
 
 template <typename T, typename Op, int MAXK>
@@ -240,9 +240,9 @@ ZD_INLINE void twoshot_kernel_body(const ArParams &p) {
 
 template <typename T, typename Op, int MAXK>
 __global__ void __launch_bounds__(ZD_AR_THREADS) twoshot_kernel(ArParams p) {
-  const uint64_t stamp_entry = zd_stamp_enter(p.stamp);
+  const zd_stamp_at stamp_at = zd_stamp_enter(p.stamp);
   twoshot_kernel_body<T, Op, MAXK>(p);
-  zd_stamp_exit(p.stamp, stamp_entry);
+  zd_stamp_exit(stamp_at);
 }
 
 // Validate args and fill the kernel parameters (everything but the grid).

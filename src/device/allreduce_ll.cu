@@ -163,9 +163,9 @@ ZD_INLINE void oneshot_ll_kernel_body(const LlParams &p) {
 
 template <typename T, typename Op, int MAXK>
 __global__ void __launch_bounds__(ZD_LL_THREADS) oneshot_ll_kernel(LlParams p) {
-  const uint64_t stamp_entry = zd_stamp_enter(p.stamp);
+  const zd_stamp_at stamp_at = zd_stamp_enter(p.stamp);
   oneshot_ll_kernel_body<T, Op, MAXK>(p);
-  zd_stamp_exit(p.stamp, stamp_entry);
+  zd_stamp_exit(stamp_at);
 }
 
 } // namespace

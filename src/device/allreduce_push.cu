@@ -203,9 +203,9 @@ ZD_INLINE void push_kernel_body(const PushParams &p) {
 
 template <typename T, typename Op, int MAXK>
 __global__ void __launch_bounds__(ZD_PUSH_THREADS) push_kernel(PushParams p) {
-  const uint64_t stamp_entry = zd_stamp_enter(p.stamp);
+  const zd_stamp_at stamp_at = zd_stamp_enter(p.stamp);
   push_kernel_body<T, Op, MAXK>(p);
-  zd_stamp_exit(p.stamp, stamp_entry);
+  zd_stamp_exit(stamp_at);
 }
 
 // Grid and chunk size from the arguments every rank shares. The slot layout

@@ -19,7 +19,7 @@ __global__ void flag_signal_kernel(uint32_t *counter, uint32_t *remote, int inc)
 
 __global__ void flag_wait_kernel(uint32_t *counter, const uint32_t *flag, int inc,
                                  const volatile uint32_t *abort_flag, zcc_dev_stamp_t stamp) {
-  const uint64_t stamp_entry = zd_stamp_enter(stamp);
+  const zd_stamp_at stamp_at = zd_stamp_enter(stamp);
   uint32_t want = *counter;
   if (inc) *counter = ++want;
   unsigned spins = 0;
@@ -30,7 +30,7 @@ __global__ void flag_wait_kernel(uint32_t *counter, const uint32_t *flag, int in
     if (abort_flag && (++spins & 1023u) == 0 && *abort_flag) break;
   }
   __threadfence_system();
-  zd_stamp_exit(stamp, stamp_entry);
+  zd_stamp_exit(stamp_at);
 }
 
 // Writes %globaltimer into *out over and over until *stop is nonzero or

@@ -44,9 +44,9 @@ ZD_INLINE void barrier_kernel_body(const BarParams &p) {
 }
 
 __global__ void __launch_bounds__(ZD_BAR_THREADS) barrier_kernel(BarParams p) {
-  const uint64_t stamp_entry = zd_stamp_enter(p.stamp);
+  const zd_stamp_at stamp_at = zd_stamp_enter(p.stamp);
   barrier_kernel_body(p);
-  zd_stamp_exit(p.stamp, stamp_entry);
+  zd_stamp_exit(stamp_at);
 }
 
 // The sources this rank copies, compacted to [0, nsrc).
@@ -131,9 +131,9 @@ ZD_INLINE void gather_kernel_body(const GaParams &p) {
 
 template <int MAXK>
 __global__ void __launch_bounds__(ZD_GA_THREADS) gather_kernel(GaParams p) {
-  const uint64_t stamp_entry = zd_stamp_enter(p.stamp);
+  const zd_stamp_at stamp_at = zd_stamp_enter(p.stamp);
   gather_kernel_body<MAXK>(p);
-  zd_stamp_exit(p.stamp, stamp_entry);
+  zd_stamp_exit(stamp_at);
 }
 
 int host_width(uintptr_t a) {

@@ -283,9 +283,9 @@ template <typename T, typename Op> ZD_INLINE void ring_kernel_body(const ConnPar
 
 template <typename T, typename Op>
 __global__ void __launch_bounds__(ZD_CONN_THREADS) ring_kernel(ConnParams p) {
-  const uint64_t stamp_entry = zd_stamp_enter(p.stamp);
+  const zd_stamp_at stamp_at = zd_stamp_enter(p.stamp);
   if (zd_sig_gate(p.sig_gate, p.sig_seq, p.abort_flag)) ring_kernel_body<T, Op>(p);
-  zd_stamp_exit(p.stamp, stamp_entry);
+  zd_stamp_exit(stamp_at);
 }
 
 // Tree allreduce: block 2c reduces up channel c's tree, block 2c + 1
@@ -340,9 +340,9 @@ template <typename T, typename Op> ZD_INLINE void tree_kernel_body(const ConnPar
 
 template <typename T, typename Op>
 __global__ void __launch_bounds__(ZD_CONN_THREADS) tree_kernel(ConnParams p) {
-  const uint64_t stamp_entry = zd_stamp_enter(p.stamp);
+  const zd_stamp_at stamp_at = zd_stamp_enter(p.stamp);
   if (zd_sig_gate(p.sig_gate, p.sig_seq, p.abort_flag)) tree_kernel_body<T, Op>(p);
-  zd_stamp_exit(p.stamp, stamp_entry);
+  zd_stamp_exit(stamp_at);
 }
 
 // ---- point-to-point over the per-peer connectors (zcc_dev_conn_p2p) ----
@@ -439,9 +439,9 @@ ZD_INLINE void conn_p2p_kernel_body(const ConnP2pParams &p) {
 }
 
 __global__ void __launch_bounds__(ZD_CONN_THREADS) conn_p2p_kernel(const __grid_constant__ ConnP2pParams p) {
-  const uint64_t stamp_entry = zd_stamp_enter(p.stamp);
+  const zd_stamp_at stamp_at = zd_stamp_enter(p.stamp);
   conn_p2p_kernel_body(p);
-  zd_stamp_exit(p.stamp, stamp_entry);
+  zd_stamp_exit(stamp_at);
 }
 
 int conn_p2p_prepare(const zcc_dev_conn_p2p_t *a, ConnP2pParams *p, int *blocks) {

@@ -81,42 +81,59 @@ ZD_INLINE uint64_t zd_globaltimer() {
 // delayed an 8 B allreduce by 0.1 us more (docs/perf/h200x1.md).
 ZD_INLINE bool zd_stamper() { return threadIdx.x == blockDim.x - 1; }
 
+// What a launch's stamps need at its end, taken at its entry: the exit
+// then reads no kernel parameter (each is pinned in a register here).
+struct zd_stamp_at {
+  uint64_t entry, token;
+  zcc_dev_live_t *live; // every thread: NULL, no stamps
+  zcc_dev_op_time_t *op;
+};
+
+ZD_INLINE uint64_t zd_pin(uint64_t v) {
+  asm volatile("" : "+l"(v));
+  return v;
+}
+
 // At a launch's entry, in every block (its stamper stores; see device.h):
 // the block's entry time, which zd_stamp_exit takes back. Block 0 also
 // names the op, and stamps its start at the op's first launch.
-ZD_INLINE uint64_t zd_stamp_enter(const zcc_dev_stamp_t &s) {
-  if (!s.live || !zd_stamper()) return 0;
+ZD_INLINE zd_stamp_at zd_stamp_enter(const zcc_dev_stamp_t &s) {
+  zd_stamp_at a = {0, 0, (zcc_dev_live_t *)zd_pin((uint64_t)s.live), nullptr};
+  if (!a.live || !zd_stamper()) return a;
   const uint64_t t = zd_globaltimer() + 1;
   const unsigned b = blockIdx.x;
-  if (b < ZCC_DEV_MAX_BLOCKS) ((volatile zcc_dev_live_t *)s.live)->block[b].entry_ns = t;
+  if (b < ZCC_DEV_MAX_BLOCKS) ((volatile zcc_dev_live_t *)a.live)->block[b].entry_ns = t;
+  a.entry = t;
+  a.token = zd_pin(s.token);
+  a.op = (zcc_dev_op_time_t *)zd_pin((uint64_t)s.op);
   if (b == 0) {
-    ((volatile zcc_dev_live_t *)s.live)->seq = s.seq;
+    ((volatile zcc_dev_live_t *)a.live)->seq = s.seq;
     if (s.first) {
-      volatile zcc_dev_op_time_t *op = s.op;
+      volatile zcc_dev_op_time_t *op = a.op;
       op->end_ns = 0;
       op->end_token = 0;
       op->seq = s.seq;
       op->start_ns = t;
     }
   }
-  return t;
+  return a;
 }
 
 // At a launch's end, in every block (all its threads): once the block is
 // done, its exit time; block 0 also the op's end and this launch's token.
-ZD_INLINE void zd_stamp_exit(const zcc_dev_stamp_t &s, uint64_t entry) {
-  if (!s.live) return;
+ZD_INLINE void zd_stamp_exit(const zd_stamp_at &a) {
+  if (!a.live) return;
   __syncthreads();
   if (!zd_stamper()) return;
   uint64_t t = zd_globaltimer();
-  if (t < entry) t = entry;
+  if (t < a.entry) t = a.entry;
   const unsigned b = blockIdx.x;
   if (b == 0) {
-    volatile zcc_dev_op_time_t *op = s.op;
+    volatile zcc_dev_op_time_t *op = a.op;
     op->end_ns = t;
-    op->end_token = s.token;
+    op->end_token = a.token;
   }
-  if (b < ZCC_DEV_MAX_BLOCKS) ((volatile zcc_dev_live_t *)s.live)->block[b].exit_ns = t;
+  if (b < ZCC_DEV_MAX_BLOCKS) ((volatile zcc_dev_live_t *)a.live)->block[b].exit_ns = t;
 }
 
 // arr[i] for a run-time i without indexing the parameter array dynamically

@@ -183,9 +183,9 @@ ZD_INLINE void p2p_kernel_body(const P2pParams &p) {
 }
 
 __global__ void __launch_bounds__(ZD_P2P_THREADS) p2p_kernel(const __grid_constant__ P2pParams p) {
-  const uint64_t stamp_entry = zd_stamp_enter(p.stamp);
+  const zd_stamp_at stamp_at = zd_stamp_enter(p.stamp);
   p2p_kernel_body(p);
-  zd_stamp_exit(p.stamp, stamp_entry);
+  zd_stamp_exit(stamp_at);
 }
 
 int p2p_prepare(const zcc_dev_p2p_t *a, P2pParams *p, int *blocks) {
