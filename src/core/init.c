@@ -167,7 +167,7 @@ ZCC_PARAM_INT(yield_us, "YIELD_US", -1,
  * a rank waits for may be waiting for its core, and spinning would take
  * the core from it (measured in docs/perf/host.md).
  */
-static void comm_wait_policy(struct zccComm *comm) {
+static zccResult_t comm_wait_policy(struct zccComm *comm) {
   const zcc_peer_info_t *self = &comm->peers[comm->rank];
   uint64_t cpus[16] = {0};
   int local = 0;
@@ -199,20 +199,29 @@ static void comm_wait_policy(struct zccComm *comm) {
      plan/cost.c) take the most oversubscribed host's ranks per CPU: every
      rank of every host computes the same. */
   double worst = 0;
+  struct host_cpus {
+    uint64_t hash, cpus[16];
+    int ranks;
+  } *hc = calloc((size_t)comm->nnodes, sizeof(*hc));
+  if (!hc) return zcc_error(zccSystemError, "init: out of memory");
+  int nh = 0;
   for (int r = 0; r < comm->nranks; r++) {
-    int first = 1, k = 0, nc = 0;
-    uint64_t hc[16] = {0};
-    for (int q = 0; q < r && first; q++)
-      if (comm->peers[q].host_hash == comm->peers[r].host_hash) first = 0;
-    if (!first) continue;
-    for (int q = r; q < comm->nranks; q++) {
-      if (comm->peers[q].host_hash != comm->peers[r].host_hash) continue;
-      k++;
-      for (int w = 0; w < 16; w++) hc[w] |= comm->peers[q].cpus[w];
+    int h = 0;
+    while (h < nh && hc[h].hash != comm->peers[r].host_hash) h++;
+    if (h == nh) {
+      if (nh == comm->nnodes) break; /* (nnodes counts the same hashes) */
+      hc[nh++].hash = comm->peers[r].host_hash;
     }
-    for (int w = 0; w < 16; w++) nc += __builtin_popcountll(hc[w]);
-    if (nc > 0 && k > nc && (double)k / nc > worst) worst = (double)k / nc;
+    hc[h].ranks++;
+    for (int w = 0; w < 16; w++) hc[h].cpus[w] |= comm->peers[r].cpus[w];
   }
+  for (int h = 0; h < nh; h++) {
+    int nc = 0;
+    for (int w = 0; w < 16; w++) nc += __builtin_popcountll(hc[h].cpus[w]);
+    if (nc > 0 && hc[h].ranks > nc && (double)hc[h].ranks / nc > worst)
+      worst = (double)hc[h].ranks / nc;
+  }
+  free(hc);
   comm->oversub_any = worst > 1;
   if (comm->select) comm->select->ctx.oversub = worst;
   int64_t spin = zcc_param_spin_us(), yield = zcc_param_yield_us();
@@ -227,6 +236,7 @@ static void comm_wait_policy(struct zccComm *comm) {
            comm->name, comm->rank, local, ncpu, bound ? "each bound to its own" : "sharing them",
            (long long)(comm->spin_ns / 1000), (long long)(comm->yield_ns / 1000),
            comm->wait_polls);
+  return zccSuccess;
 }
 
 static zccResult_t comm_select(struct zccComm *comm) {
@@ -385,7 +395,7 @@ static zccResult_t comm_build(struct zccComm *comm, const zccUniqueId *id, const
   ZCC_CHECK(zcc_transport_connect_all(comm));
   ZCC_CHECK(comm_topology(comm));
   ZCC_CHECK(comm_select(comm));
-  comm_wait_policy(comm);
+  ZCC_CHECK(comm_wait_policy(comm));
   /* The link probe runs over the connections: a host communicator's exist
      now, a GPU communicator's once its windows are mapped (setup). */
   if (!comm->dev) ZCC_CHECK(zcc_comm_measure(comm));
