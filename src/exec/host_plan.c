@@ -579,18 +579,30 @@ static zccResult_t plan_allreduce_board(zcc_plan_t *p, const char *sb, char *rb,
 }
 
 /*
- * The hierarchical allreduce (ranks on several hosts, m on each: comm->hier),
- * per chunk of ZCC_RING_CHUNK_BYTES: a ring reduce-scatter inside the host
- * leaves this rank's segment (its local index's) summed over the host; an
- * allreduce of that segment over its rail (a ring reduce-scatter and
- * allgather among the ranks of its local index, one per host) sums it over
- * every host; a ring allgather inside the host hands every rank every
- * segment. Each element is summed at one rank and copied from there, so
- * every rank gets the same bits. Only the rails cross hosts: 2 (H - 1)
- * network steps instead of the flat ring's 2 (n - 1), and each host's link
- * carries 2 (H - 1) / H of the bytes. The three phases are batches of their
- * own (a phase reduces into what the one before filled).
+ * Hierarchical plans' sums (comm->hier): the host's inputs gathered at this
+ * rank (every other rank of the host's into slot k of `in`, k its local
+ * index), and blocks summed in order into dst (block k of `blk`, or `own`
+ * for block own_at; -1: none is).
  */
+static zccResult_t recv_host_inputs(zcc_plan_t *p, char *in, size_t bytes) {
+  const struct zccComm *c = p->comm;
+  ZCC_CHECK(batch_begin(p));
+  for (int k = 0; k < c->hier_m; k++)
+    if (k != c->hier_li)
+      ZCC_CHECK(recv_from(p, c->hier_local[k], in + (size_t)k * bytes, NULL, bytes));
+  batch_end(p);
+  return zccSuccess;
+}
+static zccResult_t sum_in_order(zcc_plan_t *p, char *dst, const char *blk, int n, int own_at,
+                                const char *own, size_t count) {
+  size_t bytes = count * zcc_type_size(p->type);
+#define BLK(k) ((k) == own_at ? own : blk + (size_t)(k) * bytes)
+  ZCC_CHECK(local_reduce(p, dst, BLK(0), BLK(1), count));
+  for (int k = 2; k < n; k++) ZCC_CHECK(local_reduce(p, dst, dst, BLK(k), count));
+#undef BLK
+  return zccSuccess;
+}
+
 /*
  * The hierarchical allreduce's leaders' form, for small messages (the model
  * picks the form: cost.c, zcc_host_hier_leaders): each host's ranks send
@@ -622,12 +634,8 @@ static zccResult_t plan_allreduce_leaders(zcc_plan_t *p, const char *sb, char *r
   /* tmp: the host's inputs (slot 0 unused), then every host's sum */
   ZCC_CHECK(alloc_tmp(p, (size_t)(m + H) * bytes));
   char *in = p->tmp, *sums = in + (size_t)m * bytes, *own = sums + (size_t)hi * bytes;
-  ZCC_CHECK(batch_begin(p));
-  for (int k = 1; k < m; k++)
-    ZCC_CHECK(recv_from(p, c->hier_local[k], in + (size_t)k * bytes, NULL, bytes));
-  batch_end(p);
-  ZCC_CHECK(local_reduce(p, own, sb, in + bytes, count));
-  for (int k = 2; k < m; k++) ZCC_CHECK(local_reduce(p, own, own, in + (size_t)k * bytes, count));
+  ZCC_CHECK(recv_host_inputs(p, in, bytes));
+  ZCC_CHECK(sum_in_order(p, own, in, m, 0, sb, count));
   ZCC_CHECK(batch_begin(p));
   for (int j = 0; j < H; j++) {
     if (j == hi) continue;
@@ -635,8 +643,7 @@ static zccResult_t plan_allreduce_leaders(zcc_plan_t *p, const char *sb, char *r
     ZCC_CHECK(recv_from(p, c->hier_rail[j], sums + (size_t)j * bytes, NULL, bytes));
   }
   batch_end(p);
-  ZCC_CHECK(local_reduce(p, rb, sums, sums + bytes, count));
-  for (int j = 2; j < H; j++) ZCC_CHECK(local_reduce(p, rb, rb, sums + (size_t)j * bytes, count));
+  ZCC_CHECK(sum_in_order(p, rb, sums, H, -1, NULL, count));
   ZCC_CHECK(local_avg(p, rb, count));
   ZCC_CHECK(batch_begin(p));
   for (int k = 1; k < m; k++) ZCC_CHECK(send_to(p, c->hier_local[k], rb, bytes));
@@ -644,6 +651,19 @@ static zccResult_t plan_allreduce_leaders(zcc_plan_t *p, const char *sb, char *r
   return zccSuccess;
 }
 
+/*
+ * The hierarchical allreduce (ranks on several hosts, m on each: comm->hier),
+ * per chunk of ZCC_RING_CHUNK_BYTES: a ring reduce-scatter inside the host
+ * leaves this rank's segment (its local index's) summed over the host; an
+ * allreduce of that segment over its rail (a ring reduce-scatter and
+ * allgather among the ranks of its local index, one per host) sums it over
+ * every host; a ring allgather inside the host hands every rank every
+ * segment. Each element is summed at one rank and copied from there, so
+ * every rank gets the same bits. Only the rails cross hosts: 2 (H - 1)
+ * network steps instead of the flat ring's 2 (n - 1), and each host's link
+ * carries 2 (H - 1) / H of the bytes. The three phases are batches of their
+ * own (a phase reduces into what the one before filled).
+ */
 static zccResult_t plan_allreduce_hier(zcc_plan_t *p, const char *sb, char *rb, size_t count) {
   const struct zccComm *c = p->comm;
   if (!c->hier_local)
@@ -856,14 +876,8 @@ static zccResult_t plan_reduce_hier(zcc_plan_t *p, const char *sb, char *rb, siz
   /* tmp: the host's inputs (own slot unused), then every host's sum */
   ZCC_CHECK(alloc_tmp(p, (size_t)(m + H) * bytes));
   char *in = p->tmp, *sums = in + (size_t)m * bytes, *own = sums + (size_t)hi * bytes;
-  ZCC_CHECK(batch_begin(p));
-  for (int k = 0; k < m; k++)
-    if (k != li) ZCC_CHECK(recv_from(p, c->hier_local[k], in + (size_t)k * bytes, NULL, bytes));
-  batch_end(p);
-#define SRC(k) ((k) == li ? sb : in + (size_t)(k) * bytes)
-  ZCC_CHECK(local_reduce(p, own, SRC(0), SRC(1), count));
-  for (int k = 2; k < m; k++) ZCC_CHECK(local_reduce(p, own, own, SRC(k), count));
-#undef SRC
+  ZCC_CHECK(recv_host_inputs(p, in, bytes));
+  ZCC_CHECK(sum_in_order(p, own, in, m, li, sb, count));
   ZCC_CHECK(batch_begin(p));
   if (c->rank != root) {
     ZCC_CHECK(send_to(p, root, own, bytes));
@@ -873,8 +887,7 @@ static zccResult_t plan_reduce_hier(zcc_plan_t *p, const char *sb, char *rb, siz
   for (int j = 0; j < H; j++)
     if (j != hi) ZCC_CHECK(recv_from(p, c->hier_rail[j], sums + (size_t)j * bytes, NULL, bytes));
   batch_end(p);
-  ZCC_CHECK(local_reduce(p, rb, sums, sums + bytes, count));
-  for (int j = 2; j < H; j++) ZCC_CHECK(local_reduce(p, rb, rb, sums + (size_t)j * bytes, count));
+  ZCC_CHECK(sum_in_order(p, rb, sums, H, -1, NULL, count));
   return local_avg(p, rb, count);
 }
 
