@@ -441,16 +441,6 @@ int zcc_host_hier_leaders(const zcc_select_ctx_t *c, size_t bytes) {
 }
 
 /*
- * Across hosts whose ranks outnumber their CPUs, each round of an allreduce
- * also waits for a scheduling turn, as host_oversub charges on one host:
- * the direct path gathers at rank 0 there (two rounds), the ring has
- * 2 (n - 1) (the hierarchical plan: hier_time). With 4 ranks in each
- * of two namespaces on 2 CPUs (docs/perf/net.md, 2026-12-05) the model
- * picks hier at every size to 4 MiB (leaders to 2 KiB); measured, hier was
- * as fast as the direct path or faster except at 32 KiB (the rails' eight
- * rounds, 1.1-1.4x the direct path's time).
- */
-/*
  * Hierarchical broadcast and reduce (exec/host_plan.c): the root's rank on
  * every other host (the same local index) relays. Broadcast: the root sends
  * to the relays over the network and to its host's ranks, each relay
@@ -468,6 +458,16 @@ static double hier_rooted_time(const zcc_select_ctx_t *c, double S) {
          S * ((m - 1) / (SHM_DIRECT_BW * 1e3) + (H - 1) / (TCP_DIRECT_BW * bs * 1e3)) + 2 * turn;
 }
 
+/*
+ * Across hosts whose ranks outnumber their CPUs, each round of an allreduce
+ * also waits for a scheduling turn, as host_oversub charges on one host:
+ * the direct path gathers at rank 0 there (two rounds), the ring has
+ * 2 (n - 1) (the hierarchical plans: hier_time, hier_rooted_time). With 4
+ * ranks in each of two namespaces on 2 CPUs (docs/perf/net.md, 2026-12-05)
+ * the model picks hier at every size to 4 MiB (leaders to 2 KiB); measured,
+ * hier was as fast as the direct path or faster except at 32 KiB (the
+ * rails' eight rounds, 1.1-1.4x the direct path's time).
+ */
 static double host_predict(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,
                            size_t bytes) {
   if (algo == ZCC_ALGO_HIER && coll != ZCC_COLL_ALLREDUCE)
