@@ -169,15 +169,37 @@ ZCC_PARAM_INT(yield_us, "YIELD_US", -1,
  */
 static zccResult_t comm_wait_policy(struct zccComm *comm) {
   const zcc_peer_info_t *self = &comm->peers[comm->rank];
-  uint64_t cpus[16] = {0};
-  int local = 0;
+  /* Every host's ranks and the CPUs they may use, from the peers' records. */
+  struct host_cpus {
+    uint64_t hash, cpus[16];
+    int ranks, ncpu;
+  } *hc = calloc((size_t)comm->nnodes, sizeof(*hc));
+  if (!hc) return zcc_error(zccSystemError, "init: out of memory");
+  int nh = 0, mine = 0;
   for (int r = 0; r < comm->nranks; r++) {
-    if (comm->peers[r].host_hash != self->host_hash) continue;
-    local++;
-    for (int w = 0; w < 16; w++) cpus[w] |= comm->peers[r].cpus[w];
+    int h = 0;
+    while (h < nh && hc[h].hash != comm->peers[r].host_hash) h++;
+    if (h == nh) {
+      if (nh == comm->nnodes) break; /* (nnodes counts the same hashes) */
+      hc[nh++].hash = comm->peers[r].host_hash;
+    }
+    if (r == comm->rank) mine = h;
+    hc[h].ranks++;
+    for (int w = 0; w < 16; w++) hc[h].cpus[w] |= comm->peers[r].cpus[w];
   }
-  int ncpu = 0;
-  for (int w = 0; w < 16; w++) ncpu += __builtin_popcountll(cpus[w]);
+  /* The plans and the model (which charges each round a scheduling turn,
+     plan/cost.c) take the most oversubscribed host's ranks per CPU: every
+     rank of every host computes the same. */
+  double worst = 0;
+  for (int h = 0; h < nh; h++) {
+    for (int w = 0; w < 16; w++) hc[h].ncpu += __builtin_popcountll(hc[h].cpus[w]);
+    if (hc[h].ncpu > 0 && hc[h].ranks > hc[h].ncpu && (double)hc[h].ranks / hc[h].ncpu > worst)
+      worst = (double)hc[h].ranks / hc[h].ncpu;
+  }
+  int local = hc[mine].ranks, ncpu = hc[mine].ncpu;
+  free(hc);
+  comm->oversub_any = worst > 1;
+  if (comm->select) comm->select->ctx.oversub = worst;
   /* bound: every rank of the host has CPUs, and no CPU is in two ranks' masks */
   int bound = ncpu > 0;
   for (int a = 0; a < comm->nranks && bound; a++) {
@@ -195,35 +217,6 @@ static zccResult_t comm_wait_policy(struct zccComm *comm) {
   }
   /* Every rank of the host computes the same from the same records. */
   comm->oversubscribed = ncpu > 0 && local > ncpu;
-  /* The plans and the model (which charges each round a scheduling turn,
-     plan/cost.c) take the most oversubscribed host's ranks per CPU: every
-     rank of every host computes the same. */
-  double worst = 0;
-  struct host_cpus {
-    uint64_t hash, cpus[16];
-    int ranks;
-  } *hc = calloc((size_t)comm->nnodes, sizeof(*hc));
-  if (!hc) return zcc_error(zccSystemError, "init: out of memory");
-  int nh = 0;
-  for (int r = 0; r < comm->nranks; r++) {
-    int h = 0;
-    while (h < nh && hc[h].hash != comm->peers[r].host_hash) h++;
-    if (h == nh) {
-      if (nh == comm->nnodes) break; /* (nnodes counts the same hashes) */
-      hc[nh++].hash = comm->peers[r].host_hash;
-    }
-    hc[h].ranks++;
-    for (int w = 0; w < 16; w++) hc[h].cpus[w] |= comm->peers[r].cpus[w];
-  }
-  for (int h = 0; h < nh; h++) {
-    int nc = 0;
-    for (int w = 0; w < 16; w++) nc += __builtin_popcountll(hc[h].cpus[w]);
-    if (nc > 0 && hc[h].ranks > nc && (double)hc[h].ranks / nc > worst)
-      worst = (double)hc[h].ranks / nc;
-  }
-  free(hc);
-  comm->oversub_any = worst > 1;
-  if (comm->select) comm->select->ctx.oversub = worst;
   int64_t spin = zcc_param_spin_us(), yield = zcc_param_yield_us();
   comm->spin_ns = (spin >= 0 ? spin : bound ? 20000 : 0) * 1000;
   comm->yield_ns = (yield >= 0 ? yield : bound ? 0 : 2000) * 1000;
