@@ -65,7 +65,8 @@
 #              two processes time-sliced on the GPU: gnet-ns-mps measures it under MPS)
 #   gnet-ns    tests/net/gpu_hosts.sh: two network namespaces on the one GPU (carried ip)
 #   gnet-ns-mps its perf phase under an MPS server (two processes on one GPU at once), once per
-#              setting in GNET_MPS_ENVS (VAR=value ..., default ZCC_GPU_SIGBOARD=1)
+#              setting in GNET_MPS_ENVS (VAR=value ..., default ZCC_GPU_SIGBOARD=1); the phases
+#              GNET_MPS_PHASES (default GNET_NS_PHASES, else perf; hier-perf: ring against hier)
 #   stamps     op stamps: GPU times (flight recorder, trace), a stuck kernel's ZCC_TIMEOUT, cost
 #   stamps-verify  colls on p2p and GPU shm, the 3-rank shm allgather sweep with graphs, 3 times
 #   measure-fit  the GPU link probe's fit: zcc_topo --measure-gpu and ZCC_TOPO_MEASURE=1, p2p and shm
@@ -505,7 +506,7 @@ for phase in "$@"; do
         k=$((k + 1))
         tag=$(printf '%s' "$e" | tr -c 'A-Za-z0-9=\n' '_' | tr '=' '-')
         run "gnet-ns-mps-$k-$tag" 600 env "$e" bash "$root/tests/net/gpu_hosts.sh" \
-          "$bin" "$carry/lib" "$OUT/gnet-ns-mps/$k-$tag" ${GNET_NS_PHASES:-perf}
+          "$bin" "$carry/lib" "$OUT/gnet-ns-mps/$k-$tag" ${GNET_MPS_PHASES:-${GNET_NS_PHASES:-perf}}
       done
       echo quit | nvidia-cuda-mps-control
       tar czf "$OUT/gnet-ns-mps.tgz" -C "$OUT" gnet-ns-mps && rm -rf "$OUT/gnet-ns-mps"

@@ -170,11 +170,20 @@ static void print_line(void *ctx, const char *line) {
    (INFO TUNING), from the same function. */
 static void print_decisions(const zcc_planner_t *p) {
   printf("\nwhat a communicator of these ranks runs (as it logs at ZCC_DEBUG_SUBSYS=TUNING):\n");
-  if (!p->cpu_ranks && p->nnodes > 1)
+  if (!p->cpu_ranks && p->nnodes > 1) {
     printf("  GPUs on %d hosts: pairs of one host over p2p (or shm), pairs across hosts over the\n"
            "  net transport's proxy; the connector kernels alone run (ring, tree; send/receive\n"
            "  over connectors), each ring crossing between hosts through the proxy\n",
            p->nnodes);
+    int mn = p->nranks;
+    for (int h = 0; h < p->nnodes; h++)
+      if (p->host_off[h + 1] - p->host_off[h] < mn) mn = p->host_off[h + 1] - p->host_off[h];
+    if (mn == p->max_local && mn > 1)
+      printf("  hier (allreduce): a ring reduce-scatter among each host's %d GPUs, an allreduce\n"
+             "  of each GPU's block over its rail (the GPU of its local index on each of the %d\n"
+             "  hosts, through the proxy), a ring all-gather among the host's GPUs\n",
+             mn, p->nnodes);
+  }
   zcc_select_ctx_t c;
   zcc_select_ctx_of_plan(p, &c);
   if (zcc_planner_decisions(&c, print_line, NULL) != zccSuccess)

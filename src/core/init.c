@@ -294,7 +294,9 @@ static zccResult_t comm_hier(struct zccComm *comm, const uint64_t *hosts) {
 /*
  * The ring host collectives run on: from the planner, each host's ranks
  * together (zcc_planner_host_ring), so that a ring over several hosts
- * crosses every host boundary once. INFO TUNING prints it.
+ * crosses every host boundary once. INFO TUNING prints it. The
+ * hierarchical groups come from it (comm_hier), for host and GPU
+ * communicators alike.
  */
 static zccResult_t comm_ring(struct zccComm *comm) {
   int n = comm->nranks;
@@ -315,7 +317,9 @@ static zccResult_t comm_ring(struct zccComm *comm) {
   zccResult_t res = comm_hier(comm, hosts);
   free(hosts);
   ZCC_CHECK(res);
-  if (zcc_log_enabled(ZCC_LOG_INFO, ZCC_TUNING)) {
+  /* A GPU communicator's rings are its connectors' (exec/gpu_comm.c logs
+     them and its decisions); it takes only the hierarchical groups. */
+  if (comm->device < 0 && zcc_log_enabled(ZCC_LOG_INFO, ZCC_TUNING)) {
     char buf[512];
     size_t len = 0;
     for (int i = 0; i < n && len + 16 < sizeof(buf); i++)
@@ -392,7 +396,7 @@ static zccResult_t comm_build(struct zccComm *comm, const zccUniqueId *id, const
   /* The link probe runs over the connections: a host communicator's exist
      now, a GPU communicator's once its windows are mapped (setup). */
   if (!comm->dev) ZCC_CHECK(zcc_comm_measure(comm));
-  if (comm->device < 0) ZCC_CHECK(comm_ring(comm));
+  ZCC_CHECK(comm_ring(comm));
   zcc_trace_comm_init(comm);
   if (comm->dev) ZCC_CHECK(comm->dev->setup(comm));
   if (comm->dev) ZCC_CHECK(zcc_comm_measure(comm));

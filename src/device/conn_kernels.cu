@@ -19,7 +19,10 @@
 //   all-gather:     chunks p-1 .. p-k+2 receive into the output and send on;
 //                   chunk p-k+1 (= p+1) received into the output.
 // Reduce-scatter, all-gather, broadcast (a chain from the root) and reduce
-// (a chain ending at the root) are the same steps in other orders.
+// (a chain ending at the root) are the same steps in other orders. The
+// hierarchical allreduce runs reduce-scatter, allreduce and all-gather on
+// a channel's local or rail ring instead (ConnParams.ring), its blocks by
+// ring position, the last ones possibly short (ConnParams.total).
 // Every block of a launch must be resident with the blocks of the other
 // ranks' launches that it waits for: the host caps the channel count.
 #include <cuda_runtime.h>
@@ -52,6 +55,8 @@ struct ConnParams {
   int avg;      // 0, or the divisor of the final step
   int nch;      // channels launched
   int coll;
+  int ring;     // ZCC_DEV_RING_*
+  size_t total; // reduce-scatter, all-gather: the whole buffer's bytes (0: blocks whole)
 };
 
 // A connector as one block uses it: its slot count in registers.
@@ -182,13 +187,29 @@ __device__ __noinline__ void step(const ConnParams &p, Side *rv, int nr, Side *s
 
 ZD_INLINE int modk(int x, int k) { return ((x % k) + k) % k; }
 
+// The bytes of block q's piece [off, off + n) that are there: all of them,
+// or where the buffer ends inside the last blocks (p.total), fewer or none.
+ZD_INLINE size_t blk_len(const ConnParams &p, int q, size_t off, size_t n) {
+  if (!p.total) return n;
+  size_t at = (size_t)q * p.unit + off;
+  return at >= p.total ? 0 : p.total - at < n ? p.total - at : n;
+}
+
 template <typename T, typename Op> ZD_INLINE void ring_kernel_body(const ConnParams &p) {
   const zcc_dev_channel_t *ch = &p.conns->ch[blockIdx.x];
-  Side r = side_load(ch->recv[ZCC_DEV_RECV_RING]);
-  Side s = side_load(ch->send[ZCC_DEV_SEND_RING]);
+  // The channel's ring (blocks by rank), or a hierarchical one (by position).
+  const int sub = p.ring;
+  const int ri = sub == ZCC_DEV_RING_LOCAL ? ZCC_DEV_RECV_LOCAL
+                 : sub == ZCC_DEV_RING_RAIL ? ZCC_DEV_RECV_RAIL : ZCC_DEV_RECV_RING;
+  const int si = sub == ZCC_DEV_RING_LOCAL ? ZCC_DEV_SEND_LOCAL
+                 : sub == ZCC_DEV_RING_RAIL ? ZCC_DEV_SEND_RAIL : ZCC_DEV_SEND_RING;
+  Side r = side_load(ch->recv[ri]);
+  Side s = side_load(ch->send[si]);
   __syncthreads(); // every thread has read the steps before thread 0 may write them
   bool dead = false;
-  const int k = p.k, pos = ch->ring_pos;
+  const int k = p.k, pos = sub ? ch->sub_pos[sub - 1] : ch->ring_pos;
+  const int own = sub ? pos : p.rank;
+#define BLK(i) (sub ? (i) : ch->ring_rank[(i)])
   size_t lo, hi;
   slice_of(p, blockIdx.x, &lo, &hi);
   const size_t cs = p.slot;
@@ -228,28 +249,30 @@ template <typename T, typename Op> ZD_INLINE void ring_kernel_body(const ConnPar
     const size_t B = p.unit;
     for (size_t off = lo; off < hi; off += cs) {
       size_t n = hi - off < cs ? hi - off : cs;
-      int q = ch->ring_rank[modk(pos - 1, k)];
-      step<T, Op>(p, &r, 0, &s, 1, p.in + (size_t)q * B + off, NULL, n, 0, &dead);
+      int q = BLK(modk(pos - 1, k));
+      step<T, Op>(p, &r, 0, &s, 1, p.in + (size_t)q * B + off, NULL, blk_len(p, q, off, n), 0, &dead);
       for (int st = 1; st <= k - 2; st++) {
-        q = ch->ring_rank[modk(pos - st - 1, k)];
-        step<T, Op>(p, &r, 1, &s, 1, p.in + (size_t)q * B + off, NULL, n, 0, &dead);
+        q = BLK(modk(pos - st - 1, k));
+        step<T, Op>(p, &r, 1, &s, 1, p.in + (size_t)q * B + off, NULL, blk_len(p, q, off, n), 0, &dead);
       }
-      step<T, Op>(p, &r, 1, &s, 0, p.in + (size_t)p.rank * B + off, p.out + off, n, p.avg, &dead);
+      step<T, Op>(p, &r, 1, &s, 0, p.in + (size_t)own * B + off, p.out + off,
+                  blk_len(p, own, off, n), p.avg, &dead);
     }
     break;
   }
   case ZCC_DEV_CONN_ALLGATHER: {
     const size_t B = p.unit;
-    const int inplace = p.in == p.out + (size_t)p.rank * B;
+    const int inplace = p.in == p.out + (size_t)own * B;
     for (size_t off = lo; off < hi; off += cs) {
       size_t n = hi - off < cs ? hi - off : cs;
-      step<T, Op>(p, &r, 0, &s, 1, p.in + off, inplace ? NULL : p.out + (size_t)p.rank * B + off, n, 0, &dead);
+      step<T, Op>(p, &r, 0, &s, 1, p.in + off, inplace ? NULL : p.out + (size_t)own * B + off,
+                  blk_len(p, own, off, n), 0, &dead);
       for (int st = 1; st <= k - 2; st++) {
-        int q = ch->ring_rank[modk(pos - st, k)];
-        step<T, Op>(p, &r, 1, &s, 1, NULL, p.out + (size_t)q * B + off, n, 0, &dead);
+        int q = BLK(modk(pos - st, k));
+        step<T, Op>(p, &r, 1, &s, 1, NULL, p.out + (size_t)q * B + off, blk_len(p, q, off, n), 0, &dead);
       }
-      int q = ch->ring_rank[modk(pos - (k - 1), k)];
-      step<T, Op>(p, &r, 1, &s, 0, NULL, p.out + (size_t)q * B + off, n, 0, &dead);
+      int q = BLK(modk(pos - (k - 1), k));
+      step<T, Op>(p, &r, 1, &s, 0, NULL, p.out + (size_t)q * B + off, blk_len(p, q, off, n), 0, &dead);
     }
     break;
   }
@@ -276,6 +299,7 @@ template <typename T, typename Op> ZD_INLINE void ring_kernel_body(const ConnPar
   }
   default: break;
   }
+#undef BLK
   __syncthreads();
   side_store(r);
   side_store(s);
@@ -298,12 +322,12 @@ template <typename T, typename Op> ZD_INLINE void tree_kernel_body(const ConnPar
   const int nc = ch->tree_nchildren, root = ch->tree_parent < 0;
   uint32_t *ctr = ch->flags + (down ? ZCC_DEV_CHAN_TREE_DOWN : ZCC_DEV_CHAN_TREE_UP) * ZCC_DEV_CONN_LINE;
   uint32_t *done = ch->flags + ZCC_DEV_CHAN_TREE_DONE * ZCC_DEV_CONN_LINE;
-  Side rv[ZCC_DEV_TREE_ARITY], sd[ZCC_DEV_TREE_ARITY];
+  Side rv[ZCC_DEV_TREE_CHILDREN], sd[ZCC_DEV_TREE_CHILDREN];
   int nr, ns;
   nr = down ? (root ? 0 : 1) : nc;
   ns = down ? nc : (root ? 0 : 1);
 #pragma unroll
-  for (int i = 0; i < ZCC_DEV_TREE_ARITY; i++) {
+  for (int i = 0; i < ZCC_DEV_TREE_CHILDREN; i++) {
     if (i < nr) rv[i] = side_load(ch->recv[down ? ZCC_DEV_RECV_DOWN : ZCC_DEV_RECV_UP + i]);
     if (i < ns) sd[i] = side_load(ch->send[down ? ZCC_DEV_SEND_DOWN + i : ZCC_DEV_SEND_UP]);
   }
@@ -332,7 +356,7 @@ template <typename T, typename Op> ZD_INLINE void tree_kernel_body(const ConnPar
   __syncthreads();
   if (threadIdx.x == 0) *(volatile uint32_t *)ctr = n0 + cnt;
 #pragma unroll
-  for (int i = 0; i < ZCC_DEV_TREE_ARITY; i++) {
+  for (int i = 0; i < ZCC_DEV_TREE_CHILDREN; i++) {
     if (i < nr) side_store(rv[i]);
     if (i < ns) side_store(sd[i]);
   }
@@ -503,6 +527,20 @@ int conn_prepare(const zcc_dev_conn_args_t *a, ConnParams *p) {
   if ((a->coll == ZCC_DEV_CONN_BROADCAST || a->coll == ZCC_DEV_CONN_REDUCE) &&
       (a->root < 0 || a->root >= h->nranks))
     return cudaErrorInvalidValue;
+  // A hierarchical ring: connected, and it runs the ring allreduce,
+  // reduce-scatter and all-gather.
+  int ring_k = h->nranks;
+  if (a->ring != ZCC_DEV_RING_CHANNEL) {
+    if ((a->ring != ZCC_DEV_RING_LOCAL && a->ring != ZCC_DEV_RING_RAIL) ||
+        (a->coll != ZCC_DEV_CONN_ALLREDUCE && a->coll != ZCC_DEV_CONN_REDUCESCATTER &&
+         a->coll != ZCC_DEV_CONN_ALLGATHER))
+      return cudaErrorInvalidValue;
+    ring_k = h->ch[0].sub_n[a->ring - 1];
+    if (ring_k < 2) return cudaErrorInvalidValue;
+  }
+  if (a->total && (a->coll == ZCC_DEV_CONN_ALLREDUCE || a->total > a->count * es * (size_t)ring_k))
+    return cudaErrorInvalidValue;
+  if (a->avg_div < 0) return cudaErrorInvalidValue;
   int reduces = a->coll != ZCC_DEV_CONN_ALLGATHER && a->coll != ZCC_DEV_CONN_BROADCAST;
   if (reduces && ((int)a->op < 0 || a->op >= zccNumOps)) return cudaErrorInvalidValue;
   p->conns = a->conns;
@@ -515,11 +553,13 @@ int conn_prepare(const zcc_dev_conn_args_t *a, ConnParams *p) {
   p->unit = a->count * es;
   p->slot = h->slot_bytes;
   p->nslots = h->nslots;
-  p->k = h->nranks;
+  p->k = ring_k;
   p->rank = h->rank;
   p->root = a->root;
-  p->avg = reduces && a->op == zccAvg ? h->nranks : 0;
+  p->avg = reduces && a->op == zccAvg ? (a->avg_div ? a->avg_div : ring_k) : 0;
   p->coll = a->coll;
+  p->ring = a->ring;
+  p->total = a->total;
   int nch = a->nchannels;
   if (nch == 0) {
     size_t want = (p->unit + ZD_CONN_MIN_SLICE - 1) / ZD_CONN_MIN_SLICE;

@@ -326,6 +326,76 @@ static zccResult_t conn_coll(struct zccComm *comm, const zcc_coll_args_t *x, cud
 }
 
 /*
+ * The hierarchical allreduce over connectors (ranks on several hosts, m on
+ * each): a ring reduce-scatter among the host's ranks, an allreduce of the
+ * rank's block over its rail (the rank of its local index on every host,
+ * across the network), a ring all-gather among the host's ranks. Block i
+ * (of B bytes, 16-byte aligned, the last ones short or empty) belongs to
+ * local index i. Every block is reduced once, in local then rail ring
+ * order, and copied around: every rank's output is bitwise identical. A
+ * rail whose block is empty skips its allreduce (all of its ranks alike).
+ */
+static zccResult_t conn_hier(struct zccComm *comm, const zcc_coll_args_t *x, cudaStream_t s,
+                             const char *fn) {
+  zcc_gpu_t *g = comm->gpu;
+  size_t es = zcc_type_size(x->type), bytes = x->count * es;
+  size_t m = (size_t)comm->hier_m, li = (size_t)comm->hier_li;
+  size_t per = (x->count + m - 1) / m * es;
+  size_t B = (per + 15) / 16 * 16; /* whole elements: every type's size divides 16 */
+  size_t mine = li * B >= bytes ? 0 : bytes - li * B < B ? bytes - li * B : B;
+  char *blk = (char *)x->recvbuf + li * B;
+  zcc_dev_conn_args_t a;
+  memset(&a, 0, sizeof(a));
+  a.conns = g->conns_dev;
+  a.host = g->conns;
+  a.type = x->type;
+  a.abort_flag = g->abort_dev;
+  a.sig_gate = g->sig_gate_dev;
+  a.sig_seq = x->sig_seq;
+  a.total = bytes;
+  a.count = B / es;
+  /* 1. reduce-scatter among the host's ranks: sums (zccAvg divides once, on the rail) */
+  a.ring = ZCC_DEV_RING_LOCAL;
+  a.coll = ZCC_DEV_CONN_REDUCESCATTER;
+  a.op = x->op == zccAvg ? zccSum : x->op;
+  a.input = x->sendbuf;
+  a.output = blk;
+  int nch = zcc_dev_conn_channels(&a);
+  a.stamp = zcc_gpu_stamp(g);
+  DEV(zcc_dev_conn_coll(&a, s));
+  /* 2. allreduce of the own block over the rail, in place */
+  a.ring = ZCC_DEV_RING_RAIL;
+  a.coll = ZCC_DEV_CONN_ALLREDUCE;
+  a.op = x->op;
+  a.avg_div = x->op == zccAvg ? comm->nranks : 0;
+  a.total = 0;
+  a.count = mine / es;
+  a.input = blk;
+  a.output = blk;
+  int nrail = a.count ? zcc_dev_conn_channels(&a) : 0;
+  if (a.count) {
+    a.stamp = zcc_gpu_stamp(g);
+    DEV(zcc_dev_conn_coll(&a, s));
+  }
+  /* 3. all-gather among the host's ranks, in place */
+  a.ring = ZCC_DEV_RING_LOCAL;
+  a.coll = ZCC_DEV_CONN_ALLGATHER;
+  a.op = zccSum;
+  a.avg_div = 0;
+  a.total = bytes;
+  a.count = B / es;
+  a.input = blk;
+  a.output = x->recvbuf;
+  a.stamp = zcc_gpu_stamp(g);
+  DEV(zcc_dev_conn_coll(&a, s));
+  ZCC_INFO(COLL, "%s %zu bytes: hier over connectors: reduce-scatter on the host's ring of %d "
+           "(%d channel(s)), allreduce of %zu bytes on the rail of %d hosts (%d channel(s)), "
+           "all-gather on the host's ring, no copy", fn, bytes, comm->hier_m, nch, mine,
+           comm->hier_h, nrail);
+  return zccSuccess;
+}
+
+/*
  * The end of a sequence that read the own staging buffer: every rank past
  * it has finished with its staging, which the push kernel then writes into
  * without a barrier of its own. Where peers are reached only through
@@ -448,6 +518,7 @@ static zccResult_t allreduce(struct zccComm *comm, const zcc_coll_args_t *x, cud
   if (algo == ZCC_ALGO_CE) return allreduce_ce(comm, x, s, bytes, fn);
   if (algo == ZCC_ALGO_RING || algo == ZCC_ALGO_TREE)
     return conn_coll(comm, x, s, algo == ZCC_ALGO_TREE, fn);
+  if (algo == ZCC_ALGO_HIER) return conn_hier(comm, x, s, fn);
   if (algo == ZCC_ALGO_PUSH) {
     zcc_dev_push_t p;
     memset(&p, 0, sizeof(p));

@@ -524,6 +524,11 @@ static zccResult_t conns_plan(struct zccComm *comm, zcc_gpu_t *g) {
                               g->conns->ch[0].ring_rank[i]);
     ZCC_INFO(TUNING, "comm %s rank %d: connectors: %d channel(s), rings from %s; channel 0: "
              "%s (its tree a chain along it)", comm->name, comm->rank, nch, source, buf);
+    if (comm->hier_local)
+      ZCC_INFO(TUNING, "comm %s rank %d: hier rings: this host's %d ranks (local index %d), "
+               "the rail of local index %d over %d hosts (host index %d)", comm->name,
+               comm->rank, comm->hier_m, comm->hier_li, comm->hier_li, comm->hier_h,
+               comm->hier_hi);
   }
   return zccSuccess;
 }
@@ -597,12 +602,32 @@ static zccResult_t conn_send(struct zccComm *comm, const zcc_gpu_t *g, int c, in
 }
 
 /*
+ * A channel's ring of the hierarchical allreduce (ZCC_DEV_RING_LOCAL or
+ * _RAIL): `k` ranks (core/init.c: comm_hier), this one at `pos`.
+ */
+static zccResult_t conns_bind_sub(struct zccComm *comm, zcc_gpu_t *g, int c, int ring,
+                                  const int *ranks, int k, int pos) {
+  zcc_dev_channel_t *ch = &g->conns->ch[c];
+  int local = ring == ZCC_DEV_RING_LOCAL;
+  int ri = local ? ZCC_DEV_RECV_LOCAL : ZCC_DEV_RECV_RAIL;
+  int si = local ? ZCC_DEV_SEND_LOCAL : ZCC_DEV_SEND_RAIL;
+  int key = local ? ZCC_CONN_KEY_LOCAL : ZCC_CONN_KEY_RAIL;
+  ch->sub_n[ring - 1] = k;
+  ch->sub_pos[ring - 1] = pos;
+  int prev = ranks[(pos + k - 1) % k], next = ranks[(pos + 1) % k];
+  ZCC_CHECK(conn_pair(comm, g, c, ri, prev, si, key, &ch->recv[ri]));
+  return conn_send(comm, g, c, si, next, ri, key, &ch->send[si]);
+}
+
+/*
  * The connectors of every channel, once the windows are mapped: the
  * channel's ring (conns_plan took it from zcc_planner_channel_ring:
  * ZCC_RINGS, the planner's rings, or rank order), and a chain along it as the tree (rooted at the
  * ring's first rank on even channels, at its last on odd ones, so the two
- * halves of the channels put their roots at opposite ends). Copied to
- * device memory for the kernels.
+ * halves of the channels put their roots at opposite ends), and where the
+ * ranks span hosts with the same number on each, the hierarchical
+ * allreduce's host and rail rings (conns_bind_sub). Copied to device
+ * memory for the kernels.
  */
 static zccResult_t conns_bind(struct zccComm *comm, zcc_gpu_t *g) {
   zcc_dev_conns_t *t = g->conns;
@@ -638,6 +663,12 @@ static zccResult_t conns_bind(struct zccComm *comm, zcc_gpu_t *g) {
                           ZCC_CONN_KEY_UP, &ch->recv[ZCC_DEV_RECV_UP]));
       ZCC_CHECK(conn_send(comm, g, c, ZCC_DEV_SEND_DOWN + 0, child, ZCC_DEV_RECV_DOWN,
                           ZCC_CONN_KEY_DOWN, &ch->send[ZCC_DEV_SEND_DOWN]));
+    }
+    if (comm->hier_local) {
+      ZCC_CHECK(conns_bind_sub(comm, g, c, ZCC_DEV_RING_LOCAL, comm->hier_local, comm->hier_m,
+                               comm->hier_li));
+      ZCC_CHECK(conns_bind_sub(comm, g, c, ZCC_DEV_RING_RAIL, comm->hier_rail, comm->hier_h,
+                               comm->hier_hi));
     }
   }
   /* Per peer q: my sends store into q's FIFO from me; q's into mine from q. */

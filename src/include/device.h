@@ -333,28 +333,40 @@ int zcc_dev_p2p(const zcc_dev_p2p_t *args, struct CUstream_st *stream);
  * side keeps its count of slots (`step`) in its own memory across launches,
  * so the same connectors serve every launch and CUDA graph replays.
  *
- * Per channel (one ring and one tree; a channel is one thread block of the
- * ring kernels, two of the tree kernel):
- *   recv[ZCC_DEV_RECV_RING]      from the previous rank of the ring
- *   recv[ZCC_DEV_RECV_UP + i]    from tree child i
- *   recv[ZCC_DEV_RECV_DOWN]      from the tree parent
- *   send[ZCC_DEV_SEND_RING]      to the next rank of the ring
- *   send[ZCC_DEV_SEND_UP]        to the tree parent
- *   send[ZCC_DEV_SEND_DOWN + i]  to tree child i
+ * Per channel (one ring, one tree, and where ranks span hosts with the same
+ * number on each, the two rings of the hierarchical allreduce; a channel is
+ * one thread block of the ring kernels, two of the tree kernel):
+ *   recv[ZCC_DEV_RECV_RING]   from the previous rank of the ring
+ *   recv[ZCC_DEV_RECV_UP]     from the tree child (the trees are chains)
+ *   recv[ZCC_DEV_RECV_DOWN]   from the tree parent
+ *   recv[ZCC_DEV_RECV_LOCAL]  from the previous rank of this host's ring
+ *   recv[ZCC_DEV_RECV_RAIL]   from the previous rank of the rail's ring (the
+ *                             rank of this rank's local index on every host)
+ *   send[...]                 the same roles, to the next rank or the parent
+ *                             or child
  * Every rank launches the same sequence of connector kernels with the same
  * channel count (the kernels derive it from the size alone), so the counts
  * on both ends of every connector stay in step.
  */
 #define ZCC_DEV_MAX_CHANNELS 32
-#define ZCC_DEV_TREE_ARITY 3
+#define ZCC_DEV_TREE_ARITY 3 /* the step primitive's most receives and sends */
+#define ZCC_DEV_TREE_CHILDREN 1
 #define ZCC_DEV_RECV_RING 0
 #define ZCC_DEV_RECV_UP 1
-#define ZCC_DEV_RECV_DOWN 4
+#define ZCC_DEV_RECV_DOWN 2
+#define ZCC_DEV_RECV_LOCAL 3
+#define ZCC_DEV_RECV_RAIL 4
 #define ZCC_DEV_RECV_CONNS 5
 #define ZCC_DEV_SEND_RING 0
 #define ZCC_DEV_SEND_UP 1
 #define ZCC_DEV_SEND_DOWN 2
+#define ZCC_DEV_SEND_LOCAL 3
+#define ZCC_DEV_SEND_RAIL 4
 #define ZCC_DEV_SEND_CONNS 5
+/* Which ring a ring kernel runs on (zcc_dev_conn_args_t.ring). */
+#define ZCC_DEV_RING_CHANNEL 0 /* the channel's ring over every rank */
+#define ZCC_DEV_RING_LOCAL 1   /* this host's ranks, in local-index order */
+#define ZCC_DEV_RING_RAIL 2    /* the rail: one rank of each host, in host order */
 /* A channel's own flag words: lines of 32 words, each word on its own line. */
 #define ZCC_DEV_CONN_LINE 32
 #define ZCC_DEV_CHAN_LINES 24
@@ -385,7 +397,11 @@ typedef struct zcc_dev_channel {
   int ring_pos;                     /* this rank's position in the channel's ring */
   int ring_rank[ZCC_DEV_MAX_RANKS]; /* the rank at each position */
   int tree_parent;                  /* -1: the root */
-  int tree_nchildren;               /* 0 .. ZCC_DEV_TREE_ARITY */
+  int tree_nchildren;               /* 0 .. ZCC_DEV_TREE_CHILDREN */
+  /* The local and rail rings (ZCC_DEV_RING_LOCAL - 1, ZCC_DEV_RING_RAIL - 1):
+     their ranks (0: not connected) and this rank's position, which is the
+     index of the block it owns there. */
+  int sub_n[2], sub_pos[2];
 } zcc_dev_channel_t;
 
 /*
@@ -453,6 +469,18 @@ typedef struct zcc_dev_conn_args {
      up at the abort word without touching any. */
   const volatile uint64_t *sig_gate;
   uint64_t sig_seq;
+  /*
+   * The hierarchical allreduce's pieces (exec/gpu.c): ring
+   * ZCC_DEV_RING_LOCAL or _RAIL runs reduce-scatter, all-gather or
+   * allreduce on that ring of every channel, its blocks in ring-position
+   * order. total (reduce-scatter, all-gather): the bytes of the whole
+   * buffer, where the last blocks are short (a block's bytes past it are
+   * not there; 0: every block whole). avg_div: zccAvg's divisor (0: the
+   * ring's ranks).
+   */
+  int ring;
+  size_t total;
+  int avg_div;
 } zcc_dev_conn_args_t;
 int zcc_dev_conn_coll(const zcc_dev_conn_args_t *args, struct CUstream_st *stream);
 /* Channels a launch would use (the same rule every rank applies); -1: bad arguments. */

@@ -86,10 +86,12 @@ typedef struct zcc_dev_peer {
  * its channel and its role there, or the per-peer connector of
  * send/receive. With the sender and the receiver it names the connector.
  */
-#define ZCC_CONN_KEY_RING 0 /* a channel's ring: send[SEND_RING] -> recv[RECV_RING] */
-#define ZCC_CONN_KEY_UP 1   /* its tree, child to parent: send[SEND_UP] -> recv[RECV_UP + i] */
-#define ZCC_CONN_KEY_DOWN 2 /* parent to child: send[SEND_DOWN + i] -> recv[RECV_DOWN] */
-#define ZCC_CONN_KEY(channel, role) ((uint32_t)(channel) * 4u + (uint32_t)(role))
+#define ZCC_CONN_KEY_RING 0  /* a channel's ring: send[SEND_RING] -> recv[RECV_RING] */
+#define ZCC_CONN_KEY_UP 1    /* its tree, child to parent: send[SEND_UP] -> recv[RECV_UP] */
+#define ZCC_CONN_KEY_DOWN 2  /* parent to child: send[SEND_DOWN] -> recv[RECV_DOWN] */
+#define ZCC_CONN_KEY_LOCAL 3 /* its host's ring: send[SEND_LOCAL] -> recv[RECV_LOCAL] */
+#define ZCC_CONN_KEY_RAIL 4  /* its rail's ring: send[SEND_RAIL] -> recv[RECV_RAIL] */
+#define ZCC_CONN_KEY(channel, role) ((uint32_t)(channel) * 8u + (uint32_t)(role))
 #define ZCC_CONN_KEY_PEER ZCC_CONN_KEY(ZCC_DEV_MAX_CHANNELS, 0) /* send/receive */
 
 /* The GPU face of a transport (NULL in a host-only entry). */

@@ -765,6 +765,23 @@ double zcc_select_predict(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t
 }
 
 /*
+ * The hierarchical allreduce over connectors (exec/gpu.c: conn_hier), m
+ * ranks on each of H hosts, in three launches (two more than the ring: a
+ * hop's time each): the host's ring reduce-scatter and all-gather, 2 (m - 1)
+ * hops inside the host and 2 (m - 1) / m S through its connectors, charged
+ * as the GPU's; the rails' allreduce, 2 (H - 1) network hops, the host's m
+ * rails sharing its link and together moving 2 (H - 1) / H S over it (the
+ * flat ring's crossing moves 2 (k - 1) / k S, each of its 2 (k - 1) steps a
+ * network hop's time: gpu_net).
+ */
+static double gpu_net_hier(const zcc_select_ctx_t *c, double S) {
+  double m = c->max_local > 1 ? c->max_local : 2, H = c->nnodes;
+  return 2 * GPU_LL_ALPHA + 2 * (m - 1) * GPU_LL_ALPHA +
+         2 * (m - 1) / m * S / (GPU_PUSH_BW * 1e3) + 2 * (H - 1) * TCP_RING_ALPHA +
+         2 * (H - 1) / H * S / (TCP_RING_BW * 1e3);
+}
+
+/*
  * GPU ranks that reach each other through the net transport's proxy (the
  * connector kernels over pinned host FIFOs; conn_only): the network's hop
  * and bandwidth bound every step, TCP's constants of the host model (not
@@ -773,8 +790,10 @@ double zcc_select_predict(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t
  * over a network yet: it is charged the ring's bytes and half a hop more
  * per step, so it runs only when ZCC_ALGO=tree asks.
  */
-static double gpu_net(zcc_coll_t coll, zcc_algo_t algo, int nranks, size_t bytes) {
-  double k = nranks, S = (double)bytes, a = TCP_RING_ALPHA, bw = TCP_RING_BW * 1e3;
+static double gpu_net(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,
+                      size_t bytes) {
+  double k = c->nranks, S = (double)bytes, a = TCP_RING_ALPHA, bw = TCP_RING_BW * 1e3;
+  if (algo == ZCC_ALGO_HIER) return gpu_net_hier(c, S);
   switch (coll) {
   case ZCC_COLL_ALLREDUCE:
     return 2 * (k - 1) * (algo == ZCC_ALGO_TREE ? 1.5 : 1) * a + 2 * (k - 1) / k * S / bw;
@@ -787,7 +806,7 @@ static double gpu_net(zcc_coll_t coll, zcc_algo_t algo, int nranks, size_t bytes
 
 static double gpu_predict(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,
                           zcc_proto_t proto, size_t bytes, int staged) {
-  if (c->conn_only) return gpu_net(coll, algo, c->nranks, bytes);
+  if (c->conn_only) return gpu_net(c, coll, algo, bytes);
   /* Windows in host memory: the kernel's own costs, with the PCIe link's
      traffic in place of the device's (it bounds every byte there). */
   int host = c->link_class == ZCC_PATH_SYS;

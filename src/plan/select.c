@@ -25,10 +25,10 @@ ZCC_PARAM_STR(algo, "ALGO", NULL,
               "force an algorithm: ring, tree, oneshot (also 'direct'), twoshot, push, ce "
               "or hier; host communicators run ring and oneshot (for allreduce also twoshot on "
               "one host; for allreduce, broadcast and reduce hier on several hosts with the "
-              "same number of ranks on each), GPU "
-              "communicators every one but hier (push, ce, twoshot and tree for allreduce); a "
-              "name this communicator "
-              "cannot run is an error that lists the ones it can")
+              "same number of ranks on each), GPU communicators on one host every one but "
+              "hier (push, ce, twoshot and tree for allreduce), on several ring, tree "
+              "(allreduce) and hier (allreduce, the same number of ranks on each host); a "
+              "name this communicator cannot run is an error that lists the ones it can")
 ZCC_PARAM_STR(proto, "PROTO", NULL,
               "force a protocol: ll, ll128 or simple; host communicators run simple, GPU "
               "communicators ll (oneshot allreduce up to 64 KiB) and simple")
@@ -126,8 +126,14 @@ int zcc_select_can_run(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t al
                   "not %s", proto_names[proto]);
     if (pairwise) return 1; /* over the per-peer connectors */
     if (algo == ZCC_ALGO_RING || (algo == ZCC_ALGO_TREE && coll == ZCC_COLL_ALLREDUCE)) return 1;
+    if (algo == ZCC_ALGO_HIER && coll == ZCC_COLL_ALLREDUCE) {
+      if (c->min_local != c->max_local || c->max_local < 2)
+        return fail(why, whylen, "hier needs the same number of ranks on every host, at least "
+                    "2 (here %d to %d)", c->min_local, c->max_local);
+      return 1;
+    }
     return fail(why, whylen, "GPU communicators over the network run the connector kernels: "
-                "ring%s, not %s", coll == ZCC_COLL_ALLREDUCE ? " and tree" : "", an);
+                "ring%s, not %s", coll == ZCC_COLL_ALLREDUCE ? ", tree and hier" : "", an);
   }
   if (c->nnodes > 1)
     return fail(why, whylen, "GPU ranks on several hosts reach each other through the net "

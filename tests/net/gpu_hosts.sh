@@ -18,6 +18,17 @@
 #                   over p2p, pairs across over net (the connector kernels on
 #                   rings that cross between the namespaces); matrix, graphs
 #                   and the mismatches (rank 0 against the other three)
+#   phase hier      the hierarchical allreduce (ZCC_ALGO=hier; the other
+#                   collectives run the model's choice): 4 ranks as in mixed
+#                   and 6 (3 in each namespace: blocks of unequal sizes), the
+#                   matrix with exact checks, graph replays and the
+#                   mismatches; every rank's log names hier for allreduce.
+#                   Then 3 ranks (2 and 1): hier refused at the call with
+#                   its reason on every rank, nothing hangs
+#   phase hier-perf one allreduce_perf process in each namespace with 2 ranks
+#                   each (-g 2 --share-gpus 1), 8 B..GPU_HOSTS_MAX, with
+#                   ZCC_ALGO=ring, hier and the model's choice in turn (run
+#                   it under MPS: gpu_run.sh gnet-ns-mps)
 #   phase mismatch  the mismatches alone, GPU_HOSTS_MISMATCH_ROUNDS rounds (every
 #                   phase with mismatches runs that many, default 5): every
 #                   rank's error names both calls and its output stays
@@ -131,6 +142,41 @@ for phase in $PHASES; do
     gpu_colls mixed ${GPU_HOSTS_TO:-600} ZCC_TIMEOUT=20000 ZCC_NET_PLUGIN=socket -- --quick \
       --only matrix,graphs,mismatch --replays 100 --ranks 4 --mismatch-rounds $MROUNDS
     if grep -q "via p2p" "$OUT/mixed.log"; then pass; else fail "mixed: no rank logged 'via p2p'"; fi ;;
+  hier)
+    for n in 4 6; do
+      gpu_colls hier-n$n ${GPU_HOSTS_TO:-600} ZCC_TIMEOUT=20000 ZCC_NET_PLUGIN=socket ZCC_ALGO=hier \
+        ZCC_DEBUG_SUBSYS=INIT,NET,COLL -- --quick --only matrix,graphs,mismatch --replays 200 \
+        --ranks $n --mismatch-rounds $MROUNDS
+      k=$(grep -c "hier over connectors: reduce-scatter on the host's ring of $((n / 2))" \
+        "$OUT/hier-n$n.log")
+      if [ "$k" -gt 0 ]; then pass; log "hier-n$n: $k allreduce(s) logged hier"
+      else fail "hier-n$n: no allreduce logged hier over connectors"; fi
+    done
+    # 2 ranks in one namespace, 1 in the other: refused, with the reason, on every rank
+    t0=$(date +%s)
+    timeout 300 env ZCC_TIMEOUT=20000 ZCC_NET_PLUGIN=socket ZCC_ALGO=hier "$TC" --ranks 3 \
+      --layout procs $NETNS --quick --only matrix --coll allreduce > "$OUT/hier-uneven.log" 2>&1
+    rc=$?
+    k=$(grep -c "hier needs the same number of ranks on every host, at least 2 (here 1 to 2)" \
+      "$OUT/hier-uneven.log")
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$k" -gt 0 ]; then
+      pass; log "hier-uneven: exit $rc after $(( $(date +%s) - t0 )) s, $k refusal(s) naming why"
+    else
+      fail "hier-uneven: exit $rc, $k refusal(s) naming why"
+    fi ;;
+  hier-perf)
+    max=${GPU_HOSTS_MAX:-256M}
+    PERF_ARGS="-b 8 -e $max -f 4 -n ${GPU_HOSTS_ITERS:-20} -w 5 -c 1 -g 2 --share-gpus 1"
+    for a in ring hier default; do
+      v=ZCC_ALGO=$a
+      [ $a = default ] && v=ZCC_ALGO=
+      pair "hier-perf-$a" ZCC_DEVICE=cuda ZCC_NET_PLUGIN=socket ZCC_TIMEOUT=60000 $v \
+        ZCC_DEBUG_SUBSYS=INIT,TUNING
+      wait_pid $PA 600
+      st=$?
+      wait_pid $PB 60
+      [ $st -eq 0 ] && pass || fail "hier-perf-$a: exit $st"
+    done ;;
   kill)
     gpu_colls kill 120 ZCC_NET_PLUGIN=socket -- --only deadpeer ;;
   linkdown)

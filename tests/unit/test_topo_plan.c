@@ -267,9 +267,28 @@ static void test_model_latency_vs_bandwidth(void **s) {
   assert_int_equal(two.nnodes, 2);
   assert_int_equal(two.conn_only, 1);
   assert_int_equal(two.link_class, ZCC_PATH_NET);
+  /* 8 GPUs on each host: the hierarchical allreduce (2 network hops, not
+     30; its m rails share the host's link), at every size; the others ring */
   zcc_choice_t ch;
+  assert_int_equal(two.min_local, 8);
+  assert_int_equal(two.max_local, 8);
   assert_int_equal(zcc_select(&two, ZCC_COLL_ALLREDUCE, (size_t)1 << 30, 1, &ch), zccSuccess);
+  assert_int_equal(ch.algo, ZCC_ALGO_HIER);
+  assert_int_equal(zcc_select(&two, ZCC_COLL_ALLREDUCE, 8, 1, &ch), zccSuccess);
+  assert_int_equal(ch.algo, ZCC_ALGO_HIER);
+  assert_int_equal(zcc_select(&two, ZCC_COLL_ALLGATHER, (size_t)1 << 30, 1, &ch), zccSuccess);
   assert_int_equal(ch.algo, ZCC_ALGO_RING);
+  /* hosts with different numbers of GPUs: no hier, and the reason */
+  zcc_select_ctx_t uneven = two;
+  uneven.min_local = 7;
+  char why[160];
+  assert_int_equal(zcc_select_can_run(&uneven, ZCC_COLL_ALLREDUCE, ZCC_ALGO_HIER,
+                                      ZCC_PROTO_SIMPLE, 8, why, sizeof(why)), 0);
+  assert_non_null(strstr(why, "same number of ranks on every host"));
+  assert_int_equal(zcc_select(&uneven, ZCC_COLL_ALLREDUCE, (size_t)1 << 30, 1, &ch), zccSuccess);
+  assert_int_equal(ch.algo, ZCC_ALGO_RING);
+  assert_int_equal(zcc_select_can_run(&two, ZCC_COLL_BROADCAST, ZCC_ALGO_HIER,
+                                      ZCC_PROTO_SIMPLE, 8, why, sizeof(why)), 0);
   zcc_planner_free(p);
   zcc_topo_free(g);
   size_t x;
