@@ -160,16 +160,22 @@ static int ranges_overlap(const char *a, size_t an, const char *b, size_t bn) {
 typedef struct {
   int n, pos;
   const int *order, *ranks;
+  int by_rank; /* blocks (blocks = 1) at their members' ranks' places, not their indices' */
 } ring_t;
 
 static ring_t comm_ring(const struct zccComm *c) {
-  ring_t R = {c->nranks, c->ring_order ? c->ring_pos : c->rank, c->ring_order, NULL};
+  ring_t R = {c->nranks, c->ring_order ? c->ring_pos : c->rank, c->ring_order, NULL, 0};
   return R;
 }
 static int member_at(const ring_t *R, int i) {
   return R->order ? R->order[mod(i, R->n)] : mod(i, R->n);
 }
 static int rank_of(const ring_t *R, int member) { return R->ranks ? R->ranks[member] : member; }
+/* The segment (or block) of the member at ring position i. */
+static int seg_at(const ring_t *R, int i) {
+  int member = member_at(R, i);
+  return R->by_rank ? rank_of(R, member) : member;
+}
 
 /*
  * Reduce every rank's block into dst, in rank order: this rank's is `own`
@@ -219,7 +225,7 @@ static zccResult_t ring_reduce_scatter(zcc_plan_t *p, const ring_t *R, const cha
   const char *filled = NULL; /* what the previous step's receive filled */
   int filled_by = -1;
   for (int s = 0; s <= n - 2; s++) {
-    int sseg = member_at(R, r - 1 - s), rseg = member_at(R, r - 2 - s);
+    int sseg = seg_at(R, r - 1 - s), rseg = seg_at(R, r - 2 - s);
     const char *src = s == 0 ? sendbuf + soff(count, n, sseg, blocks, ts) : filled;
     char *dst;
     if (s == n - 2) dst = final_dst;
@@ -246,7 +252,7 @@ static zccResult_t ring_allgather(zcc_plan_t *p, const ring_t *R, char *buf, siz
   int next = rank_of(R, member_at(R, r + 1)), prev = rank_of(R, member_at(R, r - 1));
   int filled_by = own_filled_by;
   for (int s = 0; s <= n - 2; s++) {
-    int sseg = member_at(R, r - s), rseg = member_at(R, r - s - 1);
+    int sseg = seg_at(R, r - s), rseg = seg_at(R, r - s - 1);
     ZCC_CHECK(send_when(p, next, buf + soff(count, n, sseg, blocks, ts),
                         sbytes(count, n, sseg, blocks, ts), filled_by));
     ZCC_CHECK(recv_into(p, prev, buf + soff(count, n, rseg, blocks, ts), NULL,
@@ -672,7 +678,7 @@ static zccResult_t plan_allreduce_hier(zcc_plan_t *p, const char *sb, char *rb, 
   if (zcc_host_hier_leaders(&c->select->ctx, count * zcc_type_size(p->type)))
     return plan_allreduce_leaders(p, sb, rb, count);
   int m = c->hier_m, H = c->hier_h, li = c->hier_li, hi = c->hier_hi;
-  ring_t local = {m, li, NULL, c->hier_local}, rail = {H, hi, NULL, c->hier_rail};
+  ring_t local = {m, li, NULL, c->hier_local, 0}, rail = {H, hi, NULL, c->hier_rail, 0};
   size_t ts = zcc_type_size(p->type);
   int64_t cb = zcc_param_ring_chunk_bytes();
   size_t chunk = cb > 0 ? (size_t)cb / ts : count;
@@ -781,6 +787,12 @@ static const char *plan_path(const zcc_plan_t *p) {
   else if (has_step(p, ZCC_HOSTMEM_STAGE_REDUCE))
     snprintf(why, sizeof(why), "through the shared staging regions, two barriers a chunk%s",
              setup);
+  else if (p->algo == ZCC_ALGO_HIER && p->coll == ZCC_COLL_ALLGATHER)
+    snprintf(why, sizeof(why), "over the rails across %d hosts, then directly inside each host "
+             "(%d ranks)", p->comm->hier_h, p->comm->hier_m);
+  else if (p->algo == ZCC_ALGO_HIER && p->coll == ZCC_COLL_REDUCESCATTER)
+    snprintf(why, sizeof(why), "directly inside each host (%d ranks), then over the rails "
+             "across %d hosts", p->comm->hier_m, p->comm->hier_h);
   else if (p->algo == ZCC_ALGO_HIER && p->coll != ZCC_COLL_ALLREDUCE)
     snprintf(why, sizeof(why), "through the root's rank on each of the %d hosts (%d ranks a "
              "host)", p->comm->hier_h, p->comm->hier_m);
@@ -804,12 +816,63 @@ static zccResult_t plan_allreduce(zcc_plan_t *p, const char *sb, char *rb, size_
   return plan_allreduce_staged(p, sb, rb, count);
 }
 
+/* The rank of local index j on host k (hierarchical plans: the host ring
+   holds each host's hier_m ranks together, hosts in ring order). */
+static int hier_rank(const struct zccComm *c, int k, int j) {
+  return c->ring_order[k * c->hier_m + j];
+}
+
+/*
+ * Hierarchical reduce-scatter (comm->hier): the host's ranks first hand
+ * each other, directly (one round), the blocks of each other's rails (the H
+ * blocks of the ranks of that local index), and each sums its host's inputs
+ * for its rail's blocks in local order; a ring reduce-scatter over the rail
+ * then sums those over the hosts into this rank's block. Only the rail
+ * crosses hosts: H - 1 network steps, a host's link carrying (H - 1) / H of
+ * the input where the flat ring's crossing carries (n - 1) / n.
+ */
+static zccResult_t plan_reducescatter_hier(zcc_plan_t *p, const char *sb, char *rb,
+                                           size_t count) {
+  const struct zccComm *c = p->comm;
+  int m = c->hier_m, H = c->hier_h, li = c->hier_li, hi = c->hier_hi;
+  size_t bytes = count * zcc_type_size(p->type);
+  /* tmp: the host's inputs for this rail ([j][k], slot li unused), the
+     host's sums for it ([k]), the rail ring's partial sums (H - 2) */
+  ZCC_CHECK(alloc_tmp(p, (size_t)(m * H + H + (H > 2 ? H - 2 : 0)) * bytes));
+  char *in = p->tmp, *part = in + (size_t)m * H * bytes, *scr = part + (size_t)H * bytes;
+  ZCC_CHECK(batch_begin(p));
+  for (int d = 1; d < m; d++) {
+    int to = (li + d) % m, from = (li - d + m) % m;
+    for (int k = 0; k < H; k++)
+      ZCC_CHECK(send_to(p, c->hier_local[to], sb + (size_t)hier_rank(c, k, to) * bytes, bytes));
+    for (int k = 0; k < H; k++)
+      ZCC_CHECK(recv_from(p, c->hier_local[from], in + (size_t)(from * H + k) * bytes, NULL,
+                          bytes));
+  }
+  batch_end(p);
+  for (int k = 0; k < H; k++) {
+    char *dst = part + (size_t)k * bytes;
+#define SRC(j) ((j) == li ? sb + (size_t)hier_rank(c, k, li) * bytes \
+                          : in + (size_t)((j) * H + k) * bytes)
+    ZCC_CHECK(local_reduce(p, dst, SRC(0), SRC(1), count));
+    for (int j = 2; j < m; j++) ZCC_CHECK(local_reduce(p, dst, dst, SRC(j), count));
+#undef SRC
+  }
+  ring_t rail = {H, hi, NULL, c->hier_rail, 0};
+  int fin;
+  ZCC_CHECK(batch_begin(p));
+  ZCC_CHECK(ring_reduce_scatter(p, &rail, part, count, 1, NULL, scr, rb, &fin));
+  batch_end(p);
+  return local_avg(p, rb, count);
+}
+
 static zccResult_t plan_reducescatter(zcc_plan_t *p, const char *sb, char *rb, size_t count) {
   ring_t R = comm_ring(p->comm);
   int n = p->comm->nranks;
   size_t ts = zcc_type_size(p->type), bytes = count * ts;
   if (n == 1) return local_copy(p, rb, sb, bytes);
   if (p->algo == ZCC_ALGO_ONESHOT) return direct_reduce(p, sb, bytes, rb, count, -1);
+  if (p->algo == ZCC_ALGO_HIER) return plan_reducescatter_hier(p, sb, rb, count);
   int final_recv;
   ZCC_CHECK(alloc_tmp(p, (size_t)(n - 2) * bytes));
   ZCC_CHECK(batch_begin(p));
@@ -950,12 +1013,41 @@ static zccResult_t plan_broadcast(zcc_plan_t *p, const char *sb, char *rb, size_
   return zccSuccess;
 }
 
+/*
+ * Hierarchical allgather (comm->hier), the reduce-scatter's mirror: every
+ * rank's block goes around its rail first (a ring allgather among the ranks
+ * of its local index, one per host), landing at its rank's place in rb;
+ * then the host's ranks hand each other, directly (one round), what their
+ * rails brought: H blocks to each of the m - 1 others.
+ */
+static zccResult_t plan_allgather_hier(zcc_plan_t *p, char *rb, size_t count) {
+  const struct zccComm *c = p->comm;
+  int m = c->hier_m, H = c->hier_h, li = c->hier_li, hi = c->hier_hi;
+  size_t bytes = count * zcc_type_size(p->type);
+  ring_t rail = {H, hi, NULL, c->hier_rail, 1};
+  ZCC_CHECK(batch_begin(p));
+  ZCC_CHECK(ring_allgather(p, &rail, rb, count, 1, -1));
+  batch_end(p);
+  ZCC_CHECK(batch_begin(p));
+  for (int d = 1; d < m; d++) {
+    int to = (li + d) % m, from = (li - d + m) % m;
+    for (int k = 0; k < H; k++)
+      ZCC_CHECK(send_to(p, c->hier_local[to], rb + (size_t)hier_rank(c, k, li) * bytes, bytes));
+    for (int k = 0; k < H; k++)
+      ZCC_CHECK(recv_from(p, c->hier_local[from], rb + (size_t)hier_rank(c, k, from) * bytes,
+                          NULL, bytes));
+  }
+  batch_end(p);
+  return zccSuccess;
+}
+
 static zccResult_t plan_allgather(zcc_plan_t *p, const char *sb, char *rb, size_t count) {
   ring_t R = comm_ring(p->comm);
   int n = p->comm->nranks, r = p->comm->rank;
   size_t ts = zcc_type_size(p->type), bytes = count * ts;
   ZCC_CHECK(local_copy(p, rb + (size_t)r * bytes, sb, bytes));
   if (n == 1) return zccSuccess;
+  if (p->algo == ZCC_ALGO_HIER) return plan_allgather_hier(p, rb, count);
   if (p->algo == ZCC_ALGO_ONESHOT) {
     ZCC_CHECK(batch_begin(p));
     for (int k = 1; k < n; k++) {

@@ -459,6 +459,25 @@ static double hier_rooted_time(const zcc_select_ctx_t *c, double S) {
 }
 
 /*
+ * Hierarchical allgather and reduce-scatter (exec/host_plan.c): a ring over
+ * the rail, H - 1 network steps, the host's m rails together moving
+ * (H - 1) / H S over its link, and one direct round inside the host ((m - 1)
+ * H messages a rank, (m - 1) / m S over shared memory); the reduce-scatter
+ * also sums m blocks of S / n per rail block (priced as shared memory's
+ * bytes). S is nccl-tests' size: the whole output (allgather) or input.
+ */
+static double hier_gather_time(const zcc_select_ctx_t *c, zcc_coll_t coll, double S) {
+  double as, bs;
+  host_scale(c, &as, &bs);
+  double m = c->max_local > 1 ? c->max_local : 2, H = c->nnodes;
+  double turn = c->oversub > 1 ? SHM_TURN_US * c->oversub : 0;
+  double sums = coll == ZCC_COLL_REDUCESCATTER ? S / m : 0;
+  return (H - 1) * (TCP_RING_ALPHA * as + turn) + (H - 1) / H * S / (TCP_RING_BW * bs * 1e3) +
+         (m - 1) * H * SHM_DIRECT_ALPHA + turn +
+         ((m - 1) / m * S + sums) / (SHM_DIRECT_BW * 1e3);
+}
+
+/*
  * Across hosts whose ranks outnumber their CPUs, each round of an allreduce
  * also waits for a scheduling turn, as host_oversub charges on one host:
  * the direct path gathers at rank 0 there (two rounds), the ring has
@@ -470,6 +489,8 @@ static double hier_rooted_time(const zcc_select_ctx_t *c, double S) {
  */
 static double host_predict(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,
                            size_t bytes) {
+  if (algo == ZCC_ALGO_HIER && (coll == ZCC_COLL_ALLGATHER || coll == ZCC_COLL_REDUCESCATTER))
+    return hier_gather_time(c, coll, (double)bytes);
   if (algo == ZCC_ALGO_HIER && coll != ZCC_COLL_ALLREDUCE)
     return hier_rooted_time(c, (double)bytes);
   if (algo == ZCC_ALGO_HIER) {

@@ -24,7 +24,7 @@
 ZCC_PARAM_STR(algo, "ALGO", NULL,
               "force an algorithm: ring, tree, oneshot (also 'direct'), twoshot, push, ce "
               "or hier; host communicators run ring and oneshot (for allreduce also twoshot on "
-              "one host; for allreduce, broadcast and reduce hier on several hosts with the "
+              "one host; for every collective but alltoall hier on several hosts with the "
               "same number of ranks on each), GPU communicators on one host every one but "
               "hier (push, ce, twoshot and tree for allreduce), on several ring, tree "
               "(allreduce) and hier (allreduce, the same number of ranks on each host); a "
@@ -99,8 +99,7 @@ int zcc_select_can_run(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t al
     return fail(why, whylen, "%s is all-pairs by nature (oneshot)", cn);
   if (!c->gpu) {
     int twoshot = algo == ZCC_ALGO_TWOSHOT && coll == ZCC_COLL_ALLREDUCE;
-    int hier = algo == ZCC_ALGO_HIER && (coll == ZCC_COLL_ALLREDUCE ||
-                                         coll == ZCC_COLL_BROADCAST || coll == ZCC_COLL_REDUCE);
+    int hier = algo == ZCC_ALGO_HIER && coll != ZCC_COLL_ALLTOALL && coll != ZCC_COLL_SENDRECV;
     if (twoshot && c->nnodes > 1)
       return fail(why, whylen, "twoshot shares staging memory: every rank on one host "
                   "(here %d hosts)", c->nnodes);
@@ -112,8 +111,8 @@ int zcc_select_can_run(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t al
     if (algo != ZCC_ALGO_RING && algo != ZCC_ALGO_ONESHOT && !twoshot && !hier)
       return fail(why, whylen, "host communicators run ring and oneshot (direct)%s, not %s",
                   coll == ZCC_COLL_ALLREDUCE ? ", twoshot (on one host) and hier (on several)"
-                  : coll == ZCC_COLL_BROADCAST || coll == ZCC_COLL_REDUCE ? " and hier (on several hosts)"
-                                             : "", an);
+                  : pairwise                 ? ""
+                                             : " and hier (on several hosts)", an);
     if (proto != ZCC_PROTO_SIMPLE)
       return fail(why, whylen, "host communicators run the simple protocol, not %s",
                   proto_names[proto]);

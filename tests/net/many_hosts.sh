@@ -13,9 +13,11 @@
 #   phase init-net  the same over the net transport with the socket plug-in
 #   phase init-ib   the same with the ib plug-in on the fake verbs provider
 #                   (ZCC_TEST_FAKEVERBS: the path of libzcc_fakeverbs.so)
-#   phase hier      the check cases (small sizes) with ZCC_ALGO=hier: the
-#                   allreduces hierarchical (rings inside the hosts and
-#                   across them), exact, every log naming that plan
+#   phase hier      the check cases (small sizes) with ZCC_ALGO=hier: every
+#                   collective but all-to-all and send/receive hierarchical
+#                   (rings inside the hosts and across them; the rails and
+#                   a direct round inside the hosts), exact, every log
+#                   naming the plans
 #
 # Usage: many_hosts.sh /path/to/net_driver
 # Skips (exit 0, "0 passed, 0 failed, 1 skipped") without the privileges to
@@ -131,7 +133,8 @@ phase_init() { # VARIANT: default, net or ib
 # RPH inside the hosts and NH across them), the check cases (small sizes)
 # exact, 4 KiB chunks (the 4097-element cases run several); every rank's
 # log names the plan: the rails' form at 4097 float64 elements, the leaders' at 1,
-# broadcast and reduce through the root's rank on each host
+# broadcast and reduce through the root's rank on each host, allgather and
+# reduce-scatter over the rails and directly inside the hosts
 phase_hier() {
   local dir=$WORK/hier pids=() r h st
   mkdir -p "$dir"
@@ -155,6 +158,10 @@ phase_hier() {
       expect_line "$dir/rank$r.log" "$c: 4097 elements of float32 \\(sum\\) on $N ranks via hier, [0-9]+ steps, through the root's rank on each of the $NH hosts" \
         "hier rank $r: its log does not name the hierarchical $c:" "$c: "
     done
+    expect_line "$dir/rank$r.log" "allgather: [0-9]+ elements of [a-z0-9]+ .*on $N ranks via hier, [0-9]+ steps, over the rails across $NH hosts, then directly inside each host \\($RPH ranks\\)" \
+      "hier rank $r: its log does not name the hierarchical allgather:" "allgather: "
+    expect_line "$dir/rank$r.log" "reducescatter: [0-9]+ elements of [a-z0-9]+ .*on $N ranks via hier, [0-9]+ steps, directly inside each host \\($RPH ranks\\), then over the rails across $NH hosts" \
+      "hier rank $r: its log does not name the hierarchical reduce-scatter:" "reducescatter: "
   done
 }
 

@@ -176,6 +176,11 @@ static void run_checks(drv_t *d) {
         if (call_ok(d, zccReduceScatter(in[me], out, c, t, op, d->comm, NULL),
                     "reducescatter", t, c))
           report(d, "reducescatter", t, op, c, -1, "own block", out, exp, c);
+        /* in place: the own block of the input is the output */
+        char *own = (char *)in[me] + (size_t)me * c * esz;
+        if (call_ok(d, zccReduceScatter(in[me], own, c, t, op, d->comm, NULL),
+                    "reducescatter", t, c))
+          report(d, "reducescatter", t, op, c, -1, "own block in place", own, exp, c);
         free_all(d, in);
       }
       free(out);
@@ -205,6 +210,14 @@ static void run_checks(drv_t *d) {
           for (int r = 0; r < n; r++)
             report(d, "allgather", t, ZT_OP_NONE, c, -1, "block", out + (size_t)r * c * esz,
                    in[r], c);
+        /* in place: the input is the own block of the output */
+        memset(out, 0xa5, (size_t)n * c * esz);
+        memcpy(out + (size_t)me * c * esz, in[me], c * esz);
+        if (call_ok(d, zccAllGather(out + (size_t)me * c * esz, out, c, t, d->comm, NULL),
+                    "allgather", t, c))
+          for (int r = 0; r < n; r++)
+            report(d, "allgather", t, ZT_OP_NONE, c, -1, "block in place",
+                   out + (size_t)r * c * esz, in[r], c);
         free_all(d, in);
       }
       d->case_index++;

@@ -23,7 +23,7 @@
 #                    logs the host ring 0 2 1 3, which crosses between the
 #                    namespaces twice, not at every step
 #   phase hier       ZCC_ALGO=hier: 4 ranks, 0 and 2 in A, 1 and 3 in B, every
-#                    collective exact, allreduce, broadcast and reduce
+#                    collective exact, all but all-to-all and send/receive
 #                    hierarchical (the logs say so); 3 ranks (2 in A, 1 in B): refused, naming why,
 #                    and all-to-all and send/receive pass after the refusals
 #   phase net-socket check, linkdown, heartbeat and kill over the net transport with the
@@ -175,8 +175,10 @@ phase_interleave() {
 # phase_hier: the hierarchical allreduce (ZCC_ALGO=hier), 4 ranks with
 # ranks 0 and 2 in A, 1 and 3 in B (so the groups are not rank ranges),
 # 64 KiB chunks (the 1 MiB case runs 17), exact; every rank's log names the
-# plan, in its rails' form (1 MiB) and its leaders' (1 element), and the
-# broadcasts' and reduces' (through the root's rank on each host). Then 3
+# plan, in its rails' form (1 MiB) and its leaders' (1 element), the
+# broadcasts' and reduces' (through the root's rank on each host), the
+# allgathers' and reduce-scatters' (the rails, and directly inside each
+# host). Then 3
 # ranks (2 in A, 1 in B), which cannot run it: every collective but the
 # all-pairs ones is refused at the call, naming why, and those pass after
 # the refusals.
@@ -207,6 +209,11 @@ phase_hier() {
       expect_line "$dir/rank$r.log" "$c: 4097 elements of float32 \\(sum\\) on 4 ranks via hier, [0-9]+ steps, through the root's rank on each of the 2 hosts" \
         "hier rank $r: no $c line '... via hier ... through the root's rank' in its log:" "$c: "
     done
+    # allgather over the rails, then inside the host; reduce-scatter the mirror
+    expect_line "$dir/rank$r.log" "allgather: [0-9]+ elements of [a-z0-9]+ .*on 4 ranks via hier, [0-9]+ steps, over the rails across 2 hosts, then directly inside each host \\(2 ranks\\)" \
+      "hier rank $r: no allgather line '... via hier ... over the rails' in its log:" "allgather: "
+    expect_line "$dir/rank$r.log" "reducescatter: [0-9]+ elements of [a-z0-9]+ .*on 4 ranks via hier, [0-9]+ steps, directly inside each host \\(2 ranks\\), then over the rails across 2 hosts" \
+      "hier rank $r: no reducescatter line '... via hier ... inside each host' in its log:" "reducescatter: "
   done
   dir=$WORK/hier-uneven
   mkdir -p "$dir"

@@ -422,8 +422,12 @@ static void test_host_pick(void **s) {
     assert_int_equal(a.algo, at[i] <= (4 << 10) ? ZCC_ALGO_HIER : ZCC_ALGO_RING);
     assert_int_equal(zcc_select(&h2x2, ZCC_COLL_REDUCE, at[i], 0, &a), zccSuccess);
     assert_int_equal(a.algo, at[i] <= (4 << 10) ? ZCC_ALGO_HIER : ZCC_ALGO_RING);
+    /* allgather and reduce-scatter: over the rails, then directly inside
+       the host (the mirror) to ~1 MiB on 2x8 and ~256 KiB on 2x2 */
     assert_int_equal(zcc_select(&h2x8, ZCC_COLL_ALLGATHER, at[i], 0, &a), zccSuccess);
-    assert_int_not_equal(a.algo, ZCC_ALGO_HIER); /* allreduce, broadcast, reduce only */
+    assert_int_equal(a.algo, want8[i]);
+    assert_int_equal(zcc_select(&h2x2, ZCC_COLL_REDUCESCATTER, at[i], 0, &a), zccSuccess);
+    assert_int_equal(a.algo, at[i] <= (4 << 10) ? ZCC_ALGO_HIER : ZCC_ALGO_RING);
   }
   /* the form: leaders to ~19 KiB on 2x2, rails beyond */
   assert_int_equal(zcc_host_hier_leaders(&h2x2, 8), 1);
@@ -508,8 +512,8 @@ static void test_one_parser(void **s) {
                        ZCC_ALGO_TWOSHOT);
   zcc_select_ctx_t host2 = {0, 4, 2, ZCC_PATH_NET, 0, 0, 0, 0, 0, 0, 0, 0};
   expect_select_error(&host2, ZCC_COLL_ALLREDUCE, 8, "twoshot", NULL, "cannot run it");
-  /* hier: host allreduce, broadcast and reduce on several hosts with the
-     same number of ranks on each (2 or more); the others are left to the
+  /* hier: every host collective but all-to-all on several hosts with the
+     same number of ranks on each (2 or more); all-to-all is left to the
      model */
   zcc_select_ctx_t even = {0, 4, 2, ZCC_PATH_NET, 0, 0, 0, 0, 0, 0, 2, 2},
                    uneven = {0, 3, 2, ZCC_PATH_NET, 0, 0, 0, 0, 0, 0, 1, 2},
@@ -520,7 +524,10 @@ static void test_one_parser(void **s) {
   assert_int_equal(select_with(&even, ZCC_COLL_BROADCAST, 1 << 20, "hier", NULL).algo,
                    ZCC_ALGO_HIER);
   assert_int_equal(select_with(&even, ZCC_COLL_REDUCE, 8, "hier", NULL).algo, ZCC_ALGO_HIER);
-  assert_int_not_equal(select_with(&even, ZCC_COLL_REDUCESCATTER, 1 << 20, "hier", NULL).algo,
+  assert_int_equal(select_with(&even, ZCC_COLL_REDUCESCATTER, 1 << 20, "hier", NULL).algo,
+                   ZCC_ALGO_HIER);
+  assert_int_equal(select_with(&even, ZCC_COLL_ALLGATHER, 8, "hier", NULL).algo, ZCC_ALGO_HIER);
+  assert_int_not_equal(select_with(&even, ZCC_COLL_ALLTOALL, 8, "hier", NULL).algo,
                        ZCC_ALGO_HIER);
   expect_select_error(&uneven, ZCC_COLL_ALLREDUCE, 8, "hier", NULL,
                       "hier needs the same number of ranks on every host, at least 2 (here 1 to 2)");
