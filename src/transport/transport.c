@@ -228,11 +228,14 @@ zccResult_t zcc_transport_attach_gpu(struct zccComm *comm) {
   int n = comm->nranks, me = comm->rank;
   if (n == 1) return zccSuccess;
   /* One blob per ordered pair: rank r's row holds what it sends each peer
-     (each connection's face fills its own; the widest sets the stride). */
+     (each connection's face fills its own). The stride is the widest of
+     every GPU face, the same on every rank: a rank's own connections may
+     use fewer kinds than another's (the one rank of a host reaches every
+     peer through the network; its host's peers some over p2p). */
   size_t bb = 8;
-  for (int j = 0; j < n; j++)
-    if (comm->conns[j] && comm->conns[j]->ops->gpu->blob_bytes > bb)
-      bb = comm->conns[j]->ops->gpu->blob_bytes;
+  for (int t = 0; t < NTRANSPORTS; t++)
+    if (serves(transports[t], 1) && transports[t]->gpu->blob_bytes > bb)
+      bb = transports[t]->gpu->blob_bytes;
   bb = (bb + 7) / 8 * 8;
   char *blobs = calloc((size_t)n * (size_t)n, bb);
   if (!blobs) return zcc_error(zccSystemError, "init: out of memory");

@@ -25,8 +25,9 @@
 #                   mismatches; every rank's log names hier for allreduce.
 #                   Then 3 ranks (2 and 1): hier refused at the call with
 #                   its reason on every rank, nothing hangs
-#   phase hier-perf one allreduce_perf process in each namespace with 2 ranks
-#                   each (-g 2 --share-gpus 1), 8 B..GPU_HOSTS_MAX, with
+#                   (GPU_HOSTS_HIER_RANKS: the even layouts' rank counts)
+#   phase hier-perf four allreduce_perf processes, 0 and 1 in A, 2 and 3 in
+#                   B (--share-gpus 1), 8 B..GPU_HOSTS_MAX, with
 #                   ZCC_ALGO=ring, hier and the model's choice in turn (run
 #                   it under MPS: gpu_run.sh gnet-ns-mps)
 #   phase mismatch  the mismatches alone, GPU_HOSTS_MISMATCH_ROUNDS rounds (every
@@ -121,6 +122,27 @@ pair() {
   PIDS+=("$PB")
 }
 
+# quad NAME ENV...: four allreduce_perf ranks on the one GPU, 0 and 1 in A, 2
+# and 3 in B (torchrun-style rendezvous, one rank a process); rank r's
+# output in NAME.txt (rank 0) or NAME.rankR.txt; their pids in QPIDS
+quad() {
+  local name=$1 port=$((24000 + RANDOM % 8000)) secret r ns v out
+  shift
+  secret=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+  QPIDS=()
+  for r in 0 1 2 3; do
+    ns=$NSA v=$VA out=$OUT/$name.txt
+    [ $r -ge 2 ] && ns=$NSB v=$VB
+    [ $r -ge 1 ] && out=$OUT/$name.rank$r.txt
+    ip netns exec "$ns" env LD_LIBRARY_PATH="$LDP" WORLD_SIZE=4 RANK=$r LOCAL_RANK=$((r % 2)) \
+      LOCAL_WORLD_SIZE=2 MASTER_ADDR=$IPA MASTER_PORT=$port ZCC_COMM_SECRET=$secret \
+      ZCC_SOCKET_IFNAME="=$v" ZCC_DEBUG=INFO ZCC_DEBUG_SUBSYS=INIT,TUNING "$@" \
+      "$BIN/allreduce_perf" $PERF_ARGS > "$out" 2>&1 &
+    QPIDS+=($!)
+    PIDS+=($!)
+  done
+}
+
 MROUNDS=${GPU_HOSTS_MISMATCH_ROUNDS:-5}
 for phase in $PHASES; do
   case $phase in
@@ -143,7 +165,7 @@ for phase in $PHASES; do
       --only matrix,graphs,mismatch --replays 100 --ranks 4 --mismatch-rounds $MROUNDS
     if grep -q "via p2p" "$OUT/mixed.log"; then pass; else fail "mixed: no rank logged 'via p2p'"; fi ;;
   hier)
-    for n in 4 6; do
+    for n in ${GPU_HOSTS_HIER_RANKS-4 6}; do
       gpu_colls hier-n$n ${GPU_HOSTS_TO:-600} ZCC_TIMEOUT=20000 ZCC_NET_PLUGIN=socket ZCC_ALGO=hier \
         ZCC_DEBUG_SUBSYS=INIT,NET,COLL -- --quick --only matrix,graphs,mismatch --replays 200 \
         --ranks $n --mismatch-rounds $MROUNDS
@@ -166,15 +188,13 @@ for phase in $PHASES; do
     fi ;;
   hier-perf)
     max=${GPU_HOSTS_MAX:-256M}
-    PERF_ARGS="-b 8 -e $max -f 4 -n ${GPU_HOSTS_ITERS:-20} -w 5 -c 1 -g 2 --share-gpus 1"
+    PERF_ARGS="-b 8 -e $max -f 4 -n ${GPU_HOSTS_ITERS:-20} -w 5 -c 1 --share-gpus 1"
     for a in ring hier default; do
       v=ZCC_ALGO=$a
       [ $a = default ] && v=ZCC_ALGO=
-      pair "hier-perf-$a" ZCC_DEVICE=cuda ZCC_NET_PLUGIN=socket ZCC_TIMEOUT=60000 $v \
-        ZCC_DEBUG_SUBSYS=INIT,TUNING
-      wait_pid $PA 600
-      st=$?
-      wait_pid $PB 60
+      quad "hier-perf-$a" ZCC_DEVICE=cuda ZCC_NET_PLUGIN=socket ZCC_TIMEOUT=60000 $v
+      st=0
+      for p in "${QPIDS[@]}"; do wait_pid "$p" 600 || st=$?; done
       [ $st -eq 0 ] && pass || fail "hier-perf-$a: exit $st"
     done ;;
   kill)
