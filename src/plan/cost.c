@@ -787,17 +787,22 @@ double zcc_select_predict(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t
 
 /*
  * The hierarchical allreduce over connectors (exec/gpu.c: conn_hier), m
- * ranks on each of H hosts, in three launches (two more than the ring: a
- * hop's time each): the host's ring reduce-scatter and all-gather, 2 (m - 1)
- * hops inside the host and 2 (m - 1) / m S through its connectors, charged
- * as the GPU's; the rails' allreduce, 2 (H - 1) network hops, the host's m
- * rails sharing its link and together moving 2 (H - 1) / H S over it (the
- * flat ring's crossing moves 2 (k - 1) / k S, each of its 2 (k - 1) steps a
- * network hop's time: gpu_net).
+ * ranks on each of H hosts, in three launches (two more than the ring,
+ * GPU_NET_PHASE_US each): the host's ring reduce-scatter and all-gather,
+ * 2 (m - 1) hops inside the host and 2 (m - 1) / m S through its
+ * connectors, charged as the GPU's; the rails' allreduce, 2 (H - 1) network
+ * hops, the host's m rails sharing its link and together moving
+ * 2 (H - 1) / H S over it (the flat ring's crossing moves 2 (k - 1) / k S,
+ * each of its 2 (k - 1) steps a network hop's time: gpu_net).
+ * GPU_NET_PHASE_US is fitted to the one measurement there is (2 + 2 ranks
+ * in two namespaces on one H100, docs/perf/net.md, 2026-12-05): hier 1.1-
+ * 1.25x the ring's time to 32 KiB, 1.25-1.6x faster from 128 KiB; 10 us
+ * puts the crossover between them (64 KiB).
  */
+#define GPU_NET_PHASE_US 10.0
 static double gpu_net_hier(const zcc_select_ctx_t *c, double S) {
   double m = c->max_local > 1 ? c->max_local : 2, H = c->nnodes;
-  return 2 * GPU_LL_ALPHA + 2 * (m - 1) * GPU_LL_ALPHA +
+  return 2 * GPU_NET_PHASE_US + 2 * (m - 1) * GPU_LL_ALPHA +
          2 * (m - 1) / m * S / (GPU_PUSH_BW * 1e3) + 2 * (H - 1) * TCP_RING_ALPHA +
          2 * (H - 1) / H * S / (TCP_RING_BW * 1e3);
 }

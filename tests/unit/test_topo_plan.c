@@ -278,6 +278,20 @@ static void test_model_latency_vs_bandwidth(void **s) {
   assert_int_equal(ch.algo, ZCC_ALGO_HIER);
   assert_int_equal(zcc_select(&two, ZCC_COLL_ALLGATHER, (size_t)1 << 30, 1, &ch), zccSuccess);
   assert_int_equal(ch.algo, ZCC_ALGO_RING);
+  /* 2 GPU ranks on each of 2 hosts: the ring to 32 KiB (its 6 steps
+     against hier's 4 and two more launches), hier from 128 KiB (measured
+     crossover between them: docs/perf/net.md, 2026-12-05) */
+  zcc_select_ctx_t g2x2 = two;
+  g2x2.nranks = 4;
+  g2x2.min_local = g2x2.max_local = 2;
+  assert_int_equal(zcc_select(&g2x2, ZCC_COLL_ALLREDUCE, 8, 1, &ch), zccSuccess);
+  assert_int_equal(ch.algo, ZCC_ALGO_RING);
+  assert_int_equal(zcc_select(&g2x2, ZCC_COLL_ALLREDUCE, 32 << 10, 1, &ch), zccSuccess);
+  assert_int_equal(ch.algo, ZCC_ALGO_RING);
+  assert_int_equal(zcc_select(&g2x2, ZCC_COLL_ALLREDUCE, 128 << 10, 1, &ch), zccSuccess);
+  assert_int_equal(ch.algo, ZCC_ALGO_HIER);
+  assert_int_equal(zcc_select(&g2x2, ZCC_COLL_ALLREDUCE, 64 << 20, 1, &ch), zccSuccess);
+  assert_int_equal(ch.algo, ZCC_ALGO_HIER);
   /* hosts with different numbers of GPUs: no hier, and the reason */
   zcc_select_ctx_t uneven = two;
   uneven.min_local = 7;
