@@ -281,6 +281,21 @@ static zccResult_t allreduce_ce(struct zccComm *comm, const zcc_coll_args_t *x, 
   return zccSuccess;
 }
 
+/* A connector launch's arguments that come from the communicator and the
+   call: the tables, the type, op and root, the abort word and the gate. */
+static void conn_args_base(const zcc_gpu_t *g, const zcc_coll_args_t *x,
+                           zcc_dev_conn_args_t *a) {
+  memset(a, 0, sizeof(*a));
+  a->conns = g->conns_dev;
+  a->host = g->conns;
+  a->type = x->type;
+  a->op = x->op;
+  a->root = x->root;
+  a->abort_flag = g->abort_dev;
+  a->sig_gate = g->sig_gate_dev;
+  a->sig_seq = x->sig_seq;
+}
+
 /*
  * A collective over the connectors (ring or tree kernels): no staging copy,
  * the kernels read the input and write the output in place. One rank has
@@ -298,9 +313,7 @@ static zccResult_t conn_coll(struct zccComm *comm, const zcc_coll_args_t *x, cud
     return zccSuccess;
   }
   zcc_dev_conn_args_t a;
-  memset(&a, 0, sizeof(a));
-  a.conns = g->conns_dev;
-  a.host = g->conns;
+  conn_args_base(g, x, &a);
   switch (x->coll) {
   case ZCC_COLL_ALLREDUCE: a.coll = tree ? ZCC_DEV_CONN_TREE_ALLREDUCE : ZCC_DEV_CONN_ALLREDUCE; break;
   case ZCC_COLL_REDUCESCATTER: a.coll = ZCC_DEV_CONN_REDUCESCATTER; break;
@@ -312,12 +325,6 @@ static zccResult_t conn_coll(struct zccComm *comm, const zcc_coll_args_t *x, cud
   a.input = x->sendbuf;
   a.output = x->recvbuf;
   a.count = x->count;
-  a.type = x->type;
-  a.op = x->op;
-  a.root = x->root;
-  a.abort_flag = g->abort_dev;
-  a.sig_gate = g->sig_gate_dev;
-  a.sig_seq = x->sig_seq;
   ZCC_INFO(COLL, "%s %zu bytes: %s over connectors, %d channel(s), no copy", fn, bytes,
            a.coll == ZCC_DEV_CONN_TREE_ALLREDUCE ? "tree" : "ring", zcc_dev_conn_channels(&a));
   a.stamp = zcc_gpu_stamp(g);
@@ -345,13 +352,7 @@ static zccResult_t conn_hier(struct zccComm *comm, const zcc_coll_args_t *x, cud
   size_t mine = li * B >= bytes ? 0 : bytes - li * B < B ? bytes - li * B : B;
   char *blk = (char *)x->recvbuf + li * B;
   zcc_dev_conn_args_t a;
-  memset(&a, 0, sizeof(a));
-  a.conns = g->conns_dev;
-  a.host = g->conns;
-  a.type = x->type;
-  a.abort_flag = g->abort_dev;
-  a.sig_gate = g->sig_gate_dev;
-  a.sig_seq = x->sig_seq;
+  conn_args_base(g, x, &a);
   a.total = bytes;
   a.count = B / es;
   /* 1. reduce-scatter among the host's ranks: sums (zccAvg divides once, on the rail) */
@@ -447,16 +448,8 @@ static zccResult_t conn_premul(struct zccComm *comm, const zcc_coll_args_t *x, c
   }
   size_t piece = piece_bytes(scatter ? g->staging_bytes / (size_t)k : g->staging_bytes);
   zcc_dev_conn_args_t a;
-  memset(&a, 0, sizeof(a));
-  a.conns = g->conns_dev;
-  a.host = g->conns;
+  conn_args_base(g, x, &a);
   a.coll = scatter ? ZCC_DEV_CONN_REDUCESCATTER : ZCC_DEV_CONN_REDUCE;
-  a.type = x->type;
-  a.op = x->op;
-  a.root = x->root;
-  a.abort_flag = g->abort_dev;
-  a.sig_gate = g->sig_gate_dev;
-  a.sig_seq = x->sig_seq;
   size_t npieces = 0;
   for (size_t off = 0; off < bytes; off += piece, npieces++) {
     size_t n = bytes - off < piece ? bytes - off : piece;

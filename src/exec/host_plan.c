@@ -823,6 +823,32 @@ static int hier_rank(const struct zccComm *c, int k, int j) {
 }
 
 /*
+ * The hierarchical allgather's and reduce-scatter's round inside the host,
+ * into the open batch: to the rank of each other local index j, the H
+ * blocks of `src` at the places of the ranks of local index j (for_peer:
+ * the reduce-scatter's, which j sums) or of this rank's (the allgather's,
+ * what its rail brought); from it, its H blocks into `dst` at their ranks'
+ * places (at_rank) or in slots [j][k] (the reduce-scatter's inputs).
+ */
+static zccResult_t hier_host_round(zcc_plan_t *p, const char *src, int for_peer, char *dst,
+                                   int at_rank, size_t bytes) {
+  const struct zccComm *c = p->comm;
+  int m = c->hier_m, H = c->hier_h, li = c->hier_li;
+  for (int d = 1; d < m; d++) {
+    int to = (li + d) % m, from = (li - d + m) % m;
+    for (int k = 0; k < H; k++)
+      ZCC_CHECK(send_to(p, c->hier_local[to],
+                        src + (size_t)hier_rank(c, k, for_peer ? to : li) * bytes, bytes));
+    for (int k = 0; k < H; k++)
+      ZCC_CHECK(recv_from(p, c->hier_local[from],
+                          dst + (at_rank ? (size_t)hier_rank(c, k, from)
+                                         : (size_t)(from * H + k)) * bytes,
+                          NULL, bytes));
+  }
+  return zccSuccess;
+}
+
+/*
  * Hierarchical reduce-scatter (comm->hier): the host's ranks first hand
  * each other, directly (one round), the blocks of each other's rails (the H
  * blocks of the ranks of that local index), and each sums its host's inputs
@@ -841,14 +867,7 @@ static zccResult_t plan_reducescatter_hier(zcc_plan_t *p, const char *sb, char *
   ZCC_CHECK(alloc_tmp(p, (size_t)(m * H + H + (H > 2 ? H - 2 : 0)) * bytes));
   char *in = p->tmp, *part = in + (size_t)m * H * bytes, *scr = part + (size_t)H * bytes;
   ZCC_CHECK(batch_begin(p));
-  for (int d = 1; d < m; d++) {
-    int to = (li + d) % m, from = (li - d + m) % m;
-    for (int k = 0; k < H; k++)
-      ZCC_CHECK(send_to(p, c->hier_local[to], sb + (size_t)hier_rank(c, k, to) * bytes, bytes));
-    for (int k = 0; k < H; k++)
-      ZCC_CHECK(recv_from(p, c->hier_local[from], in + (size_t)(from * H + k) * bytes, NULL,
-                          bytes));
-  }
+  ZCC_CHECK(hier_host_round(p, sb, 1, in, 0, bytes));
   batch_end(p);
   for (int k = 0; k < H; k++) {
     char *dst = part + (size_t)k * bytes;
@@ -1022,21 +1041,14 @@ static zccResult_t plan_broadcast(zcc_plan_t *p, const char *sb, char *rb, size_
  */
 static zccResult_t plan_allgather_hier(zcc_plan_t *p, char *rb, size_t count) {
   const struct zccComm *c = p->comm;
-  int m = c->hier_m, H = c->hier_h, li = c->hier_li, hi = c->hier_hi;
+  int H = c->hier_h, hi = c->hier_hi;
   size_t bytes = count * zcc_type_size(p->type);
   ring_t rail = {H, hi, NULL, c->hier_rail, 1};
   ZCC_CHECK(batch_begin(p));
   ZCC_CHECK(ring_allgather(p, &rail, rb, count, 1, -1));
   batch_end(p);
   ZCC_CHECK(batch_begin(p));
-  for (int d = 1; d < m; d++) {
-    int to = (li + d) % m, from = (li - d + m) % m;
-    for (int k = 0; k < H; k++)
-      ZCC_CHECK(send_to(p, c->hier_local[to], rb + (size_t)hier_rank(c, k, li) * bytes, bytes));
-    for (int k = 0; k < H; k++)
-      ZCC_CHECK(recv_from(p, c->hier_local[from], rb + (size_t)hier_rank(c, k, from) * bytes,
-                          NULL, bytes));
-  }
+  ZCC_CHECK(hier_host_round(p, rb, 0, rb, 1, bytes));
   batch_end(p);
   return zccSuccess;
 }
