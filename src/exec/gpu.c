@@ -345,6 +345,9 @@ static zccResult_t conn_coll(struct zccComm *comm, const zcc_coll_args_t *x, cud
 static zccResult_t conn_hier(struct zccComm *comm, const zcc_coll_args_t *x, cudaStream_t s,
                              const char *fn) {
   zcc_gpu_t *g = comm->gpu;
+  if (!comm->hier_local)
+    return zcc_error(zccInternalError, "%s: hier chosen on a communicator without "
+                     "hierarchical groups", fn);
   size_t es = zcc_type_size(x->type), bytes = x->count * es;
   size_t m = (size_t)comm->hier_m, li = (size_t)comm->hier_li;
   size_t per = (x->count + m - 1) / m * es;

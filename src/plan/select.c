@@ -126,6 +126,8 @@ int zcc_select_can_run(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t al
     if (pairwise) return 1; /* over the per-peer connectors */
     if (algo == ZCC_ALGO_RING || (algo == ZCC_ALGO_TREE && coll == ZCC_COLL_ALLREDUCE)) return 1;
     if (algo == ZCC_ALGO_HIER && coll == ZCC_COLL_ALLREDUCE) {
+      /* (connectors only on one host too: ZCC_P2P_DISABLE=1 ZCC_SHM_DISABLE=1) */
+      if (c->nnodes < 2) return fail(why, whylen, "hier needs several hosts (here 1)");
       if (c->min_local != c->max_local || c->max_local < 2)
         return fail(why, whylen, "hier needs the same number of ranks on every host, at least "
                     "2 (here %d to %d)", c->min_local, c->max_local);

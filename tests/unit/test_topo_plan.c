@@ -292,10 +292,23 @@ static void test_model_latency_vs_bandwidth(void **s) {
   assert_int_equal(ch.algo, ZCC_ALGO_HIER);
   assert_int_equal(zcc_select(&g2x2, ZCC_COLL_ALLREDUCE, 64 << 20, 1, &ch), zccSuccess);
   assert_int_equal(ch.algo, ZCC_ALGO_HIER);
+  /* GPU ranks of one host reaching each other through the net transport
+     only (ZCC_P2P_DISABLE=1 ZCC_SHM_DISABLE=1: conn_only on one host): no
+     hier (it picked hier there and divided by its 0 ranks a host) */
+  char why[160];
+  zcc_select_ctx_t one = g2x2;
+  one.nnodes = 1;
+  one.min_local = one.max_local = 4;
+  assert_int_equal(zcc_select_can_run(&one, ZCC_COLL_ALLREDUCE, ZCC_ALGO_HIER,
+                                      ZCC_PROTO_SIMPLE, 8, why, sizeof(why)), 0);
+  assert_non_null(strstr(why, "hier needs several hosts (here 1)"));
+  for (size_t b = 8; b <= ((size_t)1 << 30); b *= 64) {
+    assert_int_equal(zcc_select(&one, ZCC_COLL_ALLREDUCE, b, 1, &ch), zccSuccess);
+    assert_int_equal(ch.algo, ZCC_ALGO_RING);
+  }
   /* hosts with different numbers of GPUs: no hier, and the reason */
   zcc_select_ctx_t uneven = two;
   uneven.min_local = 7;
-  char why[160];
   assert_int_equal(zcc_select_can_run(&uneven, ZCC_COLL_ALLREDUCE, ZCC_ALGO_HIER,
                                       ZCC_PROTO_SIMPLE, 8, why, sizeof(why)), 0);
   assert_non_null(strstr(why, "same number of ranks on every host"));
