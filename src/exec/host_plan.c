@@ -828,7 +828,7 @@ static int hier_rank(const struct zccComm *c, int k, int j) {
  * blocks of `src` at the places of the ranks of local index j (for_peer:
  * the reduce-scatter's, which j sums) or of this rank's (the allgather's,
  * what its rail brought); from it, its H blocks into `dst` at their ranks'
- * places (at_rank) or in slots [j][k] (the reduce-scatter's inputs).
+ * places (at_rank) or in slots [k][j] (the reduce-scatter's inputs).
  */
 static zccResult_t hier_host_round(zcc_plan_t *p, const char *src, int for_peer, char *dst,
                                    int at_rank, size_t bytes) {
@@ -842,7 +842,7 @@ static zccResult_t hier_host_round(zcc_plan_t *p, const char *src, int for_peer,
     for (int k = 0; k < H; k++)
       ZCC_CHECK(recv_from(p, c->hier_local[from],
                           dst + (at_rank ? (size_t)hier_rank(c, k, from)
-                                         : (size_t)(from * H + k)) * bytes,
+                                         : (size_t)(k * m + from)) * bytes,
                           NULL, bytes));
   }
   return zccSuccess;
@@ -862,21 +862,16 @@ static zccResult_t plan_reducescatter_hier(zcc_plan_t *p, const char *sb, char *
   const struct zccComm *c = p->comm;
   int m = c->hier_m, H = c->hier_h, li = c->hier_li, hi = c->hier_hi;
   size_t bytes = count * zcc_type_size(p->type);
-  /* tmp: the host's inputs for this rail ([j][k], slot li unused), the
-     host's sums for it ([k]), the rail ring's partial sums (H - 2) */
+  /* tmp: the host's inputs for this rail ([k][j], slots [k][li] unused),
+     the host's sums for it ([k]), the rail ring's partial sums (H - 2) */
   ZCC_CHECK(alloc_tmp(p, (size_t)(m * H + H + (H > 2 ? H - 2 : 0)) * bytes));
   char *in = p->tmp, *part = in + (size_t)m * H * bytes, *scr = part + (size_t)H * bytes;
   ZCC_CHECK(batch_begin(p));
   ZCC_CHECK(hier_host_round(p, sb, 1, in, 0, bytes));
   batch_end(p);
-  for (int k = 0; k < H; k++) {
-    char *dst = part + (size_t)k * bytes;
-#define SRC(j) ((j) == li ? sb + (size_t)hier_rank(c, k, li) * bytes \
-                          : in + (size_t)((j) * H + k) * bytes)
-    ZCC_CHECK(local_reduce(p, dst, SRC(0), SRC(1), count));
-    for (int j = 2; j < m; j++) ZCC_CHECK(local_reduce(p, dst, dst, SRC(j), count));
-#undef SRC
-  }
+  for (int k = 0; k < H; k++)
+    ZCC_CHECK(sum_in_order(p, part + (size_t)k * bytes, in + (size_t)k * m * bytes, m, li,
+                           sb + (size_t)hier_rank(c, k, li) * bytes, count));
   ring_t rail = {H, hi, NULL, c->hier_rail, 0};
   int fin;
   ZCC_CHECK(batch_begin(p));
