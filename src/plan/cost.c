@@ -97,7 +97,7 @@ static int comm_runs(const zcc_planner_t *p) { return p->cpu_ranks || p->nnodes 
 
 int zcc_planner_supports(const zcc_planner_t *p, zcc_coll_t coll, zcc_algo_t algo,
                          zcc_proto_t proto, char *why, size_t whylen) {
-  char dummy[4];
+  char dummy[256]; /* the reason, when the caller does not want it */
   if (!why) {
     why = dummy;
     whylen = sizeof(dummy);

@@ -208,7 +208,7 @@ static void expect_planner_is_select(const char *fixture, int host_ranks) {
   zcc_planner_t *p;
   if (host_ranks) { /* rank r on the graph's CPU r (round-robin): host after host */
     int *nodes = malloc(sizeof(int) * (size_t)host_ranks), ncpu = 0;
-    int cpus[64];
+    int cpus[64] = {0};
     for (int i = 0; i < g->nnodes && ncpu < 64; i++)
       if (g->nodes[i].kind == ZCC_TOPO_CPU) cpus[ncpu++] = i;
     assert_true(ncpu > 0);
