@@ -170,22 +170,19 @@ static void print_line(void *ctx, const char *line) {
    (INFO TUNING), from the same function. */
 static void print_decisions(const zcc_planner_t *p) {
   printf("\nwhat a communicator of these ranks runs (as it logs at ZCC_DEBUG_SUBSYS=TUNING):\n");
+  zcc_select_ctx_t c;
+  zcc_select_ctx_of_plan(p, &c);
   if (!p->cpu_ranks && p->nnodes > 1) {
     printf("  GPUs on %d hosts: pairs of one host over p2p (or shm), pairs across hosts over the\n"
            "  net transport's proxy; the connector kernels alone run (ring, tree; send/receive\n"
            "  over connectors), each ring crossing between hosts through the proxy\n",
            p->nnodes);
-    int mn = p->nranks;
-    for (int h = 0; h < p->nnodes; h++)
-      if (p->host_off[h + 1] - p->host_off[h] < mn) mn = p->host_off[h + 1] - p->host_off[h];
-    if (mn == p->max_local && mn > 1)
+    if (c.min_local == c.max_local && c.min_local > 1)
       printf("  hier (allreduce): a ring reduce-scatter among each host's %d GPUs, an allreduce\n"
              "  of each GPU's block over its rail (the GPU of its local index on each of the %d\n"
              "  hosts, through the proxy), a ring all-gather among the host's GPUs\n",
-             mn, p->nnodes);
+             c.min_local, p->nnodes);
   }
-  zcc_select_ctx_t c;
-  zcc_select_ctx_of_plan(p, &c);
   if (zcc_planner_decisions(&c, print_line, NULL) != zccSuccess)
     printf("  %s\n", zcc_last_error());
 }
