@@ -43,4 +43,22 @@ int zcc_cuda_is_device_ptr(const void *ptr);
 zccResult_t zcc_cuda_host_register(void *ptr, size_t size, void **dev);
 zccResult_t zcc_cuda_host_unregister(void *ptr);
 
+/* GPUDirect RDMA as the driver reports it for a device (its attributes). */
+typedef struct zcc_cuda_gdr {
+  int gdr;           /* GPUDirect RDMA supported (nvidia_p2p_get_pages: peermem) */
+  int dmabuf;        /* dmabuf handles for device memory (cuMemGetHandleForAddressRange) */
+  int flush_options; /* bit 0: cuFlushGPUDirectRDMAWrites works */
+  int ordering;      /* 0 none, 100 the owner consumes remote writes in order, 200 all */
+} zcc_cuda_gdr_t;
+/* 0, or -1 when there is no such device (all fields 0). */
+int zcc_cuda_gdr_info(int ordinal, zcc_cuda_gdr_t *out);
+/* A dmabuf file descriptor for the device range [ptr, ptr + size), both
+   page-aligned; the caller closes it. */
+zccResult_t zcc_cuda_dmabuf_fd(void *ptr, size_t size, int *fd);
+/* The calling thread's current context, or NULL. */
+void *zcc_cuda_ctx_current(void);
+/* Make ctx current in the calling thread and wait until the network's writes
+   into its memory are visible to it (cuFlushGPUDirectRDMAWrites). */
+zccResult_t zcc_cuda_flush_gdr_writes(void *ctx);
+
 #endif /* ZCC_CUDAWRAP_H_ */

@@ -41,8 +41,8 @@
 
 /* Memory a plug-in can reach (zcc_net_props_t.ptr_support, reg_mr's type). */
 #define ZCC_NET_PTR_HOST 0x1
-#define ZCC_NET_PTR_CUDA 0x2   /* device memory through nvidia-peermem */
-#define ZCC_NET_PTR_DMABUF 0x4 /* device memory through a dmabuf handle */
+#define ZCC_NET_PTR_CUDA 0x2   /* device memory through nvidia-peermem (reg_mr) */
+#define ZCC_NET_PTR_DMABUF 0x4 /* device memory through a dmabuf handle (reg_mr_dmabuf) */
 
 typedef struct zcc_net_props {
   char name[ZCC_NET_NAME_BYTES]; /* "mlx5_0:1", "eth0" */
@@ -83,6 +83,14 @@ typedef struct zcc_net_ops {
   /* Register [data, data+size) of memory type (ZCC_NET_PTR_*) for a comm. */
   zccResult_t (*reg_mr)(void *comm, void *data, size_t size, int type,
                         void **mhandle);
+  /*
+   * Register device memory [data, data+size) through a dmabuf: fd from
+   * cuMemGetHandleForAddressRange for a range that starts `offset` bytes
+   * before data (type ZCC_NET_PTR_DMABUF). The caller may close fd once this
+   * returns. NULL when the plug-in has no dmabuf support.
+   */
+  zccResult_t (*reg_mr_dmabuf)(void *comm, void *data, size_t size, int type,
+                               uint64_t offset, int fd, void **mhandle);
   zccResult_t (*dereg_mr)(void *comm, void *mhandle);
   /* mhandle from reg_mr on this comm; may be NULL when size is 0. */
   zccResult_t (*isend)(void *send_comm, void *data, size_t size, void *mhandle,

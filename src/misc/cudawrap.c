@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "debug.h"
 
@@ -31,6 +32,10 @@ static struct {
   CUresult_ (*host_register)(void *, size_t, unsigned int);
   CUresult_ (*host_unregister)(void *);
   CUresult_ (*host_dev_ptr)(CUdeviceptr_ *, void *, unsigned int);
+  CUresult_ (*range_handle)(void *, CUdeviceptr_, size_t, int, unsigned long long);
+  CUresult_ (*ctx_get)(void **);
+  CUresult_ (*ctx_set)(void *);
+  CUresult_ (*flush_gdr)(int, int);
   int count;
 } cu;
 
@@ -59,6 +64,10 @@ static void cu_load(void) {
   *(void **)&cu.host_register = dlsym(cu.lib, "cuMemHostRegister_v2");
   *(void **)&cu.host_unregister = dlsym(cu.lib, "cuMemHostUnregister");
   *(void **)&cu.host_dev_ptr = dlsym(cu.lib, "cuMemHostGetDevicePointer_v2");
+  *(void **)&cu.range_handle = dlsym(cu.lib, "cuMemGetHandleForAddressRange");
+  *(void **)&cu.ctx_get = dlsym(cu.lib, "cuCtxGetCurrent");
+  *(void **)&cu.ctx_set = dlsym(cu.lib, "cuCtxSetCurrent");
+  *(void **)&cu.flush_gdr = dlsym(cu.lib, "cuFlushGPUDirectRDMAWrites");
   if (!cu.init || !cu.device_count || cu.init(0) != 0 || cu.device_count(&cu.count) != 0)
     cu.count = 0;
   ZCC_INFO(INIT, "libcuda loaded: %d device(s)", cu.count);
@@ -178,5 +187,54 @@ zccResult_t zcc_cuda_host_unregister(void *ptr) {
     return zcc_error(zccInvalidUsage, "unpinning host memory needs a CUDA device");
   CUresult_ rc = cu.host_unregister(ptr);
   if (rc != 0) return cu_error(rc, "cuMemHostUnregister");
+  return zccSuccess;
+}
+
+int zcc_cuda_gdr_info(int ordinal, zcc_cuda_gdr_t *out) {
+  memset(out, 0, sizeof(*out));
+  int d;
+  if (ordinal < 0 || ordinal >= zcc_cuda_device_count() || !cu.device_get || !cu.attr ||
+      cu.device_get(&d, ordinal) != 0)
+    return -1;
+  /* CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED 116, _FLUSH_WRITES_OPTIONS 117,
+     _WRITES_ORDERING 118, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED 124 */
+  if (cu.attr(&out->gdr, 116, d) != 0) out->gdr = 0;
+  if (cu.attr(&out->flush_options, 117, d) != 0) out->flush_options = 0;
+  if (cu.attr(&out->ordering, 118, d) != 0) out->ordering = 0;
+  if (cu.attr(&out->dmabuf, 124, d) != 0) out->dmabuf = 0;
+  if (!cu.range_handle) out->dmabuf = 0;
+  if (!cu.flush_gdr || !cu.ctx_get || !cu.ctx_set) out->flush_options = 0;
+  return 0;
+}
+
+zccResult_t zcc_cuda_dmabuf_fd(void *ptr, size_t size, int *fd) {
+  if (zcc_cuda_device_count() == 0 || !cu.range_handle)
+    return zcc_error(zccInvalidUsage, "a dmabuf handle needs a CUDA driver that has "
+                     "cuMemGetHandleForAddressRange");
+  if (((uintptr_t)ptr | size) & 4095)
+    return zcc_error(zccInvalidArgument, "a dmabuf handle needs page-aligned memory (%p, "
+                     "%zu bytes)", ptr, size);
+  int h = -1;
+  /* CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD = 1 */
+  CUresult_ rc = cu.range_handle(&h, (CUdeviceptr_)(uintptr_t)ptr, size, 1, 0);
+  if (rc != 0) return cu_error(rc, "cuMemGetHandleForAddressRange (dmabuf)");
+  *fd = h;
+  return zccSuccess;
+}
+
+void *zcc_cuda_ctx_current(void) {
+  void *c = NULL;
+  if (zcc_cuda_device_count() == 0 || !cu.ctx_get || cu.ctx_get(&c) != 0) return NULL;
+  return c;
+}
+
+zccResult_t zcc_cuda_flush_gdr_writes(void *ctx) {
+  if (zcc_cuda_device_count() == 0 || !cu.flush_gdr || !cu.ctx_set || !ctx)
+    return zcc_error(zccInvalidUsage, "cuFlushGPUDirectRDMAWrites is not available");
+  CUresult_ rc = cu.ctx_set(ctx);
+  if (rc != 0) return cu_error(rc, "cuCtxSetCurrent");
+  /* CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX 0, _TO_OWNER 100 */
+  rc = cu.flush_gdr(0, 100);
+  if (rc != 0) return cu_error(rc, "cuFlushGPUDirectRDMAWrites");
   return zccSuccess;
 }

@@ -18,8 +18,17 @@
  * the network unchanged: flags and sizes travel with the data. Every
  * connector is a plug-in connection of its own (sends and receives match in
  * order on one), named by a hello {comm, from, to, key} that the receiver
- * checks. The FIFOs are host memory: the bytes cross PCIe once each way
- * (host staging; GPUDirect RDMA into device memory is not done).
+ * checks.
+ *
+ * Where the NIC reaches the GPU's memory (GPUDirect RDMA: a dmabuf handle,
+ * else nvidia-peermem; gdr_decide) the slots of a receive FIFO are device
+ * memory that the NIC writes and the kernel reads where they land, and
+ * those of a send FIFO (ZCC_NET_GDR_READ) device memory the kernel stores
+ * into and the NIC reads; the flag page stays pinned host memory, which the
+ * proxy polls. A GPU that does not order the NIC's writes before the
+ * proxy's ready store has them flushed first (cuFlushGPUDirectRDMAWrites).
+ * Elsewhere the slots are pinned host memory too (host staging: the kernels
+ * copy the bytes across PCIe, and the NIC moves them from host memory).
  *
  * A plug-in error (the peer's process ended, the network failed) stops the
  * proxy's work on that connector and, after ZCC_NET_GPU_GRACE_MS, the
@@ -49,7 +58,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "comm.h"
@@ -58,7 +69,9 @@
 #include "net.h"
 #include "opsig.h"
 #include "param.h"
+#include "planner.h"
 #include "sigboard.h"
+#include "topo.h"
 #include "transport.h"
 #include "wait.h"
 
@@ -72,6 +85,18 @@ ZCC_PARAM_INT(net_gpu_grace_ms, "NET_GPU_GRACE_MS", 100,
 ZCC_PARAM_INT(net_proxy_spin_us, "NET_PROXY_SPIN_US", 20000,
               "us the GPU proxy thread polls after its last movement before it sleeps 50 us "
               "between polls");
+
+ZCC_PARAM_STR(net_gdr_level, "NET_GDR_LEVEL", "PIX",
+              "farthest path between a GPU and the NIC over which the NIC reads and writes "
+              "the GPU's FIFOs (GPUDirect RDMA): LOC never, PIX (or PXB) through PCIe "
+              "switches only, PHB through the CPU's host bridge, SYS any (also a NIC the "
+              "topology does not show)");
+ZCC_PARAM_INT(net_gdr_read, "NET_GDR_READ", 1,
+              "with GPUDirect RDMA, send FIFOs in device memory too (the NIC reads them); "
+              "0: only receive FIFOs");
+ZCC_PARAM_INT(dmabuf_enable, "DMABUF_ENABLE", 1,
+              "register GPU memory with the NIC through dmabuf handles when both allow it "
+              "(0: only nvidia-peermem)");
 
 /* A connector's flag page, in front of its FIFO (byte offsets). */
 #define FLAG_PAGE 4096
@@ -119,11 +144,16 @@ typedef struct gconn {
   uint64_t sent; /* sig send: the last seq in a message posted (done: its failure notice went) */
   int nslots;
   size_t slot_bytes;
-  char *host;    /* flag page + FIFO, pinned */
+  char *host;    /* flag page (+ FIFO when host staged), pinned */
   char *dev;     /* as the GPU addresses it */
   size_t bytes;
+  char *data;    /* the FIFO's slots as the plug-in addresses them: host + FLAG_PAGE,
+                    or gpu_fifo */
+  char *gpu_fifo; /* GPUDirect RDMA: the slots in device memory, else NULL */
+  size_t gpu_bytes; /* its size (a multiple of 2 MiB) */
   void *comm;    /* the plug-in's send or recv comm */
-  void *mh;      /* host registered on comm */
+  void *mh;      /* the slots (with the flag page when host staged) registered on comm */
+  void *fmh;     /* the flag page registered apart (GPUDirect RDMA), or NULL */
   ZCC_NET_HANDLE_ALIGN uint8_t handle[ZCC_NET_HANDLE_BYTES]; /* send: connect's copy */
   int hello;     /* send: 0 not posted, 1 posted, 2 went */
   void *hello_req;
@@ -154,6 +184,12 @@ struct zcc_net_gpu {
   char fail_msg[1024];
   int released;
   int sig_added; /* the signature connections are made (sig_conns_add) */
+  /* GPUDirect RDMA (gdr_decide, at the first connector) */
+  int gdr_decided;
+  int gdr;       /* ZCC_NET_PTR_DMABUF or ZCC_NET_PTR_CUDA; 0: host staging */
+  int gdr_send;  /* send FIFOs in device memory too */
+  void *gdr_ctx; /* flush landed writes in this context before ready; NULL: no need */
+  char gdr_text[256];
 };
 
 typedef struct zcc_net_gpu net_gpu_t;
@@ -193,6 +229,127 @@ static void net_win_free(struct zccComm *comm) {
   nc->gpu->win = NULL;
 }
 
+/* ---- GPUDirect RDMA ---- */
+
+/* ZCC_NET_GDR_LEVEL: 0 LOC, 1 PIX (PXB), 2 PHB, 3 SYS; -1 not a level. */
+static int gdr_level_parse(const char *v) {
+  static const char *const names[] = {"LOC", "PIX", "PHB", "SYS"};
+  if (!v) return 1;
+  if (strcasecmp(v, "PXB") == 0) return 1;
+  for (int i = 0; i < 4; i++)
+    if (strcasecmp(v, names[i]) == 0) return i;
+  return -1;
+}
+
+/* The level a path class needs (-1 unknown: only SYS allows it). */
+static int gdr_level_of(int cls) {
+  if (cls < 0 || cls >= ZCC_PATH_NET) return 4;
+  if (cls <= ZCC_PATH_PIX) return 1;
+  return cls == ZCC_PATH_PHB ? 2 : 3;
+}
+
+/* The path class between this rank's GPU and the plug-in's NIC on the
+   graph (the plan's, else this host's), or -1 when the graph shows either
+   not. */
+static int gdr_nic_class(const struct zccComm *comm, const zcc_net_props_t *props) {
+  const zcc_topo_t *g = NULL;
+  int gpu = -1;
+  if (comm->planner && comm->planner->rank_node) {
+    g = comm->planner->g;
+    gpu = comm->planner->rank_node[comm->rank];
+  } else if (comm->topo) {
+    g = comm->topo;
+    for (int i = 0; i < g->nnodes && gpu < 0; i++)
+      if (g->nodes[i].kind == ZCC_TOPO_GPU &&
+          strcasecmp(g->nodes[i].bus, comm->peers[comm->rank].gpu_bus_id) == 0)
+        gpu = i;
+  }
+  if (!g || gpu < 0 || g->nodes[gpu].kind != ZCC_TOPO_GPU) return -1;
+  char name[ZCC_NET_NAME_BYTES];
+  snprintf(name, sizeof(name), "%s", props->name);
+  char *colon = strchr(name, ':');
+  if (colon) *colon = '\0';
+  for (int i = 0; i < g->nnodes; i++) {
+    const zcc_topo_node_t *n = &g->nodes[i];
+    if (n->kind != ZCC_TOPO_NIC || n->host != g->nodes[gpu].host || strcmp(n->model, name) != 0 ||
+        (props->port > 0 && n->dev != props->port))
+      continue;
+    const zcc_topo_path_t *pt = zcc_topo_path(g, gpu, i);
+    return pt && pt->bw > 0 ? pt->cls : -1;
+  }
+  return -1;
+}
+
+/*
+ * Does the NIC read and write this rank's FIFOs in device memory? Through a
+ * dmabuf handle where the plug-in, the GPU and ZCC_DMABUF_ENABLE allow it,
+ * else through nvidia-peermem; only as far from the GPU as
+ * ZCC_NET_GDR_LEVEL; and only where the GPU consumes the NIC's writes in
+ * order or can have them flushed. Said once per communicator at INFO.
+ */
+static zccResult_t gdr_decide(struct zccComm *comm, zcc_net_comm_t *nc, net_gpu_t *st) {
+  st->gdr_decided = 1;
+  const char *lv = zcc_param_net_gdr_level();
+  int level = gdr_level_parse(lv);
+  if (level < 0)
+    return zcc_error(zccInvalidArgument, "ZCC_NET_GDR_LEVEL=%s: expected LOC, PIX, PXB, PHB "
+                     "or SYS", lv);
+  zcc_net_props_t props;
+  ZCC_CHECK(nc->net->get_properties(nc->dev, &props));
+  zcc_cuda_gdr_t g;
+  zcc_cuda_gdr_info(comm->device, &g);
+  char why[200] = "";
+  int mode = 0, cls = gdr_nic_class(comm, &props);
+  int dmabuf = (props.ptr_support & ZCC_NET_PTR_DMABUF) && nc->net->reg_mr_dmabuf;
+  int peermem = (props.ptr_support & ZCC_NET_PTR_CUDA) != 0;
+  if (level == 0) {
+    snprintf(why, sizeof(why), "ZCC_NET_GDR_LEVEL=%s", lv);
+  } else if (!dmabuf && !peermem) {
+    snprintf(why, sizeof(why), "plug-in %s reaches host memory only on %s", nc->net->name,
+             props.name);
+  } else if (gdr_level_of(cls) > level) {
+    snprintf(why, sizeof(why), "NIC %s is %s from the GPU, beyond ZCC_NET_GDR_LEVEL=%s",
+             props.name, cls < 0 ? "not on the topology graph" : zcc_topo_class_name(cls), lv);
+  } else if (dmabuf && g.dmabuf && zcc_param_dmabuf_enable()) {
+    mode = ZCC_NET_PTR_DMABUF;
+  } else if (peermem && g.gdr) {
+    mode = ZCC_NET_PTR_CUDA;
+  } else {
+    snprintf(why, sizeof(why), "%s%s", !g.gdr && !g.dmabuf ? "the GPU supports neither "
+             "dmabuf nor GPUDirect RDMA" : "",
+             g.dmabuf && !zcc_param_dmabuf_enable() && !(peermem && g.gdr)
+                 ? "ZCC_DMABUF_ENABLE=0 and no nvidia-peermem" : "");
+    if (!why[0]) snprintf(why, sizeof(why), "the NIC's and the GPU's ways differ (plug-in: "
+                          "%s%s; GPU: %s%s)", dmabuf ? "dmabuf " : "", peermem ? "peermem" : "",
+                          g.dmabuf ? "dmabuf " : "", g.gdr ? "peermem" : "");
+  }
+  if (mode && g.ordering < 100) {
+    /* CU_GPU_DIRECT_RDMA_WRITES_ORDERING_OWNER: below it, landed writes are
+       flushed before the kernel is told */
+    void *ctx = (g.flush_options & 1) ? zcc_cuda_ctx_current() : NULL;
+    if (ctx) {
+      st->gdr_ctx = ctx;
+    } else {
+      mode = 0;
+      snprintf(why, sizeof(why), "the GPU neither orders the NIC's writes nor can flush them");
+    }
+  }
+  st->gdr = mode;
+  st->gdr_send = mode && zcc_param_net_gdr_read() != 0;
+  if (mode)
+    snprintf(st->gdr_text, sizeof(st->gdr_text), "GPUDirect RDMA through %s (NIC %s, %s from "
+             "the GPU; receive%s FIFOs in device memory%s)",
+             mode == ZCC_NET_PTR_DMABUF ? "dmabuf" : "nvidia-peermem", props.name,
+             cls < 0 ? "path unknown" : zcc_topo_class_name(cls),
+             st->gdr_send ? " and send" : "",
+             st->gdr_ctx ? ", flushed before the kernel reads" : "");
+  else
+    snprintf(st->gdr_text, sizeof(st->gdr_text), "FIFOs in pinned host memory (host staging: "
+             "%s)", why);
+  ZCC_INFO(NET, "comm %s rank %d: %s", comm->name, comm->rank, st->gdr_text);
+  return zccSuccess;
+}
+
 /* A new connection of this rank's (no plug-in side yet): a connector's
    flag page and FIFO pinned and mapped into the GPU, or a signature
    connection's message in plain host memory. */
@@ -230,6 +387,7 @@ static zccResult_t conn_add(struct zccComm *comm, net_gpu_t *st, int peer, uint3
                        "%s", comm->name, comm->rank, bytes, peer, why);
     }
     c->dev = dev;
+    c->data = c->host + FLAG_PAGE;
   }
   memcpy(c->handle, comm->peers[peer].net_handle, ZCC_NET_HANDLE_BYTES);
   st->conns[st->nconns++] = c;
@@ -246,12 +404,27 @@ static zccResult_t net_conn_bind(zcc_conn_t *conn, uint32_t key, int is_send, in
   if (nslots < 2 || nslots > MAX_SLOTS || slot_bytes == 0 || slot_bytes > (1u << 30))
     return zcc_error(zccInvalidArgument, "net: %d GPU connector slots of %zu bytes (2 to %d "
                      "slots, at most 1 GiB each)", nslots, slot_bytes, MAX_SLOTS);
+  if (!st->gdr_decided) ZCC_CHECK(gdr_decide(comm, nc, st));
+  int on_gpu = st->gdr && (!is_send || st->gdr_send);
+  size_t fifo = (size_t)nslots * slot_bytes;
   gconn_t *c = NULL;
-  ZCC_CHECK(conn_add(comm, st, conn->peer, key, is_send, 0,
-                     FLAG_PAGE + (size_t)nslots * slot_bytes, &c));
+  ZCC_CHECK(conn_add(comm, st, conn->peer, key, is_send, 0, FLAG_PAGE + (on_gpu ? 0 : fifo),
+                     &c));
   c->nslots = nslots;
   c->slot_bytes = slot_bytes;
-  out->fifo = c->dev + FLAG_PAGE;
+  if (on_gpu) {
+    /* whole 2 MiB pages: cuMemAlloc aligns them so, as a dmabuf handle needs */
+    size_t bytes = (fifo + ((size_t)2 << 20) - 1) & ~(((size_t)2 << 20) - 1);
+    void *p = NULL;
+    ZCC_CHECK(zcc_cuda_mem_alloc(&p, bytes));
+    c->gpu_fifo = p;
+    c->gpu_bytes = bytes;
+    if ((uintptr_t)p & 4095)
+      return zcc_error(zccInternalError, "net: device memory for a GPU connector at %p is not "
+                       "page-aligned", p);
+    c->data = p;
+  }
+  out->fifo = on_gpu ? c->gpu_fifo : c->dev + FLAG_PAGE;
   out->ready = (uint32_t *)(c->dev + OFF_READY);
   out->freed = (uint32_t *)(c->dev + OFF_FREED);
   out->sizes = is_send ? (uint32_t *)(c->dev + OFF_SIZES) : NULL;
@@ -277,6 +450,37 @@ static zccResult_t sig_conns_add(struct zccComm *comm, net_gpu_t *st) {
   }
   free(seen);
   return res;
+}
+
+/* A connector's memory registered on its plug-in connection: the flag page
+   with the slots, or (GPUDirect RDMA) the slots in device memory and, on a
+   send side, the flag page apart for the hello. */
+static zccResult_t conn_register(struct zccComm *comm, zcc_net_comm_t *nc, net_gpu_t *st,
+                                 gconn_t *c) {
+  if (!c->gpu_fifo) return nc->net->reg_mr(c->comm, c->host, c->bytes, ZCC_NET_PTR_HOST, &c->mh);
+  if (c->is_send) ZCC_CHECK(nc->net->reg_mr(c->comm, c->host, FLAG_PAGE, ZCC_NET_PTR_HOST, &c->fmh));
+  zccResult_t res;
+  if (st->gdr == ZCC_NET_PTR_CUDA) {
+    res = nc->net->reg_mr(c->comm, c->gpu_fifo, c->gpu_bytes, ZCC_NET_PTR_CUDA, &c->mh);
+  } else {
+    int fd = -1;
+    res = zcc_cuda_dmabuf_fd(c->gpu_fifo, c->gpu_bytes, &fd);
+    if (res == zccSuccess) {
+      res = nc->net->reg_mr_dmabuf(c->comm, c->gpu_fifo, c->gpu_bytes, ZCC_NET_PTR_DMABUF, 0, fd,
+                                   &c->mh);
+      close(fd);
+    }
+  }
+  if (res != zccSuccess) {
+    char why[400];
+    snprintf(why, sizeof(why), "%s", zcc_last_error());
+    return zcc_error(res, "comm %s rank %d: the %s FIFO %s rank %d in device memory cannot be "
+                     "registered with the NIC (%s): %s; ZCC_NET_GDR_LEVEL=LOC stages through "
+                     "host memory instead", comm->name, comm->rank,
+                     c->is_send ? "send" : "receive", c->is_send ? "to" : "from", c->peer,
+                     st->gdr == ZCC_NET_PTR_CUDA ? "nvidia-peermem" : "dmabuf", why);
+  }
+  return zccSuccess;
 }
 
 /* The connector a hello names (a receive side not yet connected), or NULL. */
@@ -342,7 +546,8 @@ static zccResult_t accept_pass(struct zccComm *comm, zcc_net_comm_t *nc, net_gpu
       free(p->hello);
       c->comm = p->comm;
       memset(p, 0, sizeof(*p));
-      ZCC_CHECK(nc->net->reg_mr(c->comm, c->host, c->bytes, ZCC_NET_PTR_HOST, &c->mh));
+      ZCC_CHECK(c->sig ? nc->net->reg_mr(c->comm, c->host, c->bytes, ZCC_NET_PTR_HOST, &c->mh)
+                       : conn_register(comm, nc, st, c));
     }
     st->pend[i] = st->pend[--st->npend];
     *moved = 1;
@@ -365,14 +570,15 @@ static zccResult_t connect_pass(struct zccComm *comm, zcc_net_comm_t *nc, net_gp
         *waiting = 1;
         continue;
       }
-      ZCC_CHECK(nc->net->reg_mr(c->comm, c->host, c->bytes, ZCC_NET_PTR_HOST, &c->mh));
+      ZCC_CHECK(c->sig ? nc->net->reg_mr(c->comm, c->host, c->bytes, ZCC_NET_PTR_HOST, &c->mh)
+                       : conn_register(comm, nc, st, c));
       ghello_t h = {GHELLO_MAGIC, comm->hash, comm->rank, c->peer, c->key, 0};
       memcpy(c->host + OFF_HELLO, &h, sizeof(h));
       *moved = 1;
     }
     if (c->hello == 0) {
-      ZCC_CHECK(nc->net->isend(c->comm, c->host + OFF_HELLO, sizeof(ghello_t), c->mh,
-                               &c->hello_req));
+      ZCC_CHECK(nc->net->isend(c->comm, c->host + OFF_HELLO, sizeof(ghello_t),
+                               c->fmh ? c->fmh : c->mh, &c->hello_req));
       if (c->hello_req) c->hello = 1, *moved = 1;
     }
     if (c->hello == 1) {
@@ -418,8 +624,8 @@ static zccResult_t drive_send(zcc_net_comm_t *nc, gconn_t *c, int *moved) {
       return zcc_error(zccInternalError, "net: a GPU connector slot says %u bytes, more than "
                        "its %zu", size, c->slot_bytes);
     void *req = NULL;
-    ZCC_CHECK(nc->net->isend(c->comm, c->host + FLAG_PAGE + (size_t)slot * c->slot_bytes,
-                             size, c->mh, &req));
+    ZCC_CHECK(nc->net->isend(c->comm, c->data + (size_t)slot * c->slot_bytes, size, c->mh,
+                             &req));
     if (!req) break;
     c->req[slot] = req;
     c->posted++;
@@ -437,20 +643,22 @@ static zccResult_t drive_send(zcc_net_comm_t *nc, gconn_t *c, int *moved) {
   return zccSuccess;
 }
 
-/* Keep a receive posted in every slot the kernel freed; publish what landed. */
-static zccResult_t drive_recv(zcc_net_comm_t *nc, gconn_t *c, int *moved) {
+/* Keep a receive posted in every slot the kernel freed; publish what landed
+   (flushed first where the GPU needs it: gdr_decide). */
+static zccResult_t drive_recv(zcc_net_comm_t *nc, net_gpu_t *st, gconn_t *c, int *moved) {
   uint32_t freed = __atomic_load_n(word(c, OFF_FREED), __ATOMIC_ACQUIRE);
   const uint32_t n = (uint32_t)c->nslots;
   while (c->posted - freed < n) {
     uint32_t slot = c->posted % n;
     void *req = NULL;
-    ZCC_CHECK(nc->net->irecv(c->comm, c->host + FLAG_PAGE + (size_t)slot * c->slot_bytes,
-                             c->slot_bytes, c->mh, &req));
+    ZCC_CHECK(nc->net->irecv(c->comm, c->data + (size_t)slot * c->slot_bytes, c->slot_bytes,
+                             c->mh, &req));
     if (!req) break;
     c->req[slot] = req;
     c->posted++;
     *moved = 1;
   }
+  uint32_t landed = c->done;
   while (c->done != c->posted) {
     int done = 0;
     size_t got = 0;
@@ -458,6 +666,9 @@ static zccResult_t drive_recv(zcc_net_comm_t *nc, gconn_t *c, int *moved) {
     if (!done) break;
     c->req[c->done % n] = NULL;
     c->done++;
+  }
+  if (c->done != landed) {
+    if (c->gpu_fifo && st->gdr_ctx) ZCC_CHECK(zcc_cuda_flush_gdr_writes(st->gdr_ctx));
     __atomic_store_n(word(c, OFF_READY), c->done, __ATOMIC_RELEASE);
     *moved = 1;
   }
@@ -566,7 +777,7 @@ static void *proxy_main(void *arg) {
       if (c->dead) continue;
       zccResult_t res = c->sig ? (c->is_send ? drive_sig_send(comm, nc, c, &moved)
                                              : drive_sig_recv(comm, nc, st, c, &moved))
-                      : c->is_send ? drive_send(nc, c, &moved) : drive_recv(nc, c, &moved);
+                      : c->is_send ? drive_send(nc, c, &moved) : drive_recv(nc, st, c, &moved);
       if (res != zccSuccess) {
         c->dead = 1;
         record_failure(comm, st, c);
@@ -630,10 +841,9 @@ static zccResult_t net_conn_start(struct zccComm *comm) {
   int nsig = 0;
   for (int i = 0; i < st->nconns; i++) nsig += st->conns[i]->sig;
   ZCC_INFO(NET, "comm %s rank %d: %d GPU connector(s) and %d signature connection(s) over "
-           "plug-in %s up in %.1f ms; proxy started; FIFOs in pinned host memory (host "
-           "staging: this version does not use GPUDirect RDMA)", comm->name, comm->rank,
-           st->nconns - nsig, nsig, nc->net->name,
-           (double)(zcc_now_ns() - t0) / 1e6);
+           "plug-in %s up in %.1f ms; proxy started; %s", comm->name, comm->rank,
+           st->nconns - nsig, nsig, nc->net->name, (double)(zcc_now_ns() - t0) / 1e6,
+           st->gdr_text);
   return zccSuccess;
 }
 
@@ -660,10 +870,12 @@ static void teardown(zcc_net_comm_t *nc, net_gpu_t *st) {
     gconn_t *c = st->conns[i];
     if (c->comm) {
       if (c->mh) nc->net->dereg_mr(c->comm, c->mh);
+      if (c->fmh) nc->net->dereg_mr(c->comm, c->fmh);
       if (c->is_send) nc->net->close_send(c->comm);
       else nc->net->close_recv(c->comm);
     }
     if (!c->sig) zcc_cuda_host_unregister(c->host);
+    if (c->gpu_fifo) zcc_cuda_mem_free(c->gpu_fifo);
     free(c->host);
     free(c);
   }

@@ -46,6 +46,10 @@ ZCC_PARAM_INT(ib_qps, "IB_QPS_PER_CONNECTION", 1,
 ZCC_PARAM_INT(ib_timeout, "IB_TIMEOUT", 18,
               "ib QP ack timeout exponent (4.096 us * 2^N)");
 ZCC_PARAM_INT(ib_retry_cnt, "IB_RETRY_CNT", 7, "ib QP transport retries");
+ZCC_PARAM_INT(ib_peermem, "IB_PEERMEM", -1,
+              "device memory registered with ibv_reg_mr (GPUDirect RDMA through "
+              "nvidia-peermem): -1 when the peer-memory module is loaded, 0 "
+              "never, 1 always (a module under another name)");
 ZCC_PARAM_INT(
     ib_split_bytes, "IB_SPLIT_BYTES", 65536,
     "smallest piece a message is split into across a connection's queue pairs");
@@ -74,6 +78,8 @@ static struct {
   struct ibv_pd *(*alloc_pd)(struct ibv_context *);
   int (*dealloc_pd)(struct ibv_pd *);
   struct ibv_mr *(*reg_mr)(struct ibv_pd *, void *, size_t, int);
+  struct ibv_mr *(*reg_dmabuf_mr)(struct ibv_pd *, uint64_t, size_t, uint64_t,
+                                  int, int);
   int (*dereg_mr)(struct ibv_mr *);
   struct ibv_cq *(*create_cq)(struct ibv_context *, int, void *,
                               struct ibv_comp_channel *, int);
@@ -90,7 +96,7 @@ static struct {
 typedef struct ib_mr_ent {
   uintptr_t start, end;
   struct ibv_mr *mr;
-  int refs;
+  int refs, type;
   struct ib_mr_ent *next;
 } ib_mr_ent_t;
 
@@ -99,6 +105,7 @@ typedef struct {
   struct ibv_context *ctx;
   struct ibv_pd *pd;
   int port, link_layer, gid_index, speed_mbps;
+  int dmabuf; /* ibv_reg_dmabuf_mr works on this device (probed at init) */
   union ibv_gid gid;
   uint16_t lid;
   enum ibv_mtu mtu;
@@ -235,6 +242,7 @@ static int ib_load(void) {
   IB_SYM(dealloc_pd, "ibv_dealloc_pd", 1);
   IB_SYM(reg_mr, "ibv_reg_mr", 1);
   IB_SYM(dereg_mr, "ibv_dereg_mr", 1);
+  IB_SYM(reg_dmabuf_mr, "ibv_reg_dmabuf_mr", 0);
   IB_SYM(create_cq, "ibv_create_cq", 1);
   IB_SYM(destroy_cq, "ibv_destroy_cq", 1);
   IB_SYM(create_qp, "ibv_create_qp", 1);
@@ -367,6 +375,33 @@ static int ib_speed_mbps(const struct ibv_port_attr *a) {
   return lane * width;
 }
 
+/*
+ * Does ibv_reg_dmabuf_mr work here? A registration with no file descriptor
+ * fails with EOPNOTSUPP (or EPROTONOSUPPORT) where the library or the
+ * kernel driver lacks dmabuf support, and with EBADF where it has it.
+ */
+static int ib_dmabuf_probe(struct ibv_pd *pd) {
+  if (!ibv.reg_dmabuf_mr)
+    return 0;
+  errno = 0;
+  struct ibv_mr *mr = ibv.reg_dmabuf_mr(pd, 0, 4096, 0, -1, 0);
+  if (mr) {
+    ibv.dereg_mr(mr);
+    return 1;
+  }
+  return errno != EOPNOTSUPP && errno != EPROTONOSUPPORT && errno != ENOSYS;
+}
+
+/* nvidia-peermem (or MOFED's nv_peer_mem): ibv_reg_mr takes device memory. */
+static int ib_peermem(void) {
+  int64_t v = zcc_param_ib_peermem();
+  if (v >= 0)
+    return v > 0;
+  return access("/sys/kernel/mm/memory_peers/nv_mem/version", F_OK) == 0 ||
+         access("/sys/module/nvidia_peermem", F_OK) == 0 ||
+         access("/sys/module/nv_peer_mem", F_OK) == 0;
+}
+
 static zccResult_t ib_init(void) {
   pthread_mutex_lock(&ib_init_lock);
   if (ib_inited) {
@@ -435,6 +470,7 @@ static zccResult_t ib_init(void) {
       }
       d->pd = pd;
       snprintf(d->name, sizeof(d->name), "%s:%d", name, port);
+      d->dmabuf = ib_dmabuf_probe(pd);
       pthread_mutex_init(&d->lock, NULL);
       /* asynchronous events are read without blocking, as comms poll */
       int fl = ctx->async_fd >= 0 ? fcntl(ctx->async_fd, F_GETFL) : -1;
@@ -442,9 +478,9 @@ static zccResult_t ib_init(void) {
                  fcntl(ctx->async_fd, F_SETFL, fl | O_NONBLOCK) == 0;
       char gs[INET6_ADDRSTRLEN] = "";
       inet_ntop(AF_INET6, d->gid.raw, gs, sizeof(gs));
-      ZCC_INFO(NET, "ib: device %d %s %s %d Mb/s gid %d %s", ib_ndevs, d->name,
-               pa.link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB",
-               d->speed_mbps, d->gid_index, gs);
+      ZCC_INFO(NET, "ib: device %d %s %s %d Mb/s gid %d %s, dmabuf %s", ib_ndevs,
+               d->name, pa.link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB",
+               d->speed_mbps, d->gid_index, gs, d->dmabuf ? "yes" : "no");
       ib_ndevs++;
       used = 1;
     }
@@ -479,8 +515,9 @@ static zccResult_t ib_get_properties(int dev, zcc_net_props_t *props) {
   snprintf(props->name, sizeof(props->name), "%s", d->name);
   props->speed_mbps = d->speed_mbps;
   props->port = d->port;
-  props->ptr_support =
-      ZCC_NET_PTR_HOST; /* GPUDirect (peermem, dmabuf): not yet */
+  props->ptr_support = ZCC_NET_PTR_HOST |
+                       (d->dmabuf ? ZCC_NET_PTR_DMABUF : 0) |
+                       (ib_peermem() ? ZCC_NET_PTR_CUDA : 0);
   props->max_requests = IB_DEPTH;
   props->max_message = (size_t)1 << 31;
   props->latency_us = 2;
@@ -958,50 +995,93 @@ static zccResult_t ib_accept(void *listen_comm, void **recv_comm) {
 /* ---- memory registration: a cache of page-aligned ranges, by reference ----
  */
 
-static zccResult_t ib_reg_mr(void *comm, void *data, size_t size, int type,
-                             void **mhandle) {
-  ib_comm_t *c = comm;
-  if (!c || !mhandle || (!data && size))
-    return zcc_error(zccInvalidArgument, "ib reg_mr: bad argument");
-  if (type != ZCC_NET_PTR_HOST)
-    return zcc_error(
-        zccInvalidArgument,
-        "ib reg_mr: memory type %d not supported (host memory only)", type);
+/*
+ * Host memory and peermem registrations are page-rounded; a dmabuf one is
+ * exactly the range asked (its file descriptor covers no more). A range
+ * inside a registered one of the same type reuses it.
+ */
+static zccResult_t ib_reg(ib_comm_t *c, void *data, size_t size, int type,
+                          uint64_t offset, int fd, void **mhandle) {
   ib_dev_t *d = c->dev;
-  uintptr_t start = (uintptr_t)data & ~(uintptr_t)4095;
-  uintptr_t end = ((uintptr_t)data + size + 4095) & ~(uintptr_t)4095;
-  if (end == start)
-    end = start + 4096;
+  uintptr_t start = (uintptr_t)data, end = start + size;
+  if (type != ZCC_NET_PTR_DMABUF) {
+    start &= ~(uintptr_t)4095;
+    end = (end + 4095) & ~(uintptr_t)4095;
+    if (end == start)
+      end = start + 4096;
+  }
   pthread_mutex_lock(&d->lock);
   for (ib_mr_ent_t *e = d->mrs; e; e = e->next)
-    if (e->start <= start && e->end >= end) {
+    if (e->type == type && e->start <= start && e->end >= end) {
       e->refs++;
       pthread_mutex_unlock(&d->lock);
       *mhandle = e;
       return zccSuccess;
     }
+  const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                     IBV_ACCESS_REMOTE_READ;
   ib_mr_ent_t *e = calloc(1, sizeof(*e));
-  struct ibv_mr *mr =
-      e ? ibv.reg_mr(d->pd, (void *)start, end - start,
-                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                         IBV_ACCESS_REMOTE_READ)
-        : NULL;
+  struct ibv_mr *mr = NULL;
+  if (e && type == ZCC_NET_PTR_DMABUF)
+    mr = ibv.reg_dmabuf_mr(d->pd, offset, end - start, (uint64_t)start, fd,
+                           access);
+  else if (e)
+    mr = ibv.reg_mr(d->pd, (void *)start, end - start, access);
   if (!mr) {
     int err = e ? errno : ENOMEM;
     pthread_mutex_unlock(&d->lock);
     free(e);
-    return zcc_error(zccSystemError,
-                     "ib %s: ibv_reg_mr of %zu bytes at %p failed: %s", d->name,
-                     size, data, strerror(err));
+    return zcc_error(zccSystemError, "ib %s: %s of %zu bytes of %s at %p failed: %s",
+                     d->name,
+                     type == ZCC_NET_PTR_DMABUF ? "ibv_reg_dmabuf_mr" : "ibv_reg_mr",
+                     size, type == ZCC_NET_PTR_HOST ? "host memory" : "device memory",
+                     data, strerror(err));
   }
-  e->start = start, e->end = end, e->mr = mr, e->refs = 1;
+  e->start = start, e->end = end, e->mr = mr, e->refs = 1, e->type = type;
   e->next = d->mrs;
   d->mrs = e;
   pthread_mutex_unlock(&d->lock);
-  ZCC_TRACE(NET, "ib %s: registered %zu bytes at %p", d->name,
-            (size_t)(end - start), (void *)start);
+  ZCC_TRACE(NET, "ib %s: registered %zu bytes of %s at %p", d->name,
+            (size_t)(end - start),
+            type == ZCC_NET_PTR_DMABUF ? "device memory (dmabuf)"
+            : type == ZCC_NET_PTR_CUDA ? "device memory (peermem)"
+                                       : "host memory",
+            (void *)start);
   *mhandle = e;
   return zccSuccess;
+}
+
+static zccResult_t ib_reg_mr(void *comm, void *data, size_t size, int type,
+                             void **mhandle) {
+  ib_comm_t *c = comm;
+  if (!c || !mhandle || (!data && size))
+    return zcc_error(zccInvalidArgument, "ib reg_mr: bad argument");
+  if (type == ZCC_NET_PTR_CUDA && !ib_peermem())
+    return zcc_error(zccInvalidArgument,
+                     "ib reg_mr: device memory needs nvidia-peermem, which is not "
+                     "loaded (ZCC_IB_PEERMEM=1 says it is)");
+  if (type != ZCC_NET_PTR_HOST && type != ZCC_NET_PTR_CUDA)
+    return zcc_error(zccInvalidArgument,
+                     "ib reg_mr: memory type %d is not host (%d) or peermem "
+                     "device memory (%d)", type, ZCC_NET_PTR_HOST, ZCC_NET_PTR_CUDA);
+  return ib_reg(c, data, size, type, 0, -1, mhandle);
+}
+
+static zccResult_t ib_reg_mr_dmabuf(void *comm, void *data, size_t size,
+                                    int type, uint64_t offset, int fd,
+                                    void **mhandle) {
+  ib_comm_t *c = comm;
+  if (!c || !mhandle || !data || !size || fd < 0)
+    return zcc_error(zccInvalidArgument, "ib reg_mr_dmabuf: bad argument");
+  if (type != ZCC_NET_PTR_DMABUF)
+    return zcc_error(zccInvalidArgument,
+                     "ib reg_mr_dmabuf: memory type %d is not dmabuf (%d)", type,
+                     ZCC_NET_PTR_DMABUF);
+  if (!c->dev->dmabuf)
+    return zcc_error(zccInvalidArgument,
+                     "ib %s: this device or libibverbs cannot register dmabuf "
+                     "memory", c->dev->name);
+  return ib_reg(c, data, size, type, offset, fd, mhandle);
 }
 
 static zccResult_t ib_dereg_mr(void *comm, void *mhandle) {
@@ -1385,6 +1465,7 @@ const zcc_net_ops_t zcc_net_ib_ops = {
     .connect = ib_connect,
     .accept = ib_accept,
     .reg_mr = ib_reg_mr,
+    .reg_mr_dmabuf = ib_reg_mr_dmabuf,
     .dereg_mr = ib_dereg_mr,
     .isend = ib_isend,
     .irecv = ib_irecv,

@@ -27,6 +27,17 @@
  * RETRY_EXC_ERR, as when the link drops)
  *   ZCC_FAKEVERBS_PORT_DOWN_RECV=N the port goes down as the Nth receive
  * completes (a side that only receives sees it too).
+ *
+ * GPU memory (GPUDirect RDMA): ibv_reg_dmabuf_mr takes a dmabuf file
+ * descriptor (checked to be one) and its iova is taken for the CUDA device
+ * address the range starts at (as zcc and NCCL register: the iova is the
+ * buffer's address); the requester reads and the responder writes such
+ * memory with copies on a stream of their own (libcuda, loaded when the
+ * first such MR is registered), so the data never passes through memory
+ * the application staged it in. ZCC_FAKEVERBS_DMABUF=0 makes the call fail
+ * with EOPNOTSUPP (a library or kernel without dmabuf), and
+ * ZCC_FAKEVERBS_PEERMEM=1 lets ibv_reg_mr take device memory, as with
+ * nvidia-peermem loaded (without it, device memory is EFAULT).
  * A port going down queues IBV_EVENT_PORT_ERR, a QP_ERROR fault
  * IBV_EVENT_QP_FATAL, on the contexts' async_fd (ibv_get_async_event).
  * The thread starts with the first QP: fork before creating QPs.
@@ -35,6 +46,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <dlfcn.h>
 #include <ifaddrs.h>
 #include <infiniband/verbs.h>
 #include <net/if.h>
@@ -84,6 +96,8 @@ typedef struct {
 typedef struct fv_mr {
   struct ibv_mr mr;
   int access;
+  void *cuctx;   /* device memory: its CUDA context; NULL: host memory */
+  void *custream; /* the copies' stream (made on first use) */
   struct fv_mr *next;
 } fv_mr_t;
 
@@ -99,6 +113,7 @@ typedef struct {
   uint32_t len, imm, rkey;
   uint64_t raddr;
   struct ibv_sge sge[FV_MAX_SGE];
+  fv_mr_t *sge_dev[FV_MAX_SGE]; /* the device MR of each entry, or NULL */
   char *inl;  /* IBV_SEND_INLINE: a copy */
   int inject; /* a status to complete with instead of sending (0: none) */
 } fv_swr_t;
@@ -137,6 +152,12 @@ typedef struct fv_qp {
   fv_hdr_t hdr;
   uint32_t pay_done;
   char bounce[256] __attribute__((aligned(8)));
+  fv_mr_t *land_dev;                 /* a write's device MR, or NULL */
+  fv_mr_t *rwr_dev[FV_MAX_SGE];      /* cur_rwr's device MRs, or NULL */
+  char *devb;                        /* device memory's bounce (FV_DEVB bytes) */
+  char *txb;                         /* the requester's: bytes of device memory */
+  uint64_t txb_wr;                   /* staged from this WR (sq index) */
+  size_t txb_lo, txb_hi;             /* payload offsets staged in txb */
   fv_rwr_t cur_rwr;
   int have_rwr;
   /* ACKs to write on in_fd */
@@ -178,6 +199,67 @@ static int fv_wake[2] = {-1, -1};
 static long env_long(const char *name, long def) {
   const char *v = getenv(name);
   return v && *v ? strtol(v, NULL, 0) : def;
+}
+
+/* ---- device memory: libcuda, loaded on first use ---- */
+
+#define FV_DEVB (256u << 10)
+static struct {
+  int tried, ok;
+  int (*init)(unsigned);
+  int (*ptr_attr)(void *, int, unsigned long long);
+  int (*ctx_set)(void *);
+  int (*stream_create)(void **, unsigned);
+  int (*stream_destroy)(void *);
+  int (*memcpy_async)(unsigned long long, unsigned long long, size_t, void *);
+  int (*stream_sync)(void *);
+} fv_cu;
+
+static int fv_cu_load(void) {
+  if (fv_cu.tried)
+    return fv_cu.ok;
+  fv_cu.tried = 1;
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib)
+    return 0;
+  *(void **)&fv_cu.init = dlsym(lib, "cuInit");
+  *(void **)&fv_cu.ptr_attr = dlsym(lib, "cuPointerGetAttribute");
+  *(void **)&fv_cu.ctx_set = dlsym(lib, "cuCtxSetCurrent");
+  *(void **)&fv_cu.stream_create = dlsym(lib, "cuStreamCreate");
+  *(void **)&fv_cu.stream_destroy = dlsym(lib, "cuStreamDestroy_v2");
+  *(void **)&fv_cu.memcpy_async = dlsym(lib, "cuMemcpyAsync");
+  *(void **)&fv_cu.stream_sync = dlsym(lib, "cuStreamSynchronize");
+  fv_cu.ok = fv_cu.init && fv_cu.ptr_attr && fv_cu.ctx_set && fv_cu.stream_create &&
+             fv_cu.stream_destroy && fv_cu.memcpy_async && fv_cu.stream_sync &&
+             fv_cu.init(0) == 0;
+  return fv_cu.ok;
+}
+
+/* The CUDA context of device memory [addr, addr+len), or NULL (host memory,
+   or no CUDA). */
+static void *fv_cu_ctx_of(uint64_t addr, size_t len) {
+  if (!len || !fv_cu_load())
+    return NULL;
+  unsigned type = 0, type_end = 0;
+  void *ctx = NULL;
+  /* CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2 (CU_MEMORYTYPE_DEVICE 2), _CONTEXT 1 */
+  if (fv_cu.ptr_attr(&type, 2, addr) != 0 || type != 2 ||
+      fv_cu.ptr_attr(&type_end, 2, addr + len - 1) != 0 || type_end != 2 ||
+      fv_cu.ptr_attr(&ctx, 1, addr) != 0)
+    return NULL;
+  return ctx;
+}
+
+/* The HCA's DMA to or from device memory of m: a copy on m's stream (one
+   that never waits for the application's kernels). 0, or -1. */
+static int fv_dev_copy(fv_mr_t *m, void *dst, const void *src, size_t n) {
+  if (fv_cu.ctx_set(m->cuctx) != 0)
+    return -1;
+  if (!m->custream && fv_cu.stream_create(&m->custream, 1 /* non-blocking */) != 0)
+    return -1;
+  if (fv_cu.memcpy_async((uintptr_t)dst, (uintptr_t)src, n, m->custream) != 0)
+    return -1;
+  return fv_cu.stream_sync(m->custream) == 0 ? 0 : -1;
 }
 
 static void fv_wakeup(void) {
@@ -515,9 +597,15 @@ FV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr,
     pthread_mutex_unlock(&fv_lock);
     return errno = ENOMEM, NULL;
   }
+  void *cuctx = NULL;
+  if (env_long("ZCC_FAKEVERBS_PEERMEM", 0) == 1 &&
+      (cuctx = fv_cu_ctx_of((uintptr_t)addr, length)) == NULL &&
+      fv_cu_ctx_of((uintptr_t)addr, 1))
+    return pthread_mutex_unlock(&fv_lock), errno = EFAULT, NULL; /* partly device */
   fv_mr_t *m = calloc(1, sizeof(*m));
   if (!m)
     return pthread_mutex_unlock(&fv_lock), errno = ENOMEM, NULL;
+  m->cuctx = cuctx;
   m->mr.context = pd->context;
   m->mr.pd = pd;
   m->mr.addr = addr;
@@ -536,13 +624,73 @@ FV_EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr,
   return ibv_reg_mr_iova2(pd, addr, length, (uintptr_t)addr, (unsigned)access);
 }
 
+/*
+ * A dmabuf MR: fd must be a dmabuf; [iova, iova + length) is the device
+ * memory it covers (offset is where that begins in the dmabuf: not needed,
+ * as the fake reaches the memory by its address).
+ */
+FV_EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,
+                                           size_t length, uint64_t iova, int fd,
+                                           int access) {
+  (void)offset;
+  if (env_long("ZCC_FAKEVERBS_DMABUF", 1) == 0)
+    return errno = EOPNOTSUPP, NULL;
+  if (fd < 0)
+    return errno = EBADF, NULL;
+  char link[64], path[256];
+  snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(link, path, sizeof(path) - 1);
+  if (n < 0)
+    return errno = EBADF, NULL;
+  path[n] = '\0';
+  if (!strstr(path, "dmabuf"))
+    return errno = EINVAL, NULL; /* not a dmabuf */
+  if (!pd || !length || (access & ~(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                    IBV_ACCESS_REMOTE_READ | IBV_ACCESS_RELAXED_ORDERING)))
+    return errno = EINVAL, NULL;
+  if ((access & IBV_ACCESS_REMOTE_WRITE) && !(access & IBV_ACCESS_LOCAL_WRITE))
+    return errno = EINVAL, NULL;
+  pthread_mutex_lock(&fv_lock);
+  long cnt = ++fv_reg_count, fail = env_long("ZCC_FAKEVERBS_FAIL_REG_MR", 0);
+  void *cuctx = fail > 0 && cnt >= fail ? NULL : fv_cu_ctx_of(iova, length);
+  if (!cuctx) {
+    pthread_mutex_unlock(&fv_lock);
+    return errno = fail > 0 && cnt >= fail ? ENOMEM : EFAULT, NULL;
+  }
+  fv_mr_t *m = calloc(1, sizeof(*m));
+  if (!m)
+    return pthread_mutex_unlock(&fv_lock), errno = ENOMEM, NULL;
+  m->cuctx = cuctx;
+  m->mr.context = pd->context;
+  m->mr.pd = pd;
+  m->mr.addr = (void *)(uintptr_t)iova;
+  m->mr.length = length;
+  m->mr.lkey = fv_new_key();
+  m->mr.rkey = fv_new_key() | 0x80000000u;
+  m->access = access;
+  m->next = fv_mrs;
+  fv_mrs = m;
+  pthread_mutex_unlock(&fv_lock);
+  return &m->mr;
+}
+
 FV_EXPORT int ibv_dereg_mr(struct ibv_mr *mr) {
   pthread_mutex_lock(&fv_lock);
   for (fv_mr_t **p = &fv_mrs; *p; p = &(*p)->next)
     if (&(*p)->mr == mr) {
       fv_mr_t *m = *p;
       *p = m->next;
+      /* a device MR's next copy is gone with it: clear the QPs' pointers */
+      for (fv_qp_t *q = fv_qps; q; q = q->next) {
+        if (q->land_dev == m)
+          q->land_dev = NULL;
+        for (int i = 0; i < FV_MAX_SGE; i++)
+          if (q->rwr_dev[i] == m)
+            q->rwr_dev[i] = NULL;
+      }
       pthread_mutex_unlock(&fv_lock);
+      if (m->custream)
+        fv_cu.stream_destroy(m->custream);
       free(m);
       return 0;
     }
@@ -762,6 +910,7 @@ FV_EXPORT int ibv_destroy_qp(struct ibv_qp *qp) {
         free(q->sq[i].inl);
       pthread_mutex_unlock(&fv_lock);
       fv_wakeup();
+      free(q->devb), free(q->txb);
       free(q->sq), free(q->rq), free(q);
       return 0;
     }
@@ -939,11 +1088,16 @@ static int fv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
     } else if (!w->inject) {
       /* the HCA checks the gather list: a bad lkey or bounds is a local
        * protection error */
-      for (int i = 0; i < wr->num_sge; i++)
-        if (w->sge[i].length &&
-            !fv_find_mr(q->qp.pd, w->sge[i].lkey, 0, w->sge[i].addr,
-                        w->sge[i].length, 0))
+      for (int i = 0; i < wr->num_sge; i++) {
+        fv_mr_t *m = w->sge[i].length
+                         ? fv_find_mr(q->qp.pd, w->sge[i].lkey, 0, w->sge[i].addr,
+                                      w->sge[i].length, 0)
+                         : NULL;
+        if (w->sge[i].length && !m)
           w->inject = IBV_WC_LOC_PROT_ERR;
+        else if (m && m->cuctx)
+          w->sge_dev[i] = m;
+      }
     }
     q->sq_tail++;
     if (q->qp.state == IBV_QPS_ERR) {
@@ -1068,12 +1222,27 @@ static int fv_requester(fv_qp_t *q) {
         if (w->inl) {
           src = w->inl + off, n = w->len - off;
         } else {
+          fv_mr_t *dev = NULL;
           for (int i = 0; i < w->nsge; base += w->sge[i].length, i++)
             if (off < base + w->sge[i].length) {
               src = (char *)(uintptr_t)w->sge[i].addr + (off - base);
               n = w->sge[i].length - (off - base);
+              dev = w->sge_dev[i];
               break;
             }
+          if (dev) { /* device memory: the HCA reads it a piece at a time */
+            if (q->txb_wr != q->sq_sent + 1 || off < q->txb_lo || off >= q->txb_hi) {
+              size_t k = n < FV_DEVB ? n : FV_DEVB;
+              if ((!q->txb && !(q->txb = malloc(FV_DEVB))) ||
+                  fv_dev_copy(dev, q->txb, src, k) != 0) {
+                fv_qp_error(q, IBV_WC_LOC_PROT_ERR);
+                return 1;
+              }
+              q->txb_wr = q->sq_sent + 1, q->txb_lo = off, q->txb_hi = off + k;
+            }
+            src = q->txb + (off - q->txb_lo);
+            n = q->txb_hi - off;
+          }
         }
         r = fv_io(q->out_fd, src, n, 1);
       }
@@ -1262,11 +1431,16 @@ static int fv_responder(fv_qp_t *q) {
         fv_resp_error(q, IBV_WC_REM_INV_REQ_ERR, 0);
         return 1;
       }
-      if ((h->op == OP_WRITE || h->op == OP_WRITE_IMM) && h->len &&
-          !fv_find_mr(q->qp.pd, h->rkey, 1, h->raddr, h->len,
-                      IBV_ACCESS_REMOTE_WRITE)) {
-        fv_resp_error(q, IBV_WC_REM_ACCESS_ERR, 0);
-        return 1;
+      q->land_dev = NULL;
+      if ((h->op == OP_WRITE || h->op == OP_WRITE_IMM) && h->len) {
+        fv_mr_t *m = fv_find_mr(q->qp.pd, h->rkey, 1, h->raddr, h->len,
+                                IBV_ACCESS_REMOTE_WRITE);
+        if (!m) {
+          fv_resp_error(q, IBV_WC_REM_ACCESS_ERR, 0);
+          return 1;
+        }
+        if (m->cuctx)
+          q->land_dev = m;
       }
       q->pay_done = 0;
       q->in_state = 2;
@@ -1280,11 +1454,14 @@ static int fv_responder(fv_qp_t *q) {
       uint64_t cap = 0;
       for (int i = 0; i < q->cur_rwr.nsge; i++) {
         struct ibv_sge *s = &q->cur_rwr.sge[i];
-        if (s->length && !fv_find_mr(q->qp.pd, s->lkey, 0, s->addr, s->length,
-                                     IBV_ACCESS_LOCAL_WRITE)) {
+        fv_mr_t *m = s->length ? fv_find_mr(q->qp.pd, s->lkey, 0, s->addr, s->length,
+                                            IBV_ACCESS_LOCAL_WRITE)
+                               : NULL;
+        if (s->length && !m) {
           fv_resp_error(q, IBV_WC_REM_OP_ERR, IBV_WC_LOC_PROT_ERR);
           return 1;
         }
+        q->rwr_dev[i] = m && m->cuctx ? m : NULL;
         cap += s->length;
       }
       if (cap < h->len) {
@@ -1296,6 +1473,7 @@ static int fv_responder(fv_qp_t *q) {
       while (q->pay_done < h->len) {
         char *dst = NULL;
         size_t n = 0;
+        fv_mr_t *dev = NULL;
         if (is_send) {
           size_t base = 0;
           for (int i = 0; i < q->cur_rwr.nsge;
@@ -1304,28 +1482,44 @@ static int fv_responder(fv_qp_t *q) {
               dst = (char *)(uintptr_t)q->cur_rwr.sge[i].addr +
                     (q->pay_done - base);
               n = q->cur_rwr.sge[i].length - (q->pay_done - base);
+              dev = q->rwr_dev[i];
               break;
             }
           if (n > h->len - q->pay_done)
             n = h->len - q->pay_done;
-        } else if (fv_small_write(h)) {
+        } else if (fv_small_write(h) && !q->land_dev) {
           dst = q->bounce + q->pay_done; /* landed below, a word at a time */
           n = h->len - q->pay_done;
         } else {
           dst = (char *)(uintptr_t)h->raddr + q->pay_done;
           n = h->len - q->pay_done;
+          dev = q->land_dev;
         }
-        ssize_t r = fv_io(q->in_fd, dst, n, 0);
+        char *to = dst;
+        if (dev) { /* device memory: through a bounce, then a copy */
+          if (!q->devb && !(q->devb = malloc(FV_DEVB))) {
+            fv_resp_error(q, IBV_WC_REM_OP_ERR, 0);
+            return 1;
+          }
+          to = q->devb;
+          if (n > FV_DEVB)
+            n = FV_DEVB;
+        }
+        ssize_t r = fv_io(q->in_fd, to, n, 0);
         if (r < 0) {
           fv_close(&q->in_fd);
           return 1;
         }
         if (r == 0)
           return moved;
+        if (dev && fv_dev_copy(dev, dst, q->devb, (size_t)r) != 0) {
+          fv_resp_error(q, IBV_WC_REM_ACCESS_ERR, 0);
+          return 1;
+        }
         moved = 1;
         q->pay_done += (uint32_t)r;
       }
-      if (!is_send && fv_small_write(h)) {
+      if (!is_send && fv_small_write(h) && !q->land_dev) {
         /*
          * Small aligned writes (a clear-to-send FIFO entry, a flag) land as
          * atomic words in address order, the last with release, as an HCA's

@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include <errno.h>
 
 #include <cmocka.h>
 
@@ -374,8 +376,45 @@ static void test_state_machine(void **state) {
   ibv_free_device_list(devs);
 }
 
+/* dmabuf registration checks its descriptor: none (EBADF, the answer that
+ * says the call is supported), one that is not a dmabuf (EINVAL), and no
+ * support at all when told so (EOPNOTSUPP); device memory through
+ * ibv_reg_mr needs peermem, and host memory is never taken for it. */
+static void test_dmabuf_checks(void **state) {
+  (void)state;
+  struct ibv_device **list = ibv_get_device_list(NULL);
+  struct ibv_context *ctx = ibv_open_device(list[0]);
+  struct ibv_pd *pd = ibv_alloc_pd(ctx);
+  int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+  errno = 0;
+  assert_null(ibv_reg_dmabuf_mr(pd, 0, 4096, 0, -1, acc));
+  assert_int_equal(errno, EBADF);
+  int p[2];
+  assert_int_equal(pipe(p), 0);
+  errno = 0;
+  assert_null(ibv_reg_dmabuf_mr(pd, 0, 4096, 0x10000, p[0], acc));
+  assert_int_equal(errno, EINVAL);
+  setenv("ZCC_FAKEVERBS_DMABUF", "0", 1);
+  errno = 0;
+  assert_null(ibv_reg_dmabuf_mr(pd, 0, 4096, 0, -1, acc));
+  assert_int_equal(errno, EOPNOTSUPP);
+  unsetenv("ZCC_FAKEVERBS_DMABUF");
+  /* with peermem on, host memory stays host memory */
+  setenv("ZCC_FAKEVERBS_PEERMEM", "1", 1);
+  static char buf[64];
+  struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), acc);
+  assert_non_null(mr);
+  assert_int_equal(ibv_dereg_mr(mr), 0);
+  unsetenv("ZCC_FAKEVERBS_PEERMEM");
+  close(p[0]), close(p[1]);
+  assert_int_equal(ibv_dealloc_pd(pd), 0);
+  ibv_close_device(ctx);
+  ibv_free_device_list(list);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_dmabuf_checks),
       cmocka_unit_test(test_write_imm_lands),
       cmocka_unit_test(test_bad_rkey),
       cmocka_unit_test(test_out_of_bounds),

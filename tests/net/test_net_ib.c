@@ -732,9 +732,13 @@ static int devices_child(int in_fd, int out_fd, void *arg) {
   zcc_net_props_t p;
   if (ib->get_properties(0, &p) != zccSuccess)
     return child_fail(52, "get_properties");
+  /* dmabuf unless the fake says it has none; peermem when told it is there */
+  const char *dmabuf = getenv("ZCC_FAKEVERBS_DMABUF"),
+             *peermem = getenv("ZCC_IB_PEERMEM");
+  int ptr = ZCC_NET_PTR_HOST | (dmabuf && !strcmp(dmabuf, "0") ? 0 : ZCC_NET_PTR_DMABUF) |
+            (peermem && !strcmp(peermem, "1") ? ZCC_NET_PTR_CUDA : 0);
   if (strncmp(p.name, "fakeverbs", 9) != 0 || !strstr(p.name, ":1") ||
-      p.speed_mbps != 200000 || p.ptr_support != ZCC_NET_PTR_HOST ||
-      p.port != 1)
+      p.speed_mbps != 200000 || p.ptr_support != ptr || p.port != 1)
     return child_fail(53, "properties: %s %d Mb/s ptr %d port %d", p.name,
                       p.speed_mbps, p.ptr_support, p.port);
   if (ib->get_properties(n, &p) != zccInvalidArgument)
@@ -769,6 +773,10 @@ static void test_devices(void **state) {
       run1("ZCC_FAKEVERBS_DEVICES=2", "ZCC_IB_HCA=fakeverbs1:2", 0), 0);
   assert_int_equal(run1("ZCC_IB_GID_INDEX=0", NULL, 1),
                    0); /* a v1 GID can be forced; the fake refuses it at RTR */
+  /* GPUDirect RDMA: dmabuf as probed, peermem as told */
+  assert_int_equal(run1("ZCC_FAKEVERBS_DMABUF=0", "ZCC_IB_PEERMEM=0", 1), 0);
+  assert_int_equal(run1("ZCC_IB_PEERMEM=1", NULL, 1), 0);
+  assert_int_equal(run1("ZCC_IB_PEERMEM=0", NULL, 1), 0);
 }
 
 /* The MR cache: a range inside a registration reuses it; the last dereg frees
@@ -799,6 +807,20 @@ static int mr_cache_child(int in_fd, int out_fd, void *arg) {
     return child_fail(64, "ranges inside a registration were registered again");
   if (ib->reg_mr(c, buf, 1, ZCC_NET_PTR_CUDA, &h4) != zccInvalidArgument)
     return child_fail(65, "CUDA memory accepted");
+  /* dmabuf: a descriptor that is not one is the library's error, named;
+     wrong types and no descriptor are refused before it */
+  int pfd[2];
+  if (pipe(pfd) != 0)
+    return child_fail(68, "pipe");
+  if (ib->reg_mr_dmabuf(c, buf, 4096, ZCC_NET_PTR_DMABUF, 0, pfd[0], &h4) != zccSystemError ||
+      !strstr(zcc_last_error(), "ibv_reg_dmabuf_mr") ||
+      !strstr(zcc_last_error(), strerror(EINVAL)))
+    return child_fail(69, "a pipe taken for a dmabuf (%s)", zcc_last_error());
+  if (ib->reg_mr_dmabuf(c, buf, 4096, ZCC_NET_PTR_HOST, 0, pfd[0], &h4) != zccInvalidArgument ||
+      ib->reg_mr_dmabuf(c, buf, 4096, ZCC_NET_PTR_DMABUF, 0, -1, &h4) != zccInvalidArgument ||
+      ib->reg_mr(c, buf, 4096, ZCC_NET_PTR_DMABUF, &h4) != zccInvalidArgument)
+    return child_fail(69, "a bad dmabuf registration accepted");
+  close(pfd[0]), close(pfd[1]);
   for (int i = 0; i < 3; i++)
     if (ib->dereg_mr(i == 2 ? rc : c, h1) != zccSuccess)
       return child_fail(66, "dereg %d", i);
