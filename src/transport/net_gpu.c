@@ -234,8 +234,10 @@ static void net_win_free(struct zccComm *comm) {
 /* ZCC_NET_GDR_LEVEL: 0 LOC, 1 PIX (PXB), 2 PHB, 3 SYS; -1 not a level. */
 static int gdr_level_parse(const char *v) {
   static const char *const names[] = {"LOC", "PIX", "PHB", "SYS"};
-  if (!v) return 1;
+  if (!v || !*v) return 1;
   if (strcasecmp(v, "PXB") == 0) return 1;
+  /* NCCL_NET_GDR_LEVEL's numbers: 0 LOC, 1 PIX, 2 PXB, 3 PHB, 4 SYS */
+  if (v[0] >= '0' && v[0] <= '4' && !v[1]) return (int[]){0, 1, 1, 2, 3}[v[0] - '0'];
   for (int i = 0; i < 4; i++)
     if (strcasecmp(v, names[i]) == 0) return i;
   return -1;
@@ -291,9 +293,10 @@ static zccResult_t gdr_decide(struct zccComm *comm, zcc_net_comm_t *nc, net_gpu_
   st->gdr_decided = 1;
   const char *lv = zcc_param_net_gdr_level();
   int level = gdr_level_parse(lv);
+  if (!lv || !*lv) lv = "PIX";
   if (level < 0)
     return zcc_error(zccInvalidArgument, "ZCC_NET_GDR_LEVEL=%s: expected LOC, PIX, PXB, PHB "
-                     "or SYS", lv);
+                     "or SYS (or 0 to 4)", lv);
   zcc_net_props_t props;
   ZCC_CHECK(nc->net->get_properties(nc->dev, &props));
   zcc_cuda_gdr_t g;

@@ -14,6 +14,19 @@
 #                   ranks' logs name net for the pair
 #   phase ib        the same (200 replays) with the ib plug-in on the fake
 #                   verbs provider (libzcc_fakeverbs.so beside libzcc)
+#   phase ib-gdr    GPUDirect RDMA on the fake verbs provider
+#                   (ZCC_NET_GDR_LEVEL=SYS: the fake's NIC is on no graph): the
+#                   FIFOs in device memory registered through dmabuf, which the
+#                   fake's "HCA" reads and writes with copies of its own; the
+#                   matrix with exact checks, graph replays and the mismatches;
+#                   then receive FIFOs only (ZCC_NET_GDR_READ=0), peermem
+#                   (ZCC_DMABUF_ENABLE=0 ZCC_IB_PEERMEM=1), the hierarchical
+#                   allreduce on 4 ranks; then each fallback to host staging
+#                   with its reason in the log (no dmabuf, the default level),
+#                   and a bad ZCC_NET_GDR_LEVEL refused at init
+#   phase ib-gdr-perf  allreduce across the namespaces over fake ib, host
+#                   staging (ZCC_NET_GDR_LEVEL=LOC) against GPUDirect RDMA
+#                   (SYS), 8 B..GPU_HOSTS_MAX (run it under MPS)
 #   phase mixed     4 ranks, 0 and 2 in A, 1 and 3 in B: pairs of one namespace
 #                   over p2p, pairs across over net (the connector kernels on
 #                   rings that cross between the namespaces); matrix, graphs
@@ -143,6 +156,14 @@ quad() {
   done
 }
 
+# logged NAME TEXT MIN: at least MIN lines of NAME.log hold TEXT
+logged() {
+  local k
+  k=$(grep -c -- "$2" "$OUT/$1.log")
+  if [ "$k" -ge "$3" ]; then pass; log "$1: $k line(s) say '$2'"
+  else fail "$1: $k line(s) say '$2', expected at least $3"; fi
+}
+
 MROUNDS=${GPU_HOSTS_MISMATCH_ROUNDS:-5}
 for phase in $PHASES; do
   case $phase in
@@ -160,6 +181,47 @@ for phase in $PHASES; do
     else
       log "ib: no $FV: skipped"
     fi ;;
+  ib-gdr)
+    if [ ! -e "$FV" ]; then log "ib-gdr: no $FV: skipped"; continue; fi
+    IBG=(ZCC_TIMEOUT=20000 ZCC_NET_PLUGIN=ib ZCC_IBV_LIBRARY="$FV" ZCC_NET_GDR_LEVEL=SYS)
+    gpu_colls ib-gdr ${GPU_HOSTS_TO:-600} "${IBG[@]}" -- --quick \
+      --only matrix,graphs,mismatch --replays 200 --mismatch-rounds $MROUNDS
+    logged ib-gdr "GPUDirect RDMA through dmabuf (NIC fakeverbs0:1, path unknown; receive and send FIFOs in device memory" 2
+    gpu_colls ib-gdr-recv ${GPU_HOSTS_TO:-600} "${IBG[@]}" ZCC_NET_GDR_READ=0 -- --quick --only matrix
+    logged ib-gdr-recv "GPUDirect RDMA through dmabuf (NIC fakeverbs0:1, path unknown; receive FIFOs in device memory" 2
+    gpu_colls ib-gdr-peermem ${GPU_HOSTS_TO:-600} "${IBG[@]}" ZCC_DMABUF_ENABLE=0 ZCC_IB_PEERMEM=1 \
+      ZCC_FAKEVERBS_PEERMEM=1 -- --quick --only matrix,graphs --replays 100
+    logged ib-gdr-peermem "GPUDirect RDMA through nvidia-peermem" 2
+    gpu_colls ib-gdr-hier ${GPU_HOSTS_TO:-600} "${IBG[@]}" ZCC_ALGO=hier ZCC_DEBUG_SUBSYS=INIT,NET,COLL \
+      -- --quick --only matrix,graphs --replays 100 --ranks 4
+    logged ib-gdr-hier "GPUDirect RDMA through dmabuf" 4
+    logged ib-gdr-hier "hier over connectors: reduce-scatter on the host's ring of 2" 1
+    # the fallbacks: host staging, each with its reason
+    gpu_colls ib-gdr-nodmabuf ${GPU_HOSTS_TO:-600} "${IBG[@]}" ZCC_FAKEVERBS_DMABUF=0 ZCC_IB_PEERMEM=0 \
+      -- --quick --only matrix --coll allreduce
+    logged ib-gdr-nodmabuf "host staging: plug-in ib reaches host memory only on fakeverbs0:1" 2
+    gpu_colls ib-gdr-level ${GPU_HOSTS_TO:-600} "${IBG[@]}" ZCC_NET_GDR_LEVEL= -- --quick --only matrix \
+      --coll allreduce
+    logged ib-gdr-level "host staging: NIC fakeverbs0:1 is not on the topology graph, beyond ZCC_NET_GDR_LEVEL=PIX" 2
+    timeout 120 env "${IBG[@]}" ZCC_NET_GDR_LEVEL=FAR "$TC" --ranks 2 --layout procs $NETNS --quick \
+      --only matrix --coll allreduce > "$OUT/ib-gdr-badlevel.log" 2>&1
+    rc=$?
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ]; then pass; else fail "ib-gdr-badlevel: exit $rc"; fi
+    logged ib-gdr-badlevel "ZCC_NET_GDR_LEVEL=FAR: expected LOC, PIX, PXB, PHB or SYS (or 0 to 4)" 1 ;;
+  ib-gdr-perf)
+    if [ ! -e "$FV" ]; then log "ib-gdr-perf: no $FV: skipped"; continue; fi
+    PERF_ARGS="-b 8 -e ${GPU_HOSTS_MAX:-64M} -f 4 -n ${GPU_HOSTS_ITERS:-20} -w 5 -c 1"
+    for g in LOC SYS LOC SYS; do
+      n=ib-gdr-perf-$g
+      [ -e "$OUT/$n.txt" ] && n=$n-2
+      pair "$n" ZCC_DEVICE=cuda ZCC_NET_PLUGIN=ib ZCC_IBV_LIBRARY="$FV" ZCC_NET_GDR_LEVEL=$g \
+        ZCC_TIMEOUT=60000 ZCC_DEBUG_SUBSYS=INIT,NET
+      wait_pid $PA 600
+      st=$?
+      wait_pid $PB 60
+      [ $st -eq 0 ] && pass || fail "$n: exit $st"
+      log "$n: $(grep -o 'comm [^ ]* rank 0: \(GPUDirect\|FIFOs in\)[^;]*' "$OUT/$n.txt" | head -1)"
+    done ;;
   mixed)
     gpu_colls mixed ${GPU_HOSTS_TO:-600} ZCC_TIMEOUT=20000 ZCC_NET_PLUGIN=socket -- --quick \
       --only matrix,graphs,mismatch --replays 100 --ranks 4 --mismatch-rounds $MROUNDS
