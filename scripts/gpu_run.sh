@@ -409,7 +409,9 @@ for phase in "$@"; do
     done
     ;;
   gnet)
-    # GNET_RUNS picks some of: path n2 n2-tree n3 n3-tree procs ib deadpeer san perf (default all);
+    # GNET_RUNS picks some of: path n2 n2-tree n3 n3-tree procs ib deadpeer san perf (default all),
+    # and ib-gdr san-gdr (GPUDirect RDMA on the fake verbs provider: 2 ranks as threads of one
+    # process, the FIFOs in device memory; and under compute-sanitizer);
     # GNET_TO is each run's limit in seconds (default 400)
     export ZCC_TIMEOUT=${ZCC_TIMEOUT:-20000}
     nv=(ZCC_P2P_DISABLE=1 ZCC_SHM_DISABLE=1 ZCC_NET_PLUGIN=socket)
@@ -432,6 +434,32 @@ for phase in "$@"; do
       ib) run gnet-ib $to env ZCC_P2P_DISABLE=1 ZCC_SHM_DISABLE=1 ZCC_NET_PLUGIN=ib \
             ZCC_IBV_LIBRARY="$carry/lib/libzcc_fakeverbs.so" "$bin/test_gpu_colls" --ranks 2 \
             --layout procs --quick --only matrix,graphs --replays 200 ;;
+      ib-gdr) run gnet-ib-gdr $to env ZCC_P2P_DISABLE=1 ZCC_SHM_DISABLE=1 ZCC_NET_PLUGIN=ib \
+            ZCC_IBV_LIBRARY="$carry/lib/libzcc_fakeverbs.so" ZCC_NET_GDR_LEVEL=SYS ZCC_DEBUG=INFO \
+            ZCC_DEBUG_SUBSYS=NET "$bin/test_gpu_colls" --ranks 2 --layout threads --quick \
+            --only matrix,graphs,errors,lifetime,abort --replays 200 ;;
+      san-gdr) # SAN_GDR: settings to run memcheck under, in turn (default: host staging on the
+           # same fake), then racecheck with GPUDirect RDMA. Memcheck with GPUDirect RDMA on the
+           # fake (SAN_GDR=ZCC_NET_GDR_READ=1 or =0) reports no error but does not finish: one
+           # of the fake's copies into device memory (its "DMA", a CUDA copy from its own
+           # thread) waited 20 s, until the timeout stopped the kernels, on 2026-12-05
+           # (docs/perf/net.md); a NIC's DMA is no CUDA call
+           for v in ${SAN_GDR:-ZCC_NET_GDR_LEVEL=LOC} racecheck; do
+             tool=memcheck; e=$v; [ "$v" = racecheck ] && tool=racecheck e=ZCC_NET_GDR_READ=1
+             run "gnet-san-gdr-$tool-${e//[^A-Za-z0-9]/_}" ${SANITIZE_TIMEOUT:-150} env \
+               ZCC_P2P_DISABLE=1 ZCC_SHM_DISABLE=1 ZCC_NET_PLUGIN=ib ZCC_NET_GDR_LEVEL=SYS "$e" \
+               ZCC_IBV_LIBRARY="$carry/lib/libzcc_fakeverbs.so" compute-sanitizer \
+               --tool $tool --error-exitcode 9 "$bin/test_gpu_colls" --ranks 2 --layout threads \
+               --quick --only matrix --coll allreduce,allgather,sendrecv_ring
+           done ;;
+      perf-gdr) # allreduce over fake ib, 2 ranks as threads of one process: host staging
+           # (ZCC_NET_GDR_LEVEL=LOC) against GPUDirect RDMA (SYS), in turn
+           for g in LOC SYS; do
+             run "gnet-perf-gdr-$g" 200 env ZCC_P2P_DISABLE=1 ZCC_SHM_DISABLE=1 ZCC_NET_PLUGIN=ib \
+               ZCC_IBV_LIBRARY="$carry/lib/libzcc_fakeverbs.so" ZCC_NET_GDR_LEVEL=$g \
+               "$bin/allreduce_perf" -b 8 -e ${GNET_GDR_MAX:-64M} -f 4 -g 2 --share-gpus 1 -w 5 \
+               -n 20 -c 1
+           done ;;
       deadpeer) run gnet-deadpeer 120 env "${nv[@]}" "$bin/test_gpu_colls" --ranks 2 \
             --layout procs --only deadpeer ;;
       san) for tool in memcheck racecheck; do

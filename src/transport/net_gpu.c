@@ -243,9 +243,9 @@ static int gdr_level_parse(const char *v) {
   return -1;
 }
 
-/* The level a path class needs (-1 unknown: only SYS allows it). */
+/* The level a path class needs (-1, unknown: SYS). */
 static int gdr_level_of(int cls) {
-  if (cls < 0 || cls >= ZCC_PATH_NET) return 4;
+  if (cls < 0 || cls >= ZCC_PATH_NET) return 3;
   if (cls <= ZCC_PATH_PIX) return 1;
   return cls == ZCC_PATH_PHB ? 2 : 3;
 }
@@ -311,8 +311,12 @@ static zccResult_t gdr_decide(struct zccComm *comm, zcc_net_comm_t *nc, net_gpu_
     snprintf(why, sizeof(why), "plug-in %s reaches host memory only on %s", nc->net->name,
              props.name);
   } else if (gdr_level_of(cls) > level) {
-    snprintf(why, sizeof(why), "NIC %s is %s from the GPU, beyond ZCC_NET_GDR_LEVEL=%s",
-             props.name, cls < 0 ? "not on the topology graph" : zcc_topo_class_name(cls), lv);
+    if (cls < 0)
+      snprintf(why, sizeof(why), "NIC %s is not on the topology graph, beyond "
+               "ZCC_NET_GDR_LEVEL=%s", props.name, lv);
+    else
+      snprintf(why, sizeof(why), "the path from the GPU to NIC %s is %s, beyond "
+               "ZCC_NET_GDR_LEVEL=%s", props.name, zcc_topo_class_name(cls), lv);
   } else if (dmabuf && g.dmabuf && zcc_param_dmabuf_enable()) {
     mode = ZCC_NET_PTR_DMABUF;
   } else if (peermem && g.gdr) {
@@ -340,16 +344,19 @@ static zccResult_t gdr_decide(struct zccComm *comm, zcc_net_comm_t *nc, net_gpu_
   st->gdr = mode;
   st->gdr_send = mode && zcc_param_net_gdr_read() != 0;
   if (mode)
-    snprintf(st->gdr_text, sizeof(st->gdr_text), "GPUDirect RDMA through %s (NIC %s, %s from "
-             "the GPU; receive%s FIFOs in device memory%s)",
+    snprintf(st->gdr_text, sizeof(st->gdr_text), "GPUDirect RDMA through %s (NIC %s, %s%s; "
+             "receive%s FIFOs in device memory%s)",
              mode == ZCC_NET_PTR_DMABUF ? "dmabuf" : "nvidia-peermem", props.name,
-             cls < 0 ? "path unknown" : zcc_topo_class_name(cls),
+             cls < 0 ? "not on the topology graph" : zcc_topo_class_name(cls),
+             cls < 0 ? "" : " from the GPU",
              st->gdr_send ? " and send" : "",
              st->gdr_ctx ? ", flushed before the kernel reads" : "");
   else
     snprintf(st->gdr_text, sizeof(st->gdr_text), "FIFOs in pinned host memory (host staging: "
              "%s)", why);
-  ZCC_INFO(NET, "comm %s rank %d: %s", comm->name, comm->rank, st->gdr_text);
+  ZCC_INFO(NET, "comm %s rank %d: %s [GPU %d: dmabuf %d, GPUDirect RDMA %d, writes ordering %d, "
+           "flush options %d; plug-in pointer support %d]", comm->name, comm->rank, st->gdr_text,
+           comm->device, g.dmabuf, g.gdr, g.ordering, g.flush_options, props.ptr_support);
   return zccSuccess;
 }
 
@@ -864,6 +871,9 @@ static zccResult_t net_gpu_check(zcc_conn_t *conn) {
 static void teardown(zcc_net_comm_t *nc, net_gpu_t *st) {
   if (st->released) return;
   st->released = 1;
+  /* the error that ended an init, if any, outlives the plug-in's complaints here */
+  char keep[1024];
+  snprintf(keep, sizeof(keep), "%s", zcc_last_error());
   if (st->proxy_started) {
     atomic_store(&st->stop, 1);
     pthread_join(st->proxy, NULL);
@@ -889,7 +899,7 @@ static void teardown(zcc_net_comm_t *nc, net_gpu_t *st) {
   free(st->pend);
   st->pend = NULL;
   st->npend = st->cappend = 0;
-  zcc_clear_last_error();
+  zcc_restore_last_error(keep);
 }
 
 static void net_gpu_free(zcc_conn_t *conn) {

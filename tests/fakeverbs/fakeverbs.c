@@ -209,6 +209,7 @@ static struct {
   int (*init)(unsigned);
   int (*ptr_attr)(void *, int, unsigned long long);
   int (*ctx_set)(void *);
+  int (*ctx_get)(void **);
   int (*stream_create)(void **, unsigned);
   int (*stream_destroy)(void *);
   int (*memcpy_async)(unsigned long long, unsigned long long, size_t, void *);
@@ -225,11 +226,13 @@ static int fv_cu_load(void) {
   *(void **)&fv_cu.init = dlsym(lib, "cuInit");
   *(void **)&fv_cu.ptr_attr = dlsym(lib, "cuPointerGetAttribute");
   *(void **)&fv_cu.ctx_set = dlsym(lib, "cuCtxSetCurrent");
+  *(void **)&fv_cu.ctx_get = dlsym(lib, "cuCtxGetCurrent");
   *(void **)&fv_cu.stream_create = dlsym(lib, "cuStreamCreate");
   *(void **)&fv_cu.stream_destroy = dlsym(lib, "cuStreamDestroy_v2");
   *(void **)&fv_cu.memcpy_async = dlsym(lib, "cuMemcpyAsync");
   *(void **)&fv_cu.stream_sync = dlsym(lib, "cuStreamSynchronize");
-  fv_cu.ok = fv_cu.init && fv_cu.ptr_attr && fv_cu.ctx_set && fv_cu.stream_create &&
+  fv_cu.ok = fv_cu.init && fv_cu.ptr_attr && fv_cu.ctx_set && fv_cu.ctx_get &&
+             fv_cu.stream_create &&
              fv_cu.stream_destroy && fv_cu.memcpy_async && fv_cu.stream_sync &&
              fv_cu.init(0) == 0;
   return fv_cu.ok;
@@ -252,14 +255,53 @@ static void *fv_cu_ctx_of(uint64_t addr, size_t len) {
 
 /* The HCA's DMA to or from device memory of m: a copy on m's stream (one
    that never waits for the application's kernels). 0, or -1. */
+static long fv_dev_copies;
+
 static int fv_dev_copy(fv_mr_t *m, void *dst, const void *src, size_t n) {
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   if (fv_cu.ctx_set(m->cuctx) != 0)
     return -1;
   if (!m->custream && fv_cu.stream_create(&m->custream, 1 /* non-blocking */) != 0)
     return -1;
   if (fv_cu.memcpy_async((uintptr_t)dst, (uintptr_t)src, n, m->custream) != 0)
     return -1;
-  return fv_cu.stream_sync(m->custream) == 0 ? 0 : -1;
+  int rc = fv_cu.stream_sync(m->custream) == 0 ? 0 : -1;
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+  /* ZCC_FAKEVERBS_TRACE=N: the first N device copies on stderr; a slow one always */
+  long trace = env_long("ZCC_FAKEVERBS_TRACE", 0);
+  int into = (uintptr_t)dst >= (uintptr_t)m->mr.addr &&
+             (uintptr_t)dst < (uintptr_t)m->mr.addr + m->mr.length;
+  if (++fv_dev_copies <= trace || ms > 500)
+    fprintf(stderr, "fakeverbs: pid %d device copy #%ld %s %zu bytes at %p: %s in %.3f ms\n",
+            (int)getpid(), fv_dev_copies, into ? "into" : "from", n,
+            into ? dst : (void *)src, rc ? "failed" : "done", ms);
+  return rc;
+}
+
+/*
+ * At registration, in the registering thread (before the application's
+ * kernels wait on what this MR will carry): the MR's stream, and one copy
+ * each way through pageable memory, as the progress thread will make them.
+ * A first copy of a kind can wait for the device to idle (the driver loads
+ * what it needs lazily), which would never come while kernels spin on the
+ * data it carries. 0, or -1.
+ */
+static int fv_dev_warm(fv_mr_t *m) {
+  void *prev = NULL;
+  if (fv_cu.ctx_get(&prev) != 0 || fv_cu.ctx_set(m->cuctx) != 0)
+    return -1;
+  char b[16];
+  uint64_t at = (uintptr_t)m->mr.addr;
+  int rc = fv_cu.stream_create(&m->custream, 1 /* non-blocking */) == 0 &&
+                   fv_cu.memcpy_async((uintptr_t)b, at, sizeof(b), m->custream) == 0 &&
+                   fv_cu.memcpy_async(at, (uintptr_t)b, sizeof(b), m->custream) == 0 &&
+                   fv_cu.stream_sync(m->custream) == 0
+               ? 0
+               : -1;
+  fv_cu.ctx_set(prev);
+  return rc;
 }
 
 static void fv_wakeup(void) {
@@ -613,6 +655,11 @@ FV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr,
   m->mr.lkey = fv_new_key();
   m->mr.rkey = fv_new_key() | 0x80000000u; /* never equal to an lkey */
   m->access = (int)access;
+  if (cuctx && fv_dev_warm(m) != 0) {
+    pthread_mutex_unlock(&fv_lock);
+    free(m);
+    return errno = EFAULT, NULL;
+  }
   m->next = fv_mrs;
   fv_mrs = m;
   pthread_mutex_unlock(&fv_lock);
@@ -668,6 +715,11 @@ FV_EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,
   m->mr.lkey = fv_new_key();
   m->mr.rkey = fv_new_key() | 0x80000000u;
   m->access = access;
+  if (fv_dev_warm(m) != 0) {
+    pthread_mutex_unlock(&fv_lock);
+    free(m);
+    return errno = EFAULT, NULL;
+  }
   m->next = fv_mrs;
   fv_mrs = m;
   pthread_mutex_unlock(&fv_lock);

@@ -186,9 +186,9 @@ for phase in $PHASES; do
     IBG=(ZCC_TIMEOUT=20000 ZCC_NET_PLUGIN=ib ZCC_IBV_LIBRARY="$FV" ZCC_NET_GDR_LEVEL=SYS)
     gpu_colls ib-gdr ${GPU_HOSTS_TO:-600} "${IBG[@]}" -- --quick \
       --only matrix,graphs,mismatch --replays 200 --mismatch-rounds $MROUNDS
-    logged ib-gdr "GPUDirect RDMA through dmabuf (NIC fakeverbs0:1, path unknown; receive and send FIFOs in device memory" 2
+    logged ib-gdr "GPUDirect RDMA through dmabuf (NIC fakeverbs0:1, not on the topology graph; receive and send FIFOs in device memory" 2
     gpu_colls ib-gdr-recv ${GPU_HOSTS_TO:-600} "${IBG[@]}" ZCC_NET_GDR_READ=0 -- --quick --only matrix
-    logged ib-gdr-recv "GPUDirect RDMA through dmabuf (NIC fakeverbs0:1, path unknown; receive FIFOs in device memory" 2
+    logged ib-gdr-recv "GPUDirect RDMA through dmabuf (NIC fakeverbs0:1, not on the topology graph; receive FIFOs in device memory" 2
     gpu_colls ib-gdr-peermem ${GPU_HOSTS_TO:-600} "${IBG[@]}" ZCC_DMABUF_ENABLE=0 ZCC_IB_PEERMEM=1 \
       ZCC_FAKEVERBS_PEERMEM=1 -- --quick --only matrix,graphs --replays 100
     logged ib-gdr-peermem "GPUDirect RDMA through nvidia-peermem" 2
@@ -215,7 +215,7 @@ for phase in $PHASES; do
       n=ib-gdr-perf-$g
       [ -e "$OUT/$n.txt" ] && n=$n-2
       pair "$n" ZCC_DEVICE=cuda ZCC_NET_PLUGIN=ib ZCC_IBV_LIBRARY="$FV" ZCC_NET_GDR_LEVEL=$g \
-        ZCC_TIMEOUT=60000 ZCC_DEBUG_SUBSYS=INIT,NET
+        ZCC_TIMEOUT=${GPU_HOSTS_TIMEOUT:-60000} ZCC_DEBUG_SUBSYS=INIT,NET
       wait_pid $PA 600
       st=$?
       wait_pid $PB 60
