@@ -180,8 +180,10 @@ static void print_decisions(const zcc_planner_t *p) {
     if (c.min_local == c.max_local && c.min_local > 1)
       printf("  hier (allreduce): a ring reduce-scatter among each host's %d GPUs, an allreduce\n"
              "  of each GPU's block over its rail (the GPU of its local index on each of the %d\n"
-             "  hosts, through the proxy), a ring all-gather among the host's GPUs\n",
-             c.min_local, p->nnodes);
+             "  hosts, through the proxy), a ring all-gather among the host's GPUs\n"
+             "  hier (all-gather): each GPU's block over its rail, then a ring all-gather among\n"
+             "  the host's GPUs of what each gathered (%d blocks a GPU)\n",
+             c.min_local, p->nnodes, p->nnodes);
   }
   if (zcc_planner_decisions(&c, print_line, NULL) != zccSuccess)
     printf("  %s\n", zcc_last_error());

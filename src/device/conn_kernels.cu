@@ -57,6 +57,10 @@ struct ConnParams {
   int coll;
   int ring;     // ZCC_DEV_RING_*
   size_t total; // reduce-scatter, all-gather: the whole buffer's bytes (0: blocks whole)
+  int by_rank;  // all-gather on a hierarchical ring, blocks by rank (device.h)
+  int nseg;     // blocks each position owns (by_rank on the local ring: one per host)
+  int hm, hl;   // ranks per host, this rank's index on its host
+  int hrank[ZCC_DEV_MAX_RANKS]; // the rank at index l of host h: [h * hm + l]
 };
 
 // A connector as one block uses it: its slot count in registers.
@@ -187,6 +191,13 @@ __device__ __noinline__ void step(const ConnParams &p, Side *rv, int nr, Side *s
 
 ZD_INLINE int modk(int x, int k) { return ((x % k) + k) % k; }
 
+// The rank whose block ring position i holds (segment sg of it on the local
+// ring with blocks by rank: the host's index).
+ZD_INLINE int blk_rank(const ConnParams &p, const zcc_dev_channel_t *ch, int i, int sg) {
+  if (p.by_rank) return p.ring == ZCC_DEV_RING_RAIL ? p.hrank[i * p.hm + p.hl] : p.hrank[sg * p.hm + i];
+  return p.ring ? i : ch->ring_rank[i];
+}
+
 // The bytes of block q's piece [off, off + n) that are there: all of them,
 // or where the buffer ends inside the last blocks (p.total), fewer or none.
 ZD_INLINE size_t blk_len(const ConnParams &p, int q, size_t off, size_t n) {
@@ -261,18 +272,27 @@ template <typename T, typename Op> ZD_INLINE void ring_kernel_body(const ConnPar
     break;
   }
   case ZCC_DEV_CONN_ALLGATHER: {
+    // Segment by segment (one, but on the local ring with blocks by rank),
+    // each a ring all-gather of its piece.
     const size_t B = p.unit;
-    const int inplace = p.in == p.out + (size_t)own * B;
+    const int own0 = p.by_rank ? blk_rank(p, ch, pos, 0) : own;
+    const int inplace = p.in == p.out + (size_t)own0 * B;
     for (size_t off = lo; off < hi; off += cs) {
       size_t n = hi - off < cs ? hi - off : cs;
-      step<T, Op>(p, &r, 0, &s, 1, p.in + off, inplace ? NULL : p.out + (size_t)own * B + off,
-                  blk_len(p, own, off, n), 0, &dead);
-      for (int st = 1; st <= k - 2; st++) {
-        int q = BLK(modk(pos - st, k));
-        step<T, Op>(p, &r, 1, &s, 1, NULL, p.out + (size_t)q * B + off, blk_len(p, q, off, n), 0, &dead);
+      for (int sg = 0; sg < p.nseg; sg++) {
+        const int me = p.by_rank ? blk_rank(p, ch, pos, sg) : own;
+        step<T, Op>(p, &r, 0, &s, 1, inplace ? p.out + (size_t)me * B + off : p.in + off,
+                    inplace ? NULL : p.out + (size_t)me * B + off, blk_len(p, me, off, n), 0,
+                    &dead);
+        for (int st = 1; st <= k - 2; st++) {
+          int q = blk_rank(p, ch, modk(pos - st, k), sg);
+          step<T, Op>(p, &r, 1, &s, 1, NULL, p.out + (size_t)q * B + off, blk_len(p, q, off, n), 0,
+                      &dead);
+        }
+        int q = blk_rank(p, ch, modk(pos - (k - 1), k), sg);
+        step<T, Op>(p, &r, 1, &s, 0, NULL, p.out + (size_t)q * B + off, blk_len(p, q, off, n), 0,
+                    &dead);
       }
-      int q = BLK(modk(pos - (k - 1), k));
-      step<T, Op>(p, &r, 1, &s, 0, NULL, p.out + (size_t)q * B + off, blk_len(p, q, off, n), 0, &dead);
     }
     break;
   }
@@ -540,6 +560,28 @@ int conn_prepare(const zcc_dev_conn_args_t *a, ConnParams *p) {
   }
   if (a->total && (a->coll == ZCC_DEV_CONN_ALLREDUCE || a->total > a->count * es * (size_t)ring_k))
     return cudaErrorInvalidValue;
+  // Blocks by rank: the all-gather on a hierarchical ring of groups that
+  // cover the ranks; on the local ring, in place (one block per host each).
+  p->by_rank = 0;
+  p->nseg = 1;
+  if (a->by_rank) {
+    if (a->ring == ZCC_DEV_RING_CHANNEL || a->coll != ZCC_DEV_CONN_ALLGATHER || a->total ||
+        h->hier_m < 2 || h->hier_h < 2 || h->hier_m * h->hier_h != h->nranks || h->hier_l < 0 ||
+        h->hier_l >= h->hier_m)
+      return cudaErrorInvalidValue;
+    for (int i = 0; i < h->nranks; i++) {
+      if (h->hier_rank[i] < 0 || h->hier_rank[i] >= h->nranks) return cudaErrorInvalidValue;
+      p->hrank[i] = h->hier_rank[i];
+    }
+    p->by_rank = 1;
+    p->hm = h->hier_m;
+    p->hl = h->hier_l;
+    if (a->ring == ZCC_DEV_RING_LOCAL) {
+      p->nseg = h->hier_h;
+      if ((const char *)a->input != (const char *)a->output + (size_t)p->hrank[p->hl] * a->count * es)
+        return cudaErrorInvalidValue;
+    }
+  }
   if (a->avg_div < 0) return cudaErrorInvalidValue;
   int reduces = a->coll != ZCC_DEV_CONN_ALLGATHER && a->coll != ZCC_DEV_CONN_BROADCAST;
   if (reduces && ((int)a->op < 0 || a->op >= zccNumOps)) return cudaErrorInvalidValue;

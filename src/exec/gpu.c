@@ -342,12 +342,47 @@ static zccResult_t conn_coll(struct zccComm *comm, const zcc_coll_args_t *x, cud
  * order, and copied around: every rank's output is bitwise identical. A
  * rail whose block is empty skips its allreduce (all of its ranks alike).
  */
+/*
+ * The hierarchical all-gather: each rank's block to the same index on
+ * every host (an all-gather on its rail, blocks by rank), then every host's
+ * ranks exchange what they gathered (an all-gather on the host's ring, one
+ * block per host and position, in place). No copy; the network carries
+ * each block to each other host once.
+ */
+static zccResult_t conn_hier_allgather(struct zccComm *comm, const zcc_coll_args_t *x,
+                                       cudaStream_t s, const char *fn) {
+  zcc_gpu_t *g = comm->gpu;
+  size_t es = zcc_type_size(x->type), bytes = x->count * es;
+  zcc_dev_conn_args_t a;
+  conn_args_base(g, x, &a);
+  a.coll = ZCC_DEV_CONN_ALLGATHER;
+  a.by_rank = 1;
+  a.count = x->count;
+  a.ring = ZCC_DEV_RING_RAIL;
+  a.input = x->sendbuf;
+  a.output = x->recvbuf;
+  int nrail = zcc_dev_conn_channels(&a);
+  a.stamp = zcc_gpu_stamp(g);
+  DEV(zcc_dev_conn_coll(&a, s));
+  a.ring = ZCC_DEV_RING_LOCAL;
+  a.input = (char *)x->recvbuf + (size_t)comm->ring_order[comm->hier_li] * bytes;
+  int nch = zcc_dev_conn_channels(&a);
+  a.stamp = zcc_gpu_stamp(g);
+  DEV(zcc_dev_conn_coll(&a, s));
+  ZCC_INFO(COLL, "%s %zu bytes a rank: hier over connectors: all-gather on the rail of %d hosts "
+           "(%d channel(s)), then on the host's ring of %d, %d block(s) a rank (%d "
+           "channel(s)), no copy", fn, bytes, comm->hier_h, nrail, comm->hier_m, comm->hier_h,
+           nch);
+  return zccSuccess;
+}
+
 static zccResult_t conn_hier(struct zccComm *comm, const zcc_coll_args_t *x, cudaStream_t s,
                              const char *fn) {
   zcc_gpu_t *g = comm->gpu;
-  if (!comm->hier_local)
+  if (!comm->hier_local || (x->coll != ZCC_COLL_ALLREDUCE && x->coll != ZCC_COLL_ALLGATHER))
     return zcc_error(zccInternalError, "%s: hier chosen on a communicator without "
-                     "hierarchical groups", fn);
+                     "hierarchical groups, or for a collective without it", fn);
+  if (x->coll == ZCC_COLL_ALLGATHER) return conn_hier_allgather(comm, x, s, fn);
   size_t es = zcc_type_size(x->type), bytes = x->count * es;
   size_t m = (size_t)comm->hier_m, li = (size_t)comm->hier_li;
   size_t per = (x->count + m - 1) / m * es;
@@ -792,6 +827,7 @@ static zccResult_t dispatch(struct zccComm *comm, const zcc_coll_args_t *x, cuda
     zcc_trace_predicted(comm, comm->gpu->op_id, ch.time_us);
     if (ch.algo == ZCC_ALGO_RING)
       return x->scale ? conn_premul(comm, x, s, fn) : conn_coll(comm, x, s, 0, fn);
+    if (ch.algo == ZCC_ALGO_HIER && comm->gpu->nranks > 1) return conn_hier(comm, x, s, fn);
   }
   if (x->coll == ZCC_COLL_ALLTOALL && comm->gpu->p2p_conn && comm->gpu->nranks > 1)
     return alltoall_conn(comm, x, s, fn);

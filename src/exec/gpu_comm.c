@@ -671,6 +671,13 @@ static zccResult_t conns_bind(struct zccComm *comm, zcc_gpu_t *g) {
                                comm->hier_hi));
     }
   }
+  /* the groups' ranks, host by host (comm_hier took them from ring_order) */
+  if (comm->hier_local && comm->hier_m * comm->hier_h == n && n <= ZCC_DEV_MAX_RANKS) {
+    t->hier_m = comm->hier_m;
+    t->hier_h = comm->hier_h;
+    t->hier_l = comm->hier_li;
+    for (int i = 0; i < n; i++) t->hier_rank[i] = comm->ring_order[i];
+  }
   /* Per peer q: my sends store into q's FIFO from me; q's into mine from q. */
   for (int q = 0; q < n; q++) {
     if (q == me) continue;

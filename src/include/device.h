@@ -427,6 +427,11 @@ typedef struct zcc_dev_conns {
   zcc_dev_channel_t ch[ZCC_DEV_MAX_CHANNELS];
   zcc_dev_conn_t peer_send[ZCC_DEV_MAX_RANKS]; /* to rank r (fifo NULL for self) */
   zcc_dev_conn_t peer_recv[ZCC_DEV_MAX_RANKS]; /* from rank r */
+  /* The hierarchical groups (hier_m 0: none): hier_rank[h * hier_m + l] is
+     the rank at index l of host h's ring, which is also index h of rail
+     l's; hier_l is this rank's index on its host. */
+  int hier_m, hier_h, hier_l;
+  int hier_rank[ZCC_DEV_MAX_RANKS];
 } zcc_dev_conns_t;
 
 typedef enum {
@@ -477,10 +482,16 @@ typedef struct zcc_dev_conn_args {
    * buffer, where the last blocks are short (a block's bytes past it are
    * not there; 0: every block whole). avg_div: zccAvg's divisor (0: the
    * ring's ranks).
+   * by_rank (all-gather on those rings; the hierarchical all-gather): the
+   * blocks are the ranks' as in zcc.h, of count elements each: on the rail
+   * ring the block of each member's rank; on the local ring each position
+   * owns one block per host (the rank at its index there: hier_rank),
+   * gathered in place (input = output + the own block on host 0).
    */
   int ring;
   size_t total;
   int avg_div;
+  int by_rank;
 } zcc_dev_conn_args_t;
 int zcc_dev_conn_coll(const zcc_dev_conn_args_t *args, struct CUstream_st *stream);
 /* Channels a launch would use (the same rule every rank applies); -1: bad arguments. */

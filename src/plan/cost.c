@@ -800,6 +800,29 @@ double zcc_select_predict(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t
  * puts the crossover between them (64 KiB).
  */
 #define GPU_NET_PHASE_US 10.0
+/*
+ * The hierarchical all-gather (conn_hier_allgather), two launches: each
+ * rank's block over its rail, H - 1 network hops, the host's rails moving
+ * (H - 1) / H S over its link together; then the host's ring, H blocks a
+ * position, (m - 1) H steps inside the host and (m - 1) / m S. S: the whole
+ * output, as nccl-tests count it. A step of the host's ring is an NVLink
+ * crossing (GPU_LL_ALPHA), but GPU_NET_SHARED_STEP_US where the host's
+ * ranks share GPUs: fitted to the one measurement there is (2 + 2 ranks in
+ * two namespaces on one H100 under MPS, docs/perf/net.md, 2026-12-05
+ * (evening): hier 1.05-1.3x the ring's time to 512 KiB, 1.4-1.5x faster
+ * from 2 MiB); 17.5 us puts the crossover between them (about 700 KB).
+ * Each step there waits on another process's kernel on the same GPU; not
+ * broken down further.
+ */
+#define GPU_NET_SHARED_STEP_US 17.5
+static double gpu_net_hier_allgather(const zcc_select_ctx_t *c, double S) {
+  double m = c->max_local > 1 ? c->max_local : 2, H = c->nnodes;
+  double step = c->gpu_share > 1 ? GPU_NET_SHARED_STEP_US : GPU_LL_ALPHA;
+  return GPU_NET_PHASE_US + (m - 1) * H * step +
+         (m - 1) / m * S / (GPU_PUSH_BW * 1e3) +
+         (H - 1) * TCP_RING_ALPHA + (H - 1) / H * S / (TCP_RING_BW * 1e3);
+}
+
 static double gpu_net_hier(const zcc_select_ctx_t *c, double S) {
   double m = c->max_local > 1 ? c->max_local : 2, H = c->nnodes;
   return 2 * GPU_NET_PHASE_US + 2 * (m - 1) * GPU_LL_ALPHA +
@@ -819,7 +842,8 @@ static double gpu_net_hier(const zcc_select_ctx_t *c, double S) {
 static double gpu_net(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,
                       size_t bytes) {
   double k = c->nranks, S = (double)bytes, a = TCP_RING_ALPHA, bw = TCP_RING_BW * 1e3;
-  if (algo == ZCC_ALGO_HIER) return gpu_net_hier(c, S);
+  if (algo == ZCC_ALGO_HIER)
+    return coll == ZCC_COLL_ALLGATHER ? gpu_net_hier_allgather(c, S) : gpu_net_hier(c, S);
   switch (coll) {
   case ZCC_COLL_ALLREDUCE:
     return 2 * (k - 1) * (algo == ZCC_ALGO_TREE ? 1.5 : 1) * a + 2 * (k - 1) / k * S / bw;

@@ -31,18 +31,19 @@
 #                   over p2p, pairs across over net (the connector kernels on
 #                   rings that cross between the namespaces); matrix, graphs
 #                   and the mismatches (rank 0 against the other three)
-#   phase hier      the hierarchical allreduce (ZCC_ALGO=hier; the other
-#                   collectives run the model's choice): 4 ranks as in mixed
+#   phase hier      the hierarchical allreduce and all-gather (ZCC_ALGO=hier;
+#                   the other collectives run the model's choice): 4 ranks as in mixed
 #                   and 6 (3 in each namespace: blocks of unequal sizes), the
 #                   matrix with exact checks, graph replays and the
-#                   mismatches; every rank's log names hier for allreduce.
+#                   mismatches; the logs name hier for allreduce and all-gather.
 #                   Then 3 ranks (2 and 1): hier refused at the call with
 #                   its reason on every rank, nothing hangs
 #                   (GPU_HOSTS_HIER_RANKS: the even layouts' rank counts)
 #   phase hier-perf four allreduce_perf processes, 0 and 1 in A, 2 and 3 in
 #                   B (--share-gpus 1), 8 B..GPU_HOSTS_MAX, with
 #                   ZCC_ALGO=ring, hier and the model's choice in turn (run
-#                   it under MPS: gpu_run.sh gnet-ns-mps)
+#                   it under MPS: gpu_run.sh gnet-ns-mps); then the same for
+#                   each other tool in GPU_HOSTS_HIER_TOOLS (allgather_perf)
 #   phase mismatch  the mismatches alone, GPU_HOSTS_MISMATCH_ROUNDS rounds (every
 #                   phase with mismatches runs that many, default 5): every
 #                   rank's error names both calls and its output stays
@@ -150,7 +151,7 @@ quad() {
     ip netns exec "$ns" env LD_LIBRARY_PATH="$LDP" WORLD_SIZE=4 RANK=$r LOCAL_RANK=$((r % 2)) \
       LOCAL_WORLD_SIZE=2 MASTER_ADDR=$IPA MASTER_PORT=$port ZCC_COMM_SECRET=$secret \
       ZCC_SOCKET_IFNAME="=$v" ZCC_DEBUG=INFO ZCC_DEBUG_SUBSYS=INIT,TUNING "$@" \
-      "$BIN/allreduce_perf" $PERF_ARGS > "$out" 2>&1 &
+      "$BIN/${QUAD_TOOL:-allreduce_perf}" $PERF_ARGS > "$out" 2>&1 &
     QPIDS+=($!)
     PIDS+=($!)
   done
@@ -235,6 +236,9 @@ for phase in $PHASES; do
         "$OUT/hier-n$n.log")
       if [ "$k" -gt 0 ]; then pass; log "hier-n$n: $k allreduce(s) logged hier"
       else fail "hier-n$n: no allreduce logged hier over connectors"; fi
+      k=$(grep -c "hier over connectors: all-gather on the rail of 2 hosts" "$OUT/hier-n$n.log")
+      if [ "$k" -gt 0 ]; then pass; log "hier-n$n: $k all-gather(s) logged hier"
+      else fail "hier-n$n: no all-gather logged hier over connectors"; fi
     done
     # 2 ranks in one namespace, 1 in the other: refused, with the reason, on every rank
     t0=$(date +%s)
@@ -251,14 +255,19 @@ for phase in $PHASES; do
   hier-perf)
     max=${GPU_HOSTS_MAX:-256M}
     PERF_ARGS="-b 8 -e $max -f 4 -n ${GPU_HOSTS_ITERS:-20} -w 5 -c 1 --share-gpus 1"
-    for a in ring hier default; do
-      v=ZCC_ALGO=$a
-      [ $a = default ] && v=ZCC_ALGO=
-      quad "hier-perf-$a" ZCC_DEVICE=cuda ZCC_NET_PLUGIN=socket ZCC_TIMEOUT=60000 $v
-      st=0
-      for p in "${QPIDS[@]}"; do wait_pid "$p" 600 || st=$?; done
-      [ $st -eq 0 ] && pass || fail "hier-perf-$a: exit $st"
-    done ;;
+    for QUAD_TOOL in ${GPU_HOSTS_HIER_TOOLS:-allreduce_perf}; do
+      t=${QUAD_TOOL%_perf}
+      [ "$t" = allreduce ] && t= || t=-$t
+      for a in ring hier default; do
+        v=ZCC_ALGO=$a
+        [ $a = default ] && v=ZCC_ALGO=
+        quad "hier-perf$t-$a" ZCC_DEVICE=cuda ZCC_NET_PLUGIN=socket ZCC_TIMEOUT=60000 $v
+        st=0
+        for p in "${QPIDS[@]}"; do wait_pid "$p" 600 || st=$?; done
+        [ $st -eq 0 ] && pass || fail "hier-perf$t-$a: exit $st"
+      done
+    done
+    QUAD_TOOL= ;;
   kill)
     gpu_colls kill 120 ZCC_NET_PLUGIN=socket -- --only deadpeer ;;
   linkdown)

@@ -268,7 +268,8 @@ static void test_model_latency_vs_bandwidth(void **s) {
   assert_int_equal(two.conn_only, 1);
   assert_int_equal(two.link_class, ZCC_PATH_NET);
   /* 8 GPUs on each host: the hierarchical allreduce (2 network hops, not
-     30; its m rails share the host's link), at every size; the others ring */
+     30; its m rails share the host's link) and all-gather (1 hop, not 15),
+     at every size; the others ring */
   zcc_choice_t ch;
   assert_int_equal(two.min_local, 8);
   assert_int_equal(two.max_local, 8);
@@ -277,7 +278,13 @@ static void test_model_latency_vs_bandwidth(void **s) {
   assert_int_equal(zcc_select(&two, ZCC_COLL_ALLREDUCE, 8, 1, &ch), zccSuccess);
   assert_int_equal(ch.algo, ZCC_ALGO_HIER);
   assert_int_equal(zcc_select(&two, ZCC_COLL_ALLGATHER, (size_t)1 << 30, 1, &ch), zccSuccess);
+  assert_int_equal(ch.algo, ZCC_ALGO_HIER);
+  assert_int_equal(zcc_select(&two, ZCC_COLL_ALLGATHER, 8, 1, &ch), zccSuccess);
+  assert_int_equal(ch.algo, ZCC_ALGO_HIER);
+  assert_int_equal(zcc_select(&two, ZCC_COLL_REDUCESCATTER, (size_t)1 << 30, 1, &ch), zccSuccess);
   assert_int_equal(ch.algo, ZCC_ALGO_RING);
+  assert_int_equal(zcc_select_can_run(&two, ZCC_COLL_BROADCAST, ZCC_ALGO_HIER, ZCC_PROTO_SIMPLE,
+                                      8, NULL, 0), 0);
   /* 2 GPU ranks on each of 2 hosts: the ring to 32 KiB (its 6 steps
      against hier's 4 and two more launches), hier from 128 KiB (measured
      crossover between them: docs/perf/net.md, 2026-12-05) */
@@ -291,6 +298,17 @@ static void test_model_latency_vs_bandwidth(void **s) {
   assert_int_equal(zcc_select(&g2x2, ZCC_COLL_ALLREDUCE, 128 << 10, 1, &ch), zccSuccess);
   assert_int_equal(ch.algo, ZCC_ALGO_HIER);
   assert_int_equal(zcc_select(&g2x2, ZCC_COLL_ALLREDUCE, 64 << 20, 1, &ch), zccSuccess);
+  assert_int_equal(ch.algo, ZCC_ALGO_HIER);
+  /* and the all-gather, where each host's 2 ranks share a GPU (as
+     measured: docs/perf/net.md, 2026-12-05, evening): its 3 ring steps
+     against hier's 1 network and 2 local ones and a launch more, the ring
+     to 512 KiB, hier from 2 MiB */
+  g2x2.gpu_share = 2;
+  assert_int_equal(zcc_select(&g2x2, ZCC_COLL_ALLGATHER, 8, 1, &ch), zccSuccess);
+  assert_int_equal(ch.algo, ZCC_ALGO_RING);
+  assert_int_equal(zcc_select(&g2x2, ZCC_COLL_ALLGATHER, 512 << 10, 1, &ch), zccSuccess);
+  assert_int_equal(ch.algo, ZCC_ALGO_RING);
+  assert_int_equal(zcc_select(&g2x2, ZCC_COLL_ALLGATHER, 2 << 20, 1, &ch), zccSuccess);
   assert_int_equal(ch.algo, ZCC_ALGO_HIER);
   /* GPU ranks of one host reaching each other through the net transport
      only (ZCC_P2P_DISABLE=1 ZCC_SHM_DISABLE=1: conn_only on one host): no
