@@ -182,7 +182,8 @@ static void print_decisions(const zcc_planner_t *p) {
              "  of each GPU's block over its rail (the GPU of its local index on each of the %d\n"
              "  hosts, through the proxy), a ring all-gather among the host's GPUs\n"
              "  hier (all-gather): each GPU's block over its rail, then a ring all-gather among\n"
-             "  the host's GPUs of what each gathered (%d blocks a GPU)\n",
+             "  the host's GPUs of what each gathered (%d blocks a GPU); reduce-scatter the\n"
+             "  mirror (the host's ring first, into the staging buffer, then the rail)\n",
              c.min_local, p->nnodes, p->nnodes);
   }
   if (zcc_planner_decisions(&c, print_line, NULL) != zccSuccess)

@@ -57,7 +57,8 @@ struct ConnParams {
   int coll;
   int ring;     // ZCC_DEV_RING_*
   size_t total; // reduce-scatter, all-gather: the whole buffer's bytes (0: blocks whole)
-  int by_rank;  // all-gather on a hierarchical ring, blocks by rank (device.h)
+  int by_rank;  // on a hierarchical ring, blocks by rank (device.h)
+  size_t bstride; // bytes between consecutive blocks of the input (reduce-scatter) or output
   int nseg;     // blocks each position owns (by_rank on the local ring: one per host)
   int hm, hl;   // ranks per host, this rank's index on its host
   int hrank[ZCC_DEV_MAX_RANKS]; // the rank at index l of host h: [h * hm + l]
@@ -220,7 +221,6 @@ template <typename T, typename Op> ZD_INLINE void ring_kernel_body(const ConnPar
   bool dead = false;
   const int k = p.k, pos = sub ? ch->sub_pos[sub - 1] : ch->ring_pos;
   const int own = sub ? pos : p.rank;
-#define BLK(i) (sub ? (i) : ch->ring_rank[(i)])
   size_t lo, hi;
   slice_of(p, blockIdx.x, &lo, &hi);
   const size_t cs = p.slot;
@@ -257,24 +257,31 @@ template <typename T, typename Op> ZD_INLINE void ring_kernel_body(const ConnPar
     }
     break;
   case ZCC_DEV_CONN_REDUCESCATTER: {
-    const size_t B = p.unit;
+    // Segment by segment (one, but on the local ring with blocks by rank:
+    // one a host, each summed into its own output block).
+    const size_t B = p.bstride;
     for (size_t off = lo; off < hi; off += cs) {
       size_t n = hi - off < cs ? hi - off : cs;
-      int q = BLK(modk(pos - 1, k));
-      step<T, Op>(p, &r, 0, &s, 1, p.in + (size_t)q * B + off, NULL, blk_len(p, q, off, n), 0, &dead);
-      for (int st = 1; st <= k - 2; st++) {
-        q = BLK(modk(pos - st - 1, k));
-        step<T, Op>(p, &r, 1, &s, 1, p.in + (size_t)q * B + off, NULL, blk_len(p, q, off, n), 0, &dead);
+      for (int sg = 0; sg < p.nseg; sg++) {
+        int q = blk_rank(p, ch, modk(pos - 1, k), sg);
+        step<T, Op>(p, &r, 0, &s, 1, p.in + (size_t)q * B + off, NULL, blk_len(p, q, off, n), 0,
+                    &dead);
+        for (int st = 1; st <= k - 2; st++) {
+          q = blk_rank(p, ch, modk(pos - st - 1, k), sg);
+          step<T, Op>(p, &r, 1, &s, 1, p.in + (size_t)q * B + off, NULL, blk_len(p, q, off, n), 0,
+                      &dead);
+        }
+        const int me = blk_rank(p, ch, pos, sg);
+        step<T, Op>(p, &r, 1, &s, 0, p.in + (size_t)me * B + off,
+                    p.out + (size_t)sg * p.unit + off, blk_len(p, me, off, n), p.avg, &dead);
       }
-      step<T, Op>(p, &r, 1, &s, 0, p.in + (size_t)own * B + off, p.out + off,
-                  blk_len(p, own, off, n), p.avg, &dead);
     }
     break;
   }
   case ZCC_DEV_CONN_ALLGATHER: {
     // Segment by segment (one, but on the local ring with blocks by rank),
     // each a ring all-gather of its piece.
-    const size_t B = p.unit;
+    const size_t B = p.bstride;
     const int own0 = p.by_rank ? blk_rank(p, ch, pos, 0) : own;
     const int inplace = p.in == p.out + (size_t)own0 * B;
     for (size_t off = lo; off < hi; off += cs) {
@@ -319,7 +326,6 @@ template <typename T, typename Op> ZD_INLINE void ring_kernel_body(const ConnPar
   }
   default: break;
   }
-#undef BLK
   __syncthreads();
   side_store(r);
   side_store(s);
@@ -564,8 +570,15 @@ int conn_prepare(const zcc_dev_conn_args_t *a, ConnParams *p) {
   // cover the ranks; on the local ring, in place (one block per host each).
   p->by_rank = 0;
   p->nseg = 1;
+  p->bstride = a->count * es;
+  if (a->stride) {
+    if (!a->by_rank || a->stride < a->count * es) return cudaErrorInvalidValue;
+    p->bstride = a->stride;
+  }
   if (a->by_rank) {
-    if (a->ring == ZCC_DEV_RING_CHANNEL || a->coll != ZCC_DEV_CONN_ALLGATHER || a->total ||
+    int rs = a->coll == ZCC_DEV_CONN_REDUCESCATTER;
+    if (a->ring == ZCC_DEV_RING_CHANNEL || (a->coll != ZCC_DEV_CONN_ALLGATHER && !rs) ||
+        (rs && a->ring != ZCC_DEV_RING_LOCAL) || a->total ||
         h->hier_m < 2 || h->hier_h < 2 || h->hier_m * h->hier_h != h->nranks || h->hier_l < 0 ||
         h->hier_l >= h->hier_m)
       return cudaErrorInvalidValue;
@@ -578,7 +591,7 @@ int conn_prepare(const zcc_dev_conn_args_t *a, ConnParams *p) {
     p->hl = h->hier_l;
     if (a->ring == ZCC_DEV_RING_LOCAL) {
       p->nseg = h->hier_h;
-      if ((const char *)a->input != (const char *)a->output + (size_t)p->hrank[p->hl] * a->count * es)
+      if (!rs && (const char *)a->input != (const char *)a->output + (size_t)p->hrank[p->hl] * p->bstride)
         return cudaErrorInvalidValue;
     }
   }

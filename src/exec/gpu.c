@@ -376,13 +376,67 @@ static zccResult_t conn_hier_allgather(struct zccComm *comm, const zcc_coll_args
   return zccSuccess;
 }
 
+/*
+ * The hierarchical reduce-scatter, the all-gather's mirror: the host's
+ * ranks sum, on the host's ring, the blocks of each index on every host
+ * (one segment a host) into the own staging buffer; then an reduce-scatter
+ * of those on the rail (blocks by host) leaves each rank its block. In
+ * pieces of the staging buffer; zccAvg divides once, on the rail.
+ */
+static zccResult_t conn_hier_reducescatter(struct zccComm *comm, const zcc_coll_args_t *x,
+                                           cudaStream_t s, const char *fn) {
+  zcc_gpu_t *g = comm->gpu;
+  size_t es = zcc_type_size(x->type), H = (size_t)comm->hier_h, cb = x->count * es;
+  size_t piece = g->staging_bytes / H / 16 * 16 / es; /* elements of each block a pass */
+  if (piece == 0)
+    return zcc_error(zccInternalError, "%s: a %llu-byte staging buffer holds no piece of %zu "
+                     "blocks", fn, (unsigned long long)g->staging_bytes, H);
+  char *scratch = g->staging[g->rank];
+  zcc_dev_conn_args_t a;
+  conn_args_base(g, x, &a);
+  a.coll = ZCC_DEV_CONN_REDUCESCATTER;
+  size_t passes = 0;
+  int nch = 0, nrail = 0;
+  for (size_t e0 = 0; e0 < x->count; e0 += piece, passes++) {
+    size_t pc = x->count - e0 < piece ? x->count - e0 : piece;
+    a.ring = ZCC_DEV_RING_LOCAL;
+    a.by_rank = 1;
+    a.stride = cb;
+    a.count = pc;
+    a.op = x->op == zccAvg ? zccSum : x->op;
+    a.avg_div = 0;
+    a.input = (const char *)x->sendbuf + e0 * es;
+    a.output = scratch;
+    nch = zcc_dev_conn_channels(&a);
+    a.stamp = zcc_gpu_stamp(g);
+    DEV(zcc_dev_conn_coll(&a, s));
+    a.ring = ZCC_DEV_RING_RAIL;
+    a.by_rank = 0;
+    a.stride = 0;
+    a.op = x->op;
+    a.avg_div = x->op == zccAvg ? comm->nranks : 0;
+    a.input = scratch;
+    a.output = (char *)x->recvbuf + e0 * es;
+    nrail = zcc_dev_conn_channels(&a);
+    a.stamp = zcc_gpu_stamp(g);
+    DEV(zcc_dev_conn_coll(&a, s));
+  }
+  ZCC_INFO(COLL, "%s %zu bytes a rank: hier over connectors: reduce-scatter on the host's ring "
+           "of %d, %d block(s) a rank into staging (%d channel(s)), then on the rail of %d "
+           "hosts (%d channel(s)), %zu pass(es)", fn, cb, comm->hier_m, comm->hier_h, nch,
+           comm->hier_h, nrail, passes);
+  return zccSuccess;
+}
+
 static zccResult_t conn_hier(struct zccComm *comm, const zcc_coll_args_t *x, cudaStream_t s,
                              const char *fn) {
   zcc_gpu_t *g = comm->gpu;
-  if (!comm->hier_local || (x->coll != ZCC_COLL_ALLREDUCE && x->coll != ZCC_COLL_ALLGATHER))
+  if (!comm->hier_local || (x->coll != ZCC_COLL_ALLREDUCE && x->coll != ZCC_COLL_ALLGATHER &&
+                            x->coll != ZCC_COLL_REDUCESCATTER))
     return zcc_error(zccInternalError, "%s: hier chosen on a communicator without "
                      "hierarchical groups, or for a collective without it", fn);
   if (x->coll == ZCC_COLL_ALLGATHER) return conn_hier_allgather(comm, x, s, fn);
+  if (x->coll == ZCC_COLL_REDUCESCATTER) return conn_hier_reducescatter(comm, x, s, fn);
   size_t es = zcc_type_size(x->type), bytes = x->count * es;
   size_t m = (size_t)comm->hier_m, li = (size_t)comm->hier_li;
   size_t per = (x->count + m - 1) / m * es;
@@ -827,6 +881,8 @@ static zccResult_t dispatch(struct zccComm *comm, const zcc_coll_args_t *x, cuda
     zcc_trace_predicted(comm, comm->gpu->op_id, ch.time_us);
     if (ch.algo == ZCC_ALGO_RING)
       return x->scale ? conn_premul(comm, x, s, fn) : conn_coll(comm, x, s, 0, fn);
+    /* (pre-multiplied sums run the ring's scaling path) */
+    if (ch.algo == ZCC_ALGO_HIER && x->scale) return conn_premul(comm, x, s, fn);
     if (ch.algo == ZCC_ALGO_HIER && comm->gpu->nranks > 1) return conn_hier(comm, x, s, fn);
   }
   if (x->coll == ZCC_COLL_ALLTOALL && comm->gpu->p2p_conn && comm->gpu->nranks > 1)

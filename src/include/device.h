@@ -482,16 +482,20 @@ typedef struct zcc_dev_conn_args {
    * buffer, where the last blocks are short (a block's bytes past it are
    * not there; 0: every block whole). avg_div: zccAvg's divisor (0: the
    * ring's ranks).
-   * by_rank (all-gather on those rings; the hierarchical all-gather): the
-   * blocks are the ranks' as in zcc.h, of count elements each: on the rail
-   * ring the block of each member's rank; on the local ring each position
-   * owns one block per host (the rank at its index there: hier_rank),
-   * gathered in place (input = output + the own block on host 0).
+   * by_rank (the hierarchical all-gather and reduce-scatter): the blocks
+   * are the ranks' as in zcc.h, of count elements each, stride bytes apart
+   * (0: count elements): all-gather, on the rail ring the block of each
+   * member's rank, on the local ring one block per host a position (the
+   * rank at its index there: hier_rank), gathered in place (input = output
+   * + the own block on host 0); reduce-scatter, on the local ring only,
+   * each position's block of every host summed over the host's ranks into
+   * output + host x count elements.
    */
   int ring;
   size_t total;
   int avg_div;
   int by_rank;
+  size_t stride;
 } zcc_dev_conn_args_t;
 int zcc_dev_conn_coll(const zcc_dev_conn_args_t *args, struct CUstream_st *stream);
 /* Channels a launch would use (the same rule every rank applies); -1: bad arguments. */

@@ -842,8 +842,10 @@ static double gpu_net_hier(const zcc_select_ctx_t *c, double S) {
 static double gpu_net(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,
                       size_t bytes) {
   double k = c->nranks, S = (double)bytes, a = TCP_RING_ALPHA, bw = TCP_RING_BW * 1e3;
-  if (algo == ZCC_ALGO_HIER)
-    return coll == ZCC_COLL_ALLGATHER ? gpu_net_hier_allgather(c, S) : gpu_net_hier(c, S);
+  if (algo == ZCC_ALGO_HIER) /* the reduce-scatter is the all-gather's mirror */
+    return coll == ZCC_COLL_ALLGATHER || coll == ZCC_COLL_REDUCESCATTER
+               ? gpu_net_hier_allgather(c, S)
+               : gpu_net_hier(c, S);
   switch (coll) {
   case ZCC_COLL_ALLREDUCE:
     return 2 * (k - 1) * (algo == ZCC_ALGO_TREE ? 1.5 : 1) * a + 2 * (k - 1) / k * S / bw;

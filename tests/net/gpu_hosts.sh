@@ -31,11 +31,11 @@
 #                   over p2p, pairs across over net (the connector kernels on
 #                   rings that cross between the namespaces); matrix, graphs
 #                   and the mismatches (rank 0 against the other three)
-#   phase hier      the hierarchical allreduce and all-gather (ZCC_ALGO=hier;
+#   phase hier      the hierarchical allreduce, all-gather and reduce-scatter (ZCC_ALGO=hier;
 #                   the other collectives run the model's choice): 4 ranks as in mixed
 #                   and 6 (3 in each namespace: blocks of unequal sizes), the
 #                   matrix with exact checks, graph replays and the
-#                   mismatches; the logs name hier for allreduce and all-gather.
+#                   mismatches; the logs name hier for the three.
 #                   Then 3 ranks (2 and 1): hier refused at the call with
 #                   its reason on every rank, nothing hangs
 #                   (GPU_HOSTS_HIER_RANKS: the even layouts' rank counts)
@@ -239,7 +239,17 @@ for phase in $PHASES; do
       k=$(grep -c "hier over connectors: all-gather on the rail of 2 hosts" "$OUT/hier-n$n.log")
       if [ "$k" -gt 0 ]; then pass; log "hier-n$n: $k all-gather(s) logged hier"
       else fail "hier-n$n: no all-gather logged hier over connectors"; fi
+      k=$(grep -c "hier over connectors: reduce-scatter on the host's ring of $((n / 2)), 2 block" \
+        "$OUT/hier-n$n.log")
+      if [ "$k" -gt 0 ]; then pass; log "hier-n$n: $k reduce-scatter(s) logged hier"
+      else fail "hier-n$n: no reduce-scatter logged hier over connectors"; fi
     done
+    # the hierarchical reduce-scatter in passes of a 1 MiB staging buffer (every type, op
+    # and size of the matrix, up to 1 Mi + 3 elements a block)
+    gpu_colls hier-rs-passes ${GPU_HOSTS_TO:-600} ZCC_TIMEOUT=20000 ZCC_NET_PLUGIN=socket \
+      ZCC_ALGO=hier ZCC_GPU_BUFFSIZE=1M ZCC_DEBUG_SUBSYS=INIT,NET,COLL -- --only matrix \
+      --coll reducescatter --ranks 4
+    logged hier-rs-passes "into staging ([0-9]* channel(s)), then on the rail of 2 hosts ([0-9]* channel(s)), [2-9][0-9]* pass(es)" 1
     # 2 ranks in one namespace, 1 in the other: refused, with the reason, on every rank
     t0=$(date +%s)
     timeout 300 env ZCC_TIMEOUT=20000 ZCC_NET_PLUGIN=socket ZCC_ALGO=hier "$TC" --ranks 3 \

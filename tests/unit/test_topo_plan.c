@@ -268,8 +268,8 @@ static void test_model_latency_vs_bandwidth(void **s) {
   assert_int_equal(two.conn_only, 1);
   assert_int_equal(two.link_class, ZCC_PATH_NET);
   /* 8 GPUs on each host: the hierarchical allreduce (2 network hops, not
-     30; its m rails share the host's link) and all-gather (1 hop, not 15),
-     at every size; the others ring */
+     30; its m rails share the host's link), all-gather and reduce-scatter
+     (1 hop, not 15), at every size; broadcast and reduce ring */
   zcc_choice_t ch;
   assert_int_equal(two.min_local, 8);
   assert_int_equal(two.max_local, 8);
@@ -282,7 +282,7 @@ static void test_model_latency_vs_bandwidth(void **s) {
   assert_int_equal(zcc_select(&two, ZCC_COLL_ALLGATHER, 8, 1, &ch), zccSuccess);
   assert_int_equal(ch.algo, ZCC_ALGO_HIER);
   assert_int_equal(zcc_select(&two, ZCC_COLL_REDUCESCATTER, (size_t)1 << 30, 1, &ch), zccSuccess);
-  assert_int_equal(ch.algo, ZCC_ALGO_RING);
+  assert_int_equal(ch.algo, ZCC_ALGO_HIER);
   assert_int_equal(zcc_select_can_run(&two, ZCC_COLL_BROADCAST, ZCC_ALGO_HIER, ZCC_PROTO_SIMPLE,
                                       8, NULL, 0), 0);
   /* 2 GPU ranks on each of 2 hosts: the ring to 32 KiB (its 6 steps
