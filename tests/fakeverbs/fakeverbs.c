@@ -624,6 +624,30 @@ static uint32_t fv_new_key(void) {
   return (k << 8) ^ (((uint32_t)getpid() * 2654435761u) & 0xff00ff);
 }
 
+/* A new MR of pd over [addr, addr + length), device memory of cuctx (NULL:
+   host memory), linked in; NULL with errno set. Under fv_lock. */
+static struct ibv_mr *fv_mr_add(struct ibv_pd *pd, void *addr, size_t length, int access,
+                                void *cuctx) {
+  fv_mr_t *m = calloc(1, sizeof(*m));
+  if (!m)
+    return errno = ENOMEM, NULL;
+  m->cuctx = cuctx;
+  m->mr.context = pd->context;
+  m->mr.pd = pd;
+  m->mr.addr = addr;
+  m->mr.length = length;
+  m->mr.lkey = fv_new_key();
+  m->mr.rkey = fv_new_key() | 0x80000000u; /* never equal to an lkey */
+  m->access = access;
+  if (cuctx && fv_dev_warm(m) != 0) {
+    free(m);
+    return errno = EFAULT, NULL;
+  }
+  m->next = fv_mrs;
+  fv_mrs = m;
+  return &m->mr;
+}
+
 FV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr,
                                           size_t length, uint64_t iova,
                                           unsigned int access) {
@@ -644,26 +668,9 @@ FV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr,
       (cuctx = fv_cu_ctx_of((uintptr_t)addr, length)) == NULL &&
       fv_cu_ctx_of((uintptr_t)addr, 1))
     return pthread_mutex_unlock(&fv_lock), errno = EFAULT, NULL; /* partly device */
-  fv_mr_t *m = calloc(1, sizeof(*m));
-  if (!m)
-    return pthread_mutex_unlock(&fv_lock), errno = ENOMEM, NULL;
-  m->cuctx = cuctx;
-  m->mr.context = pd->context;
-  m->mr.pd = pd;
-  m->mr.addr = addr;
-  m->mr.length = length;
-  m->mr.lkey = fv_new_key();
-  m->mr.rkey = fv_new_key() | 0x80000000u; /* never equal to an lkey */
-  m->access = (int)access;
-  if (cuctx && fv_dev_warm(m) != 0) {
-    pthread_mutex_unlock(&fv_lock);
-    free(m);
-    return errno = EFAULT, NULL;
-  }
-  m->next = fv_mrs;
-  fv_mrs = m;
+  struct ibv_mr *mr = fv_mr_add(pd, addr, length, (int)access, cuctx);
   pthread_mutex_unlock(&fv_lock);
-  return &m->mr;
+  return mr;
 }
 
 FV_EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr,
@@ -704,26 +711,9 @@ FV_EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,
     pthread_mutex_unlock(&fv_lock);
     return errno = fail > 0 && cnt >= fail ? ENOMEM : EFAULT, NULL;
   }
-  fv_mr_t *m = calloc(1, sizeof(*m));
-  if (!m)
-    return pthread_mutex_unlock(&fv_lock), errno = ENOMEM, NULL;
-  m->cuctx = cuctx;
-  m->mr.context = pd->context;
-  m->mr.pd = pd;
-  m->mr.addr = (void *)(uintptr_t)iova;
-  m->mr.length = length;
-  m->mr.lkey = fv_new_key();
-  m->mr.rkey = fv_new_key() | 0x80000000u;
-  m->access = access;
-  if (fv_dev_warm(m) != 0) {
-    pthread_mutex_unlock(&fv_lock);
-    free(m);
-    return errno = EFAULT, NULL;
-  }
-  m->next = fv_mrs;
-  fv_mrs = m;
+  struct ibv_mr *mr = fv_mr_add(pd, (void *)(uintptr_t)iova, length, access, cuctx);
   pthread_mutex_unlock(&fv_lock);
-  return &m->mr;
+  return mr;
 }
 
 FV_EXPORT int ibv_dereg_mr(struct ibv_mr *mr) {

@@ -239,6 +239,13 @@ static void expect_planner_is_select(const char *fixture, int host_ranks) {
   zcc_topo_free(g);
 }
 
+/* zcc_select's algorithm for coll and bytes on c. */
+static zcc_algo_t picked(const zcc_select_ctx_t *c, zcc_coll_t coll, size_t bytes) {
+  zcc_choice_t ch;
+  assert_int_equal(zcc_select(c, coll, bytes, 1, &ch), zccSuccess);
+  return ch.algo;
+}
+
 static void test_model_latency_vs_bandwidth(void **s) {
   /* One NVSwitch server: the GPUs' measured NVLink model, through zcc_select:
      8 B one-shot LL; 1 GiB two-shot (8 ranks: push would store 7 S per rank,
@@ -277,12 +284,10 @@ static void test_model_latency_vs_bandwidth(void **s) {
   assert_int_equal(ch.algo, ZCC_ALGO_HIER);
   assert_int_equal(zcc_select(&two, ZCC_COLL_ALLREDUCE, 8, 1, &ch), zccSuccess);
   assert_int_equal(ch.algo, ZCC_ALGO_HIER);
-  assert_int_equal(zcc_select(&two, ZCC_COLL_ALLGATHER, (size_t)1 << 30, 1, &ch), zccSuccess);
-  assert_int_equal(ch.algo, ZCC_ALGO_HIER);
-  assert_int_equal(zcc_select(&two, ZCC_COLL_ALLGATHER, 8, 1, &ch), zccSuccess);
-  assert_int_equal(ch.algo, ZCC_ALGO_HIER);
-  assert_int_equal(zcc_select(&two, ZCC_COLL_REDUCESCATTER, (size_t)1 << 30, 1, &ch), zccSuccess);
-  assert_int_equal(ch.algo, ZCC_ALGO_HIER);
+  assert_int_equal(picked(&two, ZCC_COLL_ALLGATHER, (size_t)1 << 30), ZCC_ALGO_HIER);
+  assert_int_equal(picked(&two, ZCC_COLL_ALLGATHER, 8), ZCC_ALGO_HIER);
+  assert_int_equal(picked(&two, ZCC_COLL_REDUCESCATTER, (size_t)1 << 30), ZCC_ALGO_HIER);
+  assert_int_equal(picked(&two, ZCC_COLL_BROADCAST, (size_t)1 << 30), ZCC_ALGO_RING);
   assert_int_equal(zcc_select_can_run(&two, ZCC_COLL_BROADCAST, ZCC_ALGO_HIER, ZCC_PROTO_SIMPLE,
                                       8, NULL, 0), 0);
   /* 2 GPU ranks on each of 2 hosts: the ring to 32 KiB (its 6 steps
@@ -291,25 +296,18 @@ static void test_model_latency_vs_bandwidth(void **s) {
   zcc_select_ctx_t g2x2 = two;
   g2x2.nranks = 4;
   g2x2.min_local = g2x2.max_local = 2;
-  assert_int_equal(zcc_select(&g2x2, ZCC_COLL_ALLREDUCE, 8, 1, &ch), zccSuccess);
-  assert_int_equal(ch.algo, ZCC_ALGO_RING);
-  assert_int_equal(zcc_select(&g2x2, ZCC_COLL_ALLREDUCE, 32 << 10, 1, &ch), zccSuccess);
-  assert_int_equal(ch.algo, ZCC_ALGO_RING);
-  assert_int_equal(zcc_select(&g2x2, ZCC_COLL_ALLREDUCE, 128 << 10, 1, &ch), zccSuccess);
-  assert_int_equal(ch.algo, ZCC_ALGO_HIER);
-  assert_int_equal(zcc_select(&g2x2, ZCC_COLL_ALLREDUCE, 64 << 20, 1, &ch), zccSuccess);
-  assert_int_equal(ch.algo, ZCC_ALGO_HIER);
+  assert_int_equal(picked(&g2x2, ZCC_COLL_ALLREDUCE, 8), ZCC_ALGO_RING);
+  assert_int_equal(picked(&g2x2, ZCC_COLL_ALLREDUCE, 32 << 10), ZCC_ALGO_RING);
+  assert_int_equal(picked(&g2x2, ZCC_COLL_ALLREDUCE, 128 << 10), ZCC_ALGO_HIER);
+  assert_int_equal(picked(&g2x2, ZCC_COLL_ALLREDUCE, 64 << 20), ZCC_ALGO_HIER);
   /* and the all-gather, where each host's 2 ranks share a GPU (as
      measured: docs/perf/net.md, 2026-12-05, evening): its 3 ring steps
      against hier's 1 network and 2 local ones and a launch more, the ring
      to 512 KiB, hier from 2 MiB */
   g2x2.gpu_share = 2;
-  assert_int_equal(zcc_select(&g2x2, ZCC_COLL_ALLGATHER, 8, 1, &ch), zccSuccess);
-  assert_int_equal(ch.algo, ZCC_ALGO_RING);
-  assert_int_equal(zcc_select(&g2x2, ZCC_COLL_ALLGATHER, 512 << 10, 1, &ch), zccSuccess);
-  assert_int_equal(ch.algo, ZCC_ALGO_RING);
-  assert_int_equal(zcc_select(&g2x2, ZCC_COLL_ALLGATHER, 2 << 20, 1, &ch), zccSuccess);
-  assert_int_equal(ch.algo, ZCC_ALGO_HIER);
+  assert_int_equal(picked(&g2x2, ZCC_COLL_ALLGATHER, 8), ZCC_ALGO_RING);
+  assert_int_equal(picked(&g2x2, ZCC_COLL_ALLGATHER, 512 << 10), ZCC_ALGO_RING);
+  assert_int_equal(picked(&g2x2, ZCC_COLL_ALLGATHER, 2 << 20), ZCC_ALGO_HIER);
   /* GPU ranks of one host reaching each other through the net transport
      only (ZCC_P2P_DISABLE=1 ZCC_SHM_DISABLE=1: conn_only on one host): no
      hier (it picked hier there and divided by its 0 ranks a host) */
