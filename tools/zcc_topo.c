@@ -183,7 +183,9 @@ static void print_decisions(const zcc_planner_t *p) {
              "  hosts, through the proxy), a ring all-gather among the host's GPUs\n"
              "  hier (all-gather): each GPU's block over its rail, then a ring all-gather among\n"
              "  the host's GPUs of what each gathered (%d blocks a GPU); reduce-scatter the\n"
-             "  mirror (the host's ring first, into the staging buffer, then the rail)\n",
+             "  mirror (the host's ring first, into the staging buffer, then the rail)\n"
+             "  hier (broadcast, reduce): along the root's rail, then each host's ring from its\n"
+             "  rank there; reduce the mirror\n",
              c.min_local, p->nnodes, p->nnodes);
   }
   if (zcc_planner_decisions(&c, print_line, NULL) != zccSuccess)

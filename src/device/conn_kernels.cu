@@ -305,8 +305,8 @@ template <typename T, typename Op> ZD_INLINE void ring_kernel_body(const ConnPar
   }
   case ZCC_DEV_CONN_BROADCAST:
   case ZCC_DEV_CONN_REDUCE: {
-    int rootpos = 0;
-    for (int i = 0; i < k; i++)
+    int rootpos = p.ring ? p.root : 0; // a hierarchical ring's root: its position
+    for (int i = 0; i < k && !p.ring; i++)
       if (ch->ring_rank[i] == p.root) rootpos = i;
     const int bcast = p.coll == ZCC_DEV_CONN_BROADCAST;
     // Broadcast: distance from the root; reduce: from the rank after it.
@@ -550,20 +550,19 @@ int conn_prepare(const zcc_dev_conn_args_t *a, ConnParams *p) {
       h->nchannels > ZCC_DEV_MAX_CHANNELS || h->nslots < 2 || h->slot_bytes < 16 ||
       h->slot_bytes % 16 != 0 || a->nchannels < 0 || a->nchannels > h->nchannels)
     return cudaErrorInvalidValue;
-  if ((a->coll == ZCC_DEV_CONN_BROADCAST || a->coll == ZCC_DEV_CONN_REDUCE) &&
-      (a->root < 0 || a->root >= h->nranks))
-    return cudaErrorInvalidValue;
-  // A hierarchical ring: connected, and it runs the ring allreduce,
-  // reduce-scatter and all-gather.
+  // A hierarchical ring: connected, and it runs every ring collective but
+  // the tree's (a rooted one's root is a position on it).
   int ring_k = h->nranks;
   if (a->ring != ZCC_DEV_RING_CHANNEL) {
     if ((a->ring != ZCC_DEV_RING_LOCAL && a->ring != ZCC_DEV_RING_RAIL) ||
-        (a->coll != ZCC_DEV_CONN_ALLREDUCE && a->coll != ZCC_DEV_CONN_REDUCESCATTER &&
-         a->coll != ZCC_DEV_CONN_ALLGATHER))
+        a->coll == ZCC_DEV_CONN_TREE_ALLREDUCE)
       return cudaErrorInvalidValue;
     ring_k = h->ch[0].sub_n[a->ring - 1];
     if (ring_k < 2) return cudaErrorInvalidValue;
   }
+  if ((a->coll == ZCC_DEV_CONN_BROADCAST || a->coll == ZCC_DEV_CONN_REDUCE) &&
+      (a->root < 0 || a->root >= ring_k))
+    return cudaErrorInvalidValue;
   if (a->total && (a->coll == ZCC_DEV_CONN_ALLREDUCE || a->total > a->count * es * (size_t)ring_k))
     return cudaErrorInvalidValue;
   // Blocks by rank: the all-gather on a hierarchical ring of groups that

@@ -428,13 +428,87 @@ static zccResult_t conn_hier_reducescatter(struct zccComm *comm, const zcc_coll_
   return zccSuccess;
 }
 
+/*
+ * The hierarchical broadcast and reduce, through the ranks of the root's
+ * local index (the root's rail). Broadcast: along that rail from the
+ * root, then on every host's ring from its rank there. Reduce: on every
+ * host's ring to its rank on the root's rail, into that rank's staging
+ * buffer, then along the rail to the root; in passes of the staging buffer,
+ * zccAvg dividing once, on the rail. Ranks off the root's rail take no part
+ * in the rail's step; nothing but the root's output is written.
+ */
+static zccResult_t conn_hier_rooted(struct zccComm *comm, const zcc_coll_args_t *x,
+                                    cudaStream_t s, const char *fn) {
+  zcc_gpu_t *g = comm->gpu;
+  size_t es = zcc_type_size(x->type), bytes = x->count * es;
+  int m = comm->hier_m, at = 0;
+  for (int i = 0; i < comm->nranks; i++)
+    if (comm->ring_order[i] == x->root) at = i;
+  int root_host = at / m, root_li = at % m, on_rail = comm->hier_li == root_li;
+  zcc_dev_conn_args_t a;
+  conn_args_base(g, x, &a);
+  if (x->coll == ZCC_COLL_BROADCAST) {
+    a.coll = ZCC_DEV_CONN_BROADCAST;
+    a.count = x->count;
+    if (on_rail) {
+      a.ring = ZCC_DEV_RING_RAIL;
+      a.root = root_host;
+      a.input = comm->rank == x->root ? x->sendbuf : x->recvbuf;
+      a.output = x->recvbuf;
+      a.stamp = zcc_gpu_stamp(g);
+      DEV(zcc_dev_conn_coll(&a, s));
+    }
+    a.ring = ZCC_DEV_RING_LOCAL;
+    a.root = root_li;
+    a.input = x->recvbuf;
+    a.output = x->recvbuf;
+    a.stamp = zcc_gpu_stamp(g);
+    DEV(zcc_dev_conn_coll(&a, s));
+    ZCC_INFO(COLL, "%s %zu bytes: hier over connectors: broadcast along the rail of %d hosts "
+             "from rank %d%s, then on the host's ring of %d from local index %d", fn, bytes,
+             comm->hier_h, x->root, on_rail ? "" : " (not this rank's)", m, root_li);
+    return zccSuccess;
+  }
+  size_t piece = g->staging_bytes / 16 * 16 / es;
+  char *scratch = g->staging[g->rank];
+  a.coll = ZCC_DEV_CONN_REDUCE;
+  size_t passes = 0;
+  for (size_t e0 = 0; e0 < x->count; e0 += piece, passes++) {
+    size_t pc = x->count - e0 < piece ? x->count - e0 : piece;
+    a.count = pc;
+    a.ring = ZCC_DEV_RING_LOCAL;
+    a.root = root_li;
+    a.op = x->op == zccAvg ? zccSum : x->op;
+    a.avg_div = 0;
+    a.input = (const char *)x->sendbuf + e0 * es;
+    a.output = scratch;
+    a.stamp = zcc_gpu_stamp(g);
+    DEV(zcc_dev_conn_coll(&a, s));
+    if (!on_rail) continue;
+    a.ring = ZCC_DEV_RING_RAIL;
+    a.root = root_host;
+    a.op = x->op;
+    a.avg_div = x->op == zccAvg ? comm->nranks : 0;
+    a.input = scratch;
+    a.output = comm->rank == x->root ? (char *)x->recvbuf + e0 * es : scratch;
+    a.stamp = zcc_gpu_stamp(g);
+    DEV(zcc_dev_conn_coll(&a, s));
+  }
+  ZCC_INFO(COLL, "%s %zu bytes: hier over connectors: reduce on the host's ring of %d to local "
+           "index %d, into staging, then along the rail of %d hosts to rank %d%s, %zu "
+           "pass(es)", fn, bytes, m, root_li, comm->hier_h, x->root,
+           on_rail ? "" : " (not this rank's)", passes);
+  return zccSuccess;
+}
+
 static zccResult_t conn_hier(struct zccComm *comm, const zcc_coll_args_t *x, cudaStream_t s,
                              const char *fn) {
   zcc_gpu_t *g = comm->gpu;
-  if (!comm->hier_local || (x->coll != ZCC_COLL_ALLREDUCE && x->coll != ZCC_COLL_ALLGATHER &&
-                            x->coll != ZCC_COLL_REDUCESCATTER))
+  if (!comm->hier_local || x->coll == ZCC_COLL_ALLTOALL || x->coll == ZCC_COLL_SENDRECV)
     return zcc_error(zccInternalError, "%s: hier chosen on a communicator without "
                      "hierarchical groups, or for a collective without it", fn);
+  if (x->coll == ZCC_COLL_BROADCAST || x->coll == ZCC_COLL_REDUCE)
+    return conn_hier_rooted(comm, x, s, fn);
   if (x->coll == ZCC_COLL_ALLGATHER) return conn_hier_allgather(comm, x, s, fn);
   if (x->coll == ZCC_COLL_REDUCESCATTER) return conn_hier_reducescatter(comm, x, s, fn);
   size_t es = zcc_type_size(x->type), bytes = x->count * es;

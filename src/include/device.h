@@ -475,10 +475,10 @@ typedef struct zcc_dev_conn_args {
   const volatile uint64_t *sig_gate;
   uint64_t sig_seq;
   /*
-   * The hierarchical allreduce's pieces (exec/gpu.c): ring
-   * ZCC_DEV_RING_LOCAL or _RAIL runs reduce-scatter, all-gather or
-   * allreduce on that ring of every channel, its blocks in ring-position
-   * order. total (reduce-scatter, all-gather): the bytes of the whole
+   * The hierarchical collectives' pieces (exec/gpu.c): ring
+   * ZCC_DEV_RING_LOCAL or _RAIL runs a ring collective on that ring of
+   * every channel, its blocks in ring-position order, root (broadcast,
+   * reduce) a position on it. total (reduce-scatter, all-gather): the bytes of the whole
    * buffer, where the last blocks are short (a block's bytes past it are
    * not there; 0: every block whole). avg_div: zccAvg's divisor (0: the
    * ring's ranks).

@@ -823,6 +823,20 @@ static double gpu_net_hier_allgather(const zcc_select_ctx_t *c, double S) {
          (H - 1) * TCP_RING_ALPHA + (H - 1) / H * S / (TCP_RING_BW * 1e3);
 }
 
+/*
+ * The hierarchical broadcast and reduce (conn_hier_rooted): two pipelined
+ * chains one after the other, the root's rail (H - 1 network hops, S over
+ * the link) and the host's ring (m - 1 steps, S through the connectors, a
+ * step as the all-gather's), and a launch more; the flat ring is one chain
+ * of k - 1 network-priced hops.
+ */
+static double gpu_net_hier_rooted(const zcc_select_ctx_t *c, double S) {
+  double m = c->max_local > 1 ? c->max_local : 2, H = c->nnodes;
+  double step = c->gpu_share > 1 ? GPU_NET_SHARED_STEP_US : GPU_LL_ALPHA;
+  return GPU_NET_PHASE_US + (m - 1) * step + S / (GPU_PUSH_BW * 1e3) + (H - 1) * TCP_RING_ALPHA +
+         S / (TCP_RING_BW * 1e3);
+}
+
 static double gpu_net_hier(const zcc_select_ctx_t *c, double S) {
   double m = c->max_local > 1 ? c->max_local : 2, H = c->nnodes;
   return 2 * GPU_NET_PHASE_US + 2 * (m - 1) * GPU_LL_ALPHA +
@@ -845,7 +859,8 @@ static double gpu_net(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t alg
   if (algo == ZCC_ALGO_HIER) /* the reduce-scatter is the all-gather's mirror */
     return coll == ZCC_COLL_ALLGATHER || coll == ZCC_COLL_REDUCESCATTER
                ? gpu_net_hier_allgather(c, S)
-               : gpu_net_hier(c, S);
+           : coll == ZCC_COLL_ALLREDUCE ? gpu_net_hier(c, S)
+                                        : gpu_net_hier_rooted(c, S);
   switch (coll) {
   case ZCC_COLL_ALLREDUCE:
     return 2 * (k - 1) * (algo == ZCC_ALGO_TREE ? 1.5 : 1) * a + 2 * (k - 1) / k * S / bw;

@@ -125,8 +125,7 @@ int zcc_select_can_run(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t al
                   "not %s", proto_names[proto]);
     if (pairwise) return 1; /* over the per-peer connectors */
     if (algo == ZCC_ALGO_RING || (algo == ZCC_ALGO_TREE && coll == ZCC_COLL_ALLREDUCE)) return 1;
-    if (algo == ZCC_ALGO_HIER && (coll == ZCC_COLL_ALLREDUCE || coll == ZCC_COLL_ALLGATHER ||
-                                  coll == ZCC_COLL_REDUCESCATTER)) {
+    if (algo == ZCC_ALGO_HIER) { /* every collective but the pairwise ones */
       /* (connectors only on one host too: ZCC_P2P_DISABLE=1 ZCC_SHM_DISABLE=1) */
       if (c->nnodes < 2) return fail(why, whylen, "hier needs several hosts (here 1)");
       if (c->min_local != c->max_local || c->max_local < 2)
@@ -135,10 +134,7 @@ int zcc_select_can_run(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t al
       return 1;
     }
     return fail(why, whylen, "GPU communicators over the network run the connector kernels: "
-                "ring%s, not %s", coll == ZCC_COLL_ALLREDUCE ? ", tree and hier"
-                                  : coll == ZCC_COLL_ALLGATHER || coll == ZCC_COLL_REDUCESCATTER
-                                      ? " and hier"
-                                      : "", an);
+                "ring%s and hier, not %s", coll == ZCC_COLL_ALLREDUCE ? ", tree" : "", an);
   }
   if (c->nnodes > 1)
     return fail(why, whylen, "GPU ranks on several hosts reach each other through the net "

@@ -31,11 +31,13 @@
 #                   over p2p, pairs across over net (the connector kernels on
 #                   rings that cross between the namespaces); matrix, graphs
 #                   and the mismatches (rank 0 against the other three)
-#   phase hier      the hierarchical allreduce, all-gather and reduce-scatter (ZCC_ALGO=hier;
-#                   the other collectives run the model's choice): 4 ranks as in mixed
+#   phase hier      the hierarchical collectives (ZCC_ALGO=hier: every one but
+#                   all-to-all and send/receive): 4 ranks as in mixed
 #                   and 6 (3 in each namespace: blocks of unequal sizes), the
 #                   matrix with exact checks, graph replays and the
-#                   mismatches; the logs name hier for the three.
+#                   mismatches; the logs name hier for each (and a run
+#                   with a 1 MiB staging buffer: reduce-scatter and reduce
+#                   in passes).
 #                   Then 3 ranks (2 and 1): hier refused at the call with
 #                   its reason on every rank, nothing hangs
 #                   (GPU_HOSTS_HIER_RANKS: the even layouts' rank counts)
@@ -243,13 +245,19 @@ for phase in $PHASES; do
         "$OUT/hier-n$n.log")
       if [ "$k" -gt 0 ]; then pass; log "hier-n$n: $k reduce-scatter(s) logged hier"
       else fail "hier-n$n: no reduce-scatter logged hier over connectors"; fi
+      for c in "broadcast along the rail of 2 hosts" "reduce on the host's ring of $((n / 2))"; do
+        k=$(grep -c "hier over connectors: $c" "$OUT/hier-n$n.log")
+        if [ "$k" -gt 0 ]; then pass; log "hier-n$n: $k call(s) logged '$c'"
+        else fail "hier-n$n: no call logged '$c'"; fi
+      done
     done
-    # the hierarchical reduce-scatter in passes of a 1 MiB staging buffer (every type, op
-    # and size of the matrix, up to 1 Mi + 3 elements a block)
+    # the hierarchical reduce-scatter and reduce in passes of a 1 MiB staging buffer (every
+    # type, op and size of the matrix, up to 1 Mi + 3 elements a block)
     gpu_colls hier-rs-passes ${GPU_HOSTS_TO:-600} ZCC_TIMEOUT=20000 ZCC_NET_PLUGIN=socket \
       ZCC_ALGO=hier ZCC_GPU_BUFFSIZE=1M ZCC_DEBUG_SUBSYS=INIT,NET,COLL -- --only matrix \
-      --coll reducescatter --ranks 4
+      --coll reducescatter,reduce --ranks 4
     logged hier-rs-passes "into staging ([0-9]* channel(s)), then on the rail of 2 hosts ([0-9]* channel(s)), [2-9][0-9]* pass(es)" 1
+    logged hier-rs-passes "into staging, then along the rail of 2 hosts to rank [0-9]*.*, [2-9][0-9]* pass(es)" 1
     # 2 ranks in one namespace, 1 in the other: refused, with the reason, on every rank
     t0=$(date +%s)
     timeout 300 env ZCC_TIMEOUT=20000 ZCC_NET_PLUGIN=socket ZCC_ALGO=hier "$TC" --ranks 3 \

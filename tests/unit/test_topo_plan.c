@@ -276,7 +276,7 @@ static void test_model_latency_vs_bandwidth(void **s) {
   assert_int_equal(two.link_class, ZCC_PATH_NET);
   /* 8 GPUs on each host: the hierarchical allreduce (2 network hops, not
      30; its m rails share the host's link), all-gather and reduce-scatter
-     (1 hop, not 15), at every size; broadcast and reduce ring */
+     (1 hop, not 15), at every size */
   zcc_choice_t ch;
   assert_int_equal(two.min_local, 8);
   assert_int_equal(two.max_local, 8);
@@ -288,7 +288,12 @@ static void test_model_latency_vs_bandwidth(void **s) {
   assert_int_equal(picked(&two, ZCC_COLL_ALLGATHER, 8), ZCC_ALGO_HIER);
   assert_int_equal(picked(&two, ZCC_COLL_REDUCESCATTER, (size_t)1 << 30), ZCC_ALGO_HIER);
   assert_int_equal(picked(&two, ZCC_COLL_BROADCAST, (size_t)1 << 30), ZCC_ALGO_RING);
-  assert_int_equal(zcc_select_can_run(&two, ZCC_COLL_BROADCAST, ZCC_ALGO_HIER, ZCC_PROTO_SIMPLE,
+  /* broadcast and reduce: two chains one after the other, against one of
+     15 network hops: hier while small, the ring at 1 GiB */
+  assert_int_equal(picked(&two, ZCC_COLL_BROADCAST, 8), ZCC_ALGO_HIER);
+  assert_int_equal(picked(&two, ZCC_COLL_REDUCE, 8), ZCC_ALGO_HIER);
+  assert_int_equal(picked(&two, ZCC_COLL_REDUCE, (size_t)1 << 30), ZCC_ALGO_RING);
+  assert_int_equal(zcc_select_can_run(&two, ZCC_COLL_ALLTOALL, ZCC_ALGO_HIER, ZCC_PROTO_SIMPLE,
                                       8, NULL, 0), 0);
   /* 2 GPU ranks on each of 2 hosts: the ring to 32 KiB (its 6 steps
      against hier's 4 and two more launches), hier from 128 KiB (measured
@@ -330,7 +335,9 @@ static void test_model_latency_vs_bandwidth(void **s) {
   assert_non_null(strstr(why, "same number of ranks on every host"));
   assert_int_equal(zcc_select(&uneven, ZCC_COLL_ALLREDUCE, (size_t)1 << 30, 1, &ch), zccSuccess);
   assert_int_equal(ch.algo, ZCC_ALGO_RING);
-  assert_int_equal(zcc_select_can_run(&two, ZCC_COLL_BROADCAST, ZCC_ALGO_HIER,
+  assert_int_equal(zcc_select_can_run(&two, ZCC_COLL_SENDRECV, ZCC_ALGO_HIER,
+                                      ZCC_PROTO_SIMPLE, 8, why, sizeof(why)), 0);
+  assert_int_equal(zcc_select_can_run(&uneven, ZCC_COLL_BROADCAST, ZCC_ALGO_HIER,
                                       ZCC_PROTO_SIMPLE, 8, why, sizeof(why)), 0);
   zcc_planner_free(p);
   zcc_topo_free(g);
