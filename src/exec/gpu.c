@@ -333,16 +333,6 @@ static zccResult_t conn_coll(struct zccComm *comm, const zcc_coll_args_t *x, cud
 }
 
 /*
- * The hierarchical allreduce over connectors (ranks on several hosts, m on
- * each): a ring reduce-scatter among the host's ranks, an allreduce of the
- * rank's block over its rail (the rank of its local index on every host,
- * across the network), a ring all-gather among the host's ranks. Block i
- * (of B bytes, 16-byte aligned, the last ones short or empty) belongs to
- * local index i. Every block is reduced once, in local then rail ring
- * order, and copied around: every rank's output is bitwise identical. A
- * rail whose block is empty skips its allreduce (all of its ranks alike).
- */
-/*
  * The hierarchical all-gather: each rank's block to the same index on
  * every host (an all-gather on its rail, blocks by rank), then every host's
  * ranks exchange what they gathered (an all-gather on the host's ring, one
@@ -379,7 +369,7 @@ static zccResult_t conn_hier_allgather(struct zccComm *comm, const zcc_coll_args
 /*
  * The hierarchical reduce-scatter, the all-gather's mirror: the host's
  * ranks sum, on the host's ring, the blocks of each index on every host
- * (one segment a host) into the own staging buffer; then an reduce-scatter
+ * (one segment a host) into the own staging buffer; then a reduce-scatter
  * of those on the rail (blocks by host) leaves each rank its block. In
  * pieces of the staging buffer; zccAvg divides once, on the rail.
  */
@@ -501,6 +491,17 @@ static zccResult_t conn_hier_rooted(struct zccComm *comm, const zcc_coll_args_t 
   return zccSuccess;
 }
 
+/*
+ * The hierarchical allreduce over connectors (ranks on several hosts, m on
+ * each): a ring reduce-scatter among the host's ranks, an allreduce of the
+ * rank's block over its rail (the rank of its local index on every host,
+ * across the network), a ring all-gather among the host's ranks. Block i
+ * (of B bytes, 16-byte aligned, the last ones short or empty) belongs to
+ * local index i. Every block is reduced once, in local then rail ring
+ * order, and copied around: every rank's output is bitwise identical. A
+ * rail whose block is empty skips its allreduce (all of its ranks alike).
+ * The other collectives' hierarchical forms are the functions above.
+ */
 static zccResult_t conn_hier(struct zccComm *comm, const zcc_coll_args_t *x, cudaStream_t s,
                              const char *fn) {
   zcc_gpu_t *g = comm->gpu;
