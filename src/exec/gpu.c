@@ -367,6 +367,31 @@ static zccResult_t conn_hier_allgather(struct zccComm *comm, const zcc_coll_args
 }
 
 /*
+ * One pass of a hierarchical reduction: elements [e0, e0 + n) of each
+ * input block summed on the host's ring into the own staging buffer
+ * (zccAvg divides later, once, on the rail), then set up for the rail's
+ * step (the op, zccAvg's divisor, input the staging buffer); the caller
+ * sets the rest of each (ring collective, blocks, root, output).
+ */
+static zccResult_t hier_local_pass(zcc_gpu_t *g, const zcc_coll_args_t *x, zcc_dev_conn_args_t *a,
+                                   size_t e0, size_t n, int nranks, cudaStream_t s,
+                                   const char *fn) {
+  a->ring = ZCC_DEV_RING_LOCAL;
+  a->count = n;
+  a->op = x->op == zccAvg ? zccSum : x->op;
+  a->avg_div = 0;
+  a->input = (const char *)x->sendbuf + e0 * zcc_type_size(x->type);
+  a->output = g->staging[g->rank];
+  a->stamp = zcc_gpu_stamp(g);
+  DEV(zcc_dev_conn_coll(a, s));
+  a->ring = ZCC_DEV_RING_RAIL;
+  a->op = x->op;
+  a->avg_div = x->op == zccAvg ? nranks : 0;
+  a->input = g->staging[g->rank];
+  return zccSuccess;
+}
+
+/*
  * The hierarchical reduce-scatter, the all-gather's mirror: the host's
  * ranks sum, on the host's ring, the blocks of each index on every host
  * (one segment a host) into the own staging buffer; then a reduce-scatter
@@ -381,7 +406,6 @@ static zccResult_t conn_hier_reducescatter(struct zccComm *comm, const zcc_coll_
   if (piece == 0)
     return zcc_error(zccInternalError, "%s: a %llu-byte staging buffer holds no piece of %zu "
                      "blocks", fn, (unsigned long long)g->staging_bytes, H);
-  char *scratch = g->staging[g->rank];
   zcc_dev_conn_args_t a;
   conn_args_base(g, x, &a);
   a.coll = ZCC_DEV_CONN_REDUCESCATTER;
@@ -389,23 +413,14 @@ static zccResult_t conn_hier_reducescatter(struct zccComm *comm, const zcc_coll_
   int nch = 0, nrail = 0;
   for (size_t e0 = 0; e0 < x->count; e0 += piece, passes++) {
     size_t pc = x->count - e0 < piece ? x->count - e0 : piece;
-    a.ring = ZCC_DEV_RING_LOCAL;
-    a.by_rank = 1;
+    a.by_rank = 1; /* the host's step: every host's block of each index */
     a.stride = cb;
+    a.ring = ZCC_DEV_RING_LOCAL;
     a.count = pc;
-    a.op = x->op == zccAvg ? zccSum : x->op;
-    a.avg_div = 0;
-    a.input = (const char *)x->sendbuf + e0 * es;
-    a.output = scratch;
     nch = zcc_dev_conn_channels(&a);
-    a.stamp = zcc_gpu_stamp(g);
-    DEV(zcc_dev_conn_coll(&a, s));
-    a.ring = ZCC_DEV_RING_RAIL;
-    a.by_rank = 0;
+    ZCC_CHECK(hier_local_pass(g, x, &a, e0, pc, comm->nranks, s, fn));
+    a.by_rank = 0; /* the rail's: the blocks by host, as the staging buffer holds them */
     a.stride = 0;
-    a.op = x->op;
-    a.avg_div = x->op == zccAvg ? comm->nranks : 0;
-    a.input = scratch;
     a.output = (char *)x->recvbuf + e0 * es;
     nrail = zcc_dev_conn_channels(&a);
     a.stamp = zcc_gpu_stamp(g);
@@ -460,27 +475,15 @@ static zccResult_t conn_hier_rooted(struct zccComm *comm, const zcc_coll_args_t 
     return zccSuccess;
   }
   size_t piece = g->staging_bytes / 16 * 16 / es;
-  char *scratch = g->staging[g->rank];
   a.coll = ZCC_DEV_CONN_REDUCE;
   size_t passes = 0;
   for (size_t e0 = 0; e0 < x->count; e0 += piece, passes++) {
     size_t pc = x->count - e0 < piece ? x->count - e0 : piece;
-    a.count = pc;
-    a.ring = ZCC_DEV_RING_LOCAL;
     a.root = root_li;
-    a.op = x->op == zccAvg ? zccSum : x->op;
-    a.avg_div = 0;
-    a.input = (const char *)x->sendbuf + e0 * es;
-    a.output = scratch;
-    a.stamp = zcc_gpu_stamp(g);
-    DEV(zcc_dev_conn_coll(&a, s));
+    ZCC_CHECK(hier_local_pass(g, x, &a, e0, pc, comm->nranks, s, fn));
     if (!on_rail) continue;
-    a.ring = ZCC_DEV_RING_RAIL;
     a.root = root_host;
-    a.op = x->op;
-    a.avg_div = x->op == zccAvg ? comm->nranks : 0;
-    a.input = scratch;
-    a.output = comm->rank == x->root ? (char *)x->recvbuf + e0 * es : scratch;
+    a.output = comm->rank == x->root ? (char *)x->recvbuf + e0 * es : g->staging[g->rank];
     a.stamp = zcc_gpu_stamp(g);
     DEV(zcc_dev_conn_coll(&a, s));
   }
