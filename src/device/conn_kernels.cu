@@ -220,7 +220,6 @@ template <typename T, typename Op> ZD_INLINE void ring_kernel_body(const ConnPar
   __syncthreads(); // every thread has read the steps before thread 0 may write them
   bool dead = false;
   const int k = p.k, pos = sub ? ch->sub_pos[sub - 1] : ch->ring_pos;
-  const int own = sub ? pos : p.rank;
   size_t lo, hi;
   slice_of(p, blockIdx.x, &lo, &hi);
   const size_t cs = p.slot;
@@ -282,12 +281,11 @@ template <typename T, typename Op> ZD_INLINE void ring_kernel_body(const ConnPar
     // Segment by segment (one, but on the local ring with blocks by rank),
     // each a ring all-gather of its piece.
     const size_t B = p.bstride;
-    const int own0 = p.by_rank ? blk_rank(p, ch, pos, 0) : own;
-    const int inplace = p.in == p.out + (size_t)own0 * B;
+    const int inplace = p.in == p.out + (size_t)blk_rank(p, ch, pos, 0) * B;
     for (size_t off = lo; off < hi; off += cs) {
       size_t n = hi - off < cs ? hi - off : cs;
       for (int sg = 0; sg < p.nseg; sg++) {
-        const int me = p.by_rank ? blk_rank(p, ch, pos, sg) : own;
+        const int me = blk_rank(p, ch, pos, sg);
         step<T, Op>(p, &r, 0, &s, 1, inplace ? p.out + (size_t)me * B + off : p.in + off,
                     inplace ? NULL : p.out + (size_t)me * B + off, blk_len(p, me, off, n), 0,
                     &dead);
@@ -565,8 +563,9 @@ int conn_prepare(const zcc_dev_conn_args_t *a, ConnParams *p) {
     return cudaErrorInvalidValue;
   if (a->total && (a->coll == ZCC_DEV_CONN_ALLREDUCE || a->total > a->count * es * (size_t)ring_k))
     return cudaErrorInvalidValue;
-  // Blocks by rank: the all-gather on a hierarchical ring of groups that
-  // cover the ranks; on the local ring, in place (one block per host each).
+  // Blocks by rank (device.h): the all-gather on a hierarchical ring of
+  // groups that cover the ranks, on the local ring in place (one block per
+  // host each); the reduce-scatter on the local ring.
   p->by_rank = 0;
   p->nseg = 1;
   p->bstride = a->count * es;

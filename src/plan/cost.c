@@ -815,9 +815,12 @@ double zcc_select_predict(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t
  * broken down further.
  */
 #define GPU_NET_SHARED_STEP_US 17.5
+static double gpu_net_host_step(const zcc_select_ctx_t *c) {
+  return c->gpu_share > 1 ? GPU_NET_SHARED_STEP_US : GPU_LL_ALPHA;
+}
+
 static double gpu_net_hier_allgather(const zcc_select_ctx_t *c, double S) {
-  double m = c->max_local > 1 ? c->max_local : 2, H = c->nnodes;
-  double step = c->gpu_share > 1 ? GPU_NET_SHARED_STEP_US : GPU_LL_ALPHA;
+  double m = c->max_local > 1 ? c->max_local : 2, H = c->nnodes, step = gpu_net_host_step(c);
   return GPU_NET_PHASE_US + (m - 1) * H * step +
          (m - 1) / m * S / (GPU_PUSH_BW * 1e3) +
          (H - 1) * TCP_RING_ALPHA + (H - 1) / H * S / (TCP_RING_BW * 1e3);
@@ -831,8 +834,7 @@ static double gpu_net_hier_allgather(const zcc_select_ctx_t *c, double S) {
  * of k - 1 network-priced hops.
  */
 static double gpu_net_hier_rooted(const zcc_select_ctx_t *c, double S) {
-  double m = c->max_local > 1 ? c->max_local : 2, H = c->nnodes;
-  double step = c->gpu_share > 1 ? GPU_NET_SHARED_STEP_US : GPU_LL_ALPHA;
+  double m = c->max_local > 1 ? c->max_local : 2, H = c->nnodes, step = gpu_net_host_step(c);
   return GPU_NET_PHASE_US + (m - 1) * step + S / (GPU_PUSH_BW * 1e3) + (H - 1) * TCP_RING_ALPHA +
          S / (TCP_RING_BW * 1e3);
 }
