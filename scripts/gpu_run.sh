@@ -54,6 +54,8 @@
 #              graph replays, the log naming shm, /dev/shm left empty; then the
 #              pinned-host ceilings (gpu_membw -m host) and allreduce over GPU shm,
 #              each algorithm forced, 8 B..GSHM_MAX (default 256M), in graphs
+#   wide       more ranks than the all-pairs kernels take on one GPU: 12 in threads over p2p,
+#              10 over GPU shm (the matrix, exact, graph replays), ZCC_ALGO=oneshot refused
 #   gnet       the net transport for GPU communicators (ZCC_P2P_DISABLE=1 ZCC_SHM_DISABLE=1,
 #              ZCC_NET_PLUGIN=socket: connectors moved by the proxy over TCP loopback): the
 #              matrix with 2 and 3 ranks in threads (default and tree), 2 in processes with
@@ -408,6 +410,20 @@ for phase in "$@"; do
         --share-gpus 1 -w 5 -n 20 -c 1 -G 10
     done
     ;;
+  wide)
+    # more ranks than the all-pairs kernels take (8) on one GPU, threads of one process:
+    # WIDE_RANKS (12) over p2p, then 10 over GPU shm (ZCC_P2P_DISABLE=1): the matrix with exact
+    # checks and graph replays, the connector kernels alone (the log says so); then a
+    # forced all-pairs algorithm refused at init with the reason
+    n=${WIDE_RANKS:-12}
+    expect_line "wide-p2p-n$n" "more than the all-pairs kernels take (8)" env ZCC_DEBUG=INFO \
+      ZCC_DEBUG_SUBSYS=INIT "$bin/test_gpu_colls" --ranks $n --layout threads --quick \
+      --only matrix,graphs,errors --replays 100
+    expect_line "wide-shm-n10" "more than the all-pairs kernels take (8)" env ZCC_P2P_DISABLE=1 \
+      ZCC_DEBUG=INFO ZCC_DEBUG_SUBSYS=INIT "$bin/test_gpu_colls" --ranks 10 --layout threads \
+      --quick --only matrix,graphs --replays 100
+    expect_refusal "wide-oneshot" "of more than 8 ranks run the connector kernels: ring, tree, not oneshot" \
+      env ZCC_ALGO=oneshot "$bin/allreduce_perf" -b 8 -e 8 -g 9 --share-gpus 1 -w 1 -n 1 ;;
   gnet)
     # GNET_RUNS picks some of: path n2 n2-tree n3 n3-tree procs ib deadpeer san perf (default all),
     # and ib-gdr san-gdr (GPUDirect RDMA on the fake verbs provider: 2 ranks as threads of one

@@ -173,9 +173,12 @@ static void print_decisions(const zcc_planner_t *p) {
   printf("\nwhat a communicator of these ranks runs (as it logs at ZCC_DEBUG_SUBSYS=TUNING):\n");
   zcc_select_ctx_t c;
   zcc_select_ctx_of_plan(p, &c);
-  if (!p->cpu_ranks && p->nranks > ZCC_DEV_MAX_RANKS)
+  if (!p->cpu_ranks && p->nranks > ZCC_DEV_MAX_CONN_RANKS)
     printf("  (the model's view only: this version creates GPU communicators of at most %d\n"
-           "  ranks, and refuses %d at init)\n", ZCC_DEV_MAX_RANKS, p->nranks);
+           "  ranks, and refuses %d at init)\n", ZCC_DEV_MAX_CONN_RANKS, p->nranks);
+  else if (!p->cpu_ranks && p->nnodes == 1 && p->nranks > ZCC_DEV_MAX_RANKS)
+    printf("  more than %d GPUs: the connector kernels alone run (ring, tree; send/receive\n"
+           "  and all-to-all over the per-peer connectors)\n", ZCC_DEV_MAX_RANKS);
   if (!p->cpu_ranks && p->nnodes > 1) {
     printf("  GPUs on %d hosts: pairs of one host over p2p (or shm), pairs across hosts over the\n"
            "  net transport's proxy; the connector kernels alone run (ring, tree; send/receive\n"

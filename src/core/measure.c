@@ -101,12 +101,15 @@ static zccResult_t gpu_measure(struct zccComm *comm) {
   const zcc_algo_t sa = ZCC_ALGO_ONESHOT, ba = ZCC_ALGO_PUSH;
   const zcc_proto_t sp = ZCC_PROTO_LL, bp = ZCC_PROTO_SIMPLE;
   double t_small = 0, t_big = 0;
-  if (c->conn_only) {
-    /* its probe kernels (oneshot, push) do not run where peers are reached
-       only through connectors: the table stays */
-    ZCC_INFO(TUNING, "comm %s rank %d: ZCC_TOPO_MEASURE: peers reached over the network run the "
-             "connector kernels alone, which the GPU probe does not time; the table's link "
-             "class %s stays", comm->name, comm->rank, zcc_topo_class_name(c->link_class));
+  if (zcc_select_conn_kernels(c)) {
+    /* its probe kernels (oneshot, push) do not run where the connector
+       kernels run alone: the table stays */
+    char who[64];
+    if (c->conn_only) snprintf(who, sizeof(who), "peers reached over the network");
+    else snprintf(who, sizeof(who), "more than %d ranks", ZCC_GPU_PAIRS_MAX);
+    ZCC_INFO(TUNING, "comm %s rank %d: ZCC_TOPO_MEASURE: %s run the connector kernels alone, "
+             "which the GPU probe does not time; the table's link class %s stays", comm->name,
+             comm->rank, who, zcc_topo_class_name(c->link_class));
     return zccSuccess;
   }
   if (!comm->dev || !comm->dev->probe)

@@ -61,7 +61,7 @@ struct ConnParams {
   size_t bstride; // bytes between consecutive blocks of the input (reduce-scatter) or output
   int nseg;     // blocks each position owns (by_rank on the local ring: one per host)
   int hm, hl;   // ranks per host, this rank's index on its host
-  int hrank[ZCC_DEV_MAX_RANKS]; // the rank at index l of host h: [h * hm + l]
+  // (the rank at index l of host h: conns->hier_rank[h * hm + l])
 };
 
 // A connector as one block uses it: its slot count in registers.
@@ -195,7 +195,10 @@ ZD_INLINE int modk(int x, int k) { return ((x % k) + k) % k; }
 // The rank whose block ring position i holds (segment sg of it on the local
 // ring with blocks by rank: the host's index).
 ZD_INLINE int blk_rank(const ConnParams &p, const zcc_dev_channel_t *ch, int i, int sg) {
-  if (p.by_rank) return p.ring == ZCC_DEV_RING_RAIL ? p.hrank[i * p.hm + p.hl] : p.hrank[sg * p.hm + i];
+  if (p.by_rank) {
+    const int *hr = p.conns->hier_rank;
+    return p.ring == ZCC_DEV_RING_RAIL ? hr[i * p.hm + p.hl] : hr[sg * p.hm + i];
+  }
   return p.ring ? i : ch->ring_rank[i];
 }
 
@@ -405,7 +408,7 @@ __global__ void __launch_bounds__(ZD_CONN_THREADS) tree_kernel(ConnParams p) {
 // its value is stored), and frees the slot (freed, the sender's word).
 
 #define ZD_CP2P_UNROLL 8
-#define ZD_CP2P_GROUPS (2 * ZCC_DEV_MAX_RANKS)
+#define ZD_CP2P_GROUPS ZCC_DEV_P2P_MAX_OPS // a group holds one op at least
 
 struct ConnP2pOp {
   char *buf;
@@ -495,14 +498,12 @@ __global__ void __launch_bounds__(ZD_CONN_THREADS) conn_p2p_kernel(const __grid_
 int conn_p2p_prepare(const zcc_dev_conn_p2p_t *a, ConnP2pParams *p, int *blocks) {
   if (!a || !a->conns || !a->host) return cudaErrorInvalidValue;
   const zcc_dev_conns_t *h = a->host;
-  if (h->nranks < 1 || h->nranks > ZCC_DEV_MAX_RANKS || h->rank < 0 || h->rank >= h->nranks ||
-      h->nslots < 2 || h->slot_bytes < 16 || h->slot_bytes % 16 != 0)
+  if (h->nranks < 1 || h->nranks > ZCC_DEV_MAX_CONN_RANKS || h->rank < 0 ||
+      h->rank >= h->nranks || h->nslots < 2 || h->slot_bytes < 16 || h->slot_bytes % 16 != 0)
     return cudaErrorInvalidValue;
   if (a->nops < 0 || a->nops > ZCC_DEV_P2P_MAX_OPS) return cudaErrorInvalidValue;
   *p = ConnP2pParams();
   int ngroups = 0, nops = 0;
-  int key_group[2 * ZCC_DEV_MAX_RANKS];
-  for (int i = 0; i < 2 * ZCC_DEV_MAX_RANKS; i++) key_group[i] = -1;
   for (int i = 0; i < a->nops; i++) {
     const zcc_dev_p2p_op_t *op = &a->ops[i];
     if (op->peer < 0 || op->peer >= h->nranks || op->peer == h->rank) return cudaErrorInvalidValue;
@@ -510,12 +511,14 @@ int conn_p2p_prepare(const zcc_dev_conn_p2p_t *a, ConnP2pParams *p, int *blocks)
     if (op->bytes && !op->buf) return cudaErrorInvalidValue;
     const zcc_dev_conn_t &c = op->is_send ? h->peer_send[op->peer] : h->peer_recv[op->peer];
     if (op->bytes && (!c.fifo || !c.ready || !c.freed || !c.step)) return cudaErrorInvalidValue;
-    const int key = op->peer * 2 + (op->is_send != 0);
-    if (op->bytes && key_group[key] < 0) {
-      ConnP2pGroup *g = &p->groups[ngroups];
+    if (!op->bytes) continue;
+    int known = 0;
+    for (int gi = 0; gi < ngroups && !known; gi++)
+      known = p->groups[gi].peer == op->peer && p->groups[gi].is_send == (op->is_send != 0);
+    if (!known) {
+      ConnP2pGroup *g = &p->groups[ngroups++];
       g->peer = op->peer;
       g->is_send = op->is_send != 0;
-      key_group[key] = ngroups++;
     }
   }
   for (int gi = 0; gi < ngroups; gi++) {
@@ -544,7 +547,7 @@ int conn_prepare(const zcc_dev_conn_args_t *a, ConnParams *p) {
     return cudaErrorInvalidValue;
   const zcc_dev_conns_t *h = a->host;
   size_t es = zd_type_size(a->type);
-  if (es == 0 || h->nranks < 2 || h->nranks > ZCC_DEV_MAX_RANKS || h->nchannels < 1 ||
+  if (es == 0 || h->nranks < 2 || h->nranks > ZCC_DEV_MAX_CONN_RANKS || h->nchannels < 1 ||
       h->nchannels > ZCC_DEV_MAX_CHANNELS || h->nslots < 2 || h->slot_bytes < 16 ||
       h->slot_bytes % 16 != 0 || a->nchannels < 0 || a->nchannels > h->nchannels)
     return cudaErrorInvalidValue;
@@ -580,16 +583,14 @@ int conn_prepare(const zcc_dev_conn_args_t *a, ConnParams *p) {
         h->hier_m < 2 || h->hier_h < 2 || h->hier_m * h->hier_h != h->nranks || h->hier_l < 0 ||
         h->hier_l >= h->hier_m)
       return cudaErrorInvalidValue;
-    for (int i = 0; i < h->nranks; i++) {
+    for (int i = 0; i < h->nranks; i++)
       if (h->hier_rank[i] < 0 || h->hier_rank[i] >= h->nranks) return cudaErrorInvalidValue;
-      p->hrank[i] = h->hier_rank[i];
-    }
     p->by_rank = 1;
     p->hm = h->hier_m;
     p->hl = h->hier_l;
     if (a->ring == ZCC_DEV_RING_LOCAL) {
       p->nseg = h->hier_h;
-      if (!rs && (const char *)a->input != (const char *)a->output + (size_t)p->hrank[p->hl] * p->bstride)
+      if (!rs && (const char *)a->input != (const char *)a->output + (size_t)h->hier_rank[p->hl] * p->bstride)
         return cudaErrorInvalidValue;
     }
   }

@@ -62,6 +62,11 @@ static zccResult_t cuda_err(cudaError_t e, const char *what, const char *fn) {
                    cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
+/* cuda_err where e is one, else success (for paths that free before returning). */
+static zccResult_t cu_err(cudaError_t e, const char *what, const char *fn) {
+  return e == cudaSuccess ? zccSuccess : cuda_err(e, what, fn);
+}
+
 static zccResult_t dev_err(int e, const char *what, const char *fn) {
   return zcc_error(e == 1 ? zccInvalidArgument : zccUnhandledCudaError, "%s: %s failed: %s",
                    fn, what, zcc_dev_error_string(e));
@@ -867,34 +872,65 @@ static zccResult_t gather_like(struct zccComm *comm, const zcc_coll_args_t *x, c
 }
 
 /*
- * Sends and receives with peers (ops to self skipped) in one launch of the
- * connector kernel (ZCC_P2P_DIRECT_DISABLE=1): the sender stores into the
- * receiver's FIFO, the receiver reads locally.
+ * Sends and receives with peers (ops to self skipped) over the per-peer
+ * connectors (ZCC_P2P_DIRECT_DISABLE=1, or conn_only): the sender stores
+ * into the receiver's FIFO, the receiver reads locally. An op's round is
+ * its peer's distance: a send to rank me + d and a receive from rank me - d
+ * (mod nranks) are in round d, so both ends of a pair are in the same one.
+ * One launch runs a2a_round consecutive rounds (the same rounds on every
+ * rank), the ops of each (peer, direction) in the caller's order: a launch
+ * waits only for the peers' launches of the same rounds, which every rank
+ * reaches once its earlier ones are done, and the blocks of those fit on
+ * the GPUs at once (zcc_gpu_t.a2a_round). *launches: how many it made.
  */
 static zccResult_t p2p_conn_launch(struct zccComm *comm, const zcc_gpu_p2p_op_t *ops, int nops,
-                                   cudaStream_t s, const char *fn) {
+                                   cudaStream_t s, const char *fn, int *launches) {
   zcc_gpu_t *g = comm->gpu;
-  zcc_dev_conn_p2p_t a;
-  memset(&a, 0, sizeof(a));
-  a.conns = g->conns_dev;
-  a.host = g->conns;
-  a.abort_flag = g->abort_dev;
+  int n = g->nranks, me = g->rank, per = g->a2a_round;
+  int nwin = (n - 2) / per + 1;
+  *launches = 0;
+  int *count = calloc((size_t)nwin, sizeof(int));
+  if (!count) return zcc_error(zccSystemError, "%s: out of memory", fn);
+  /* Refuse before anything is enqueued. */
   for (int i = 0; i < nops; i++) {
-    if (ops[i].peer == g->rank) continue;
-    if (a.nops == ZCC_DEV_P2P_MAX_OPS)
-      /* Split into launches, one rank's second launch could hold what a peer's
-         first one waits for: refuse rather than risk a deadlock. */
+    if (ops[i].peer == me || !ops[i].bytes) continue; /* zero bytes: nothing on either side */
+    int d = ops[i].is_recv ? (me - ops[i].peer + n) % n : (ops[i].peer - me + n) % n;
+    if (++count[(d - 1) / per] > ZCC_DEV_P2P_MAX_OPS) {
+      free(count);
+      /* Split further, one rank's later launch could hold what a peer's
+         earlier one waits for: refuse rather than risk a deadlock. */
       return zcc_error(zccInvalidUsage,
-                       "%s: a group holds more than %d sends and receives with peers on one "
-                       "GPU communicator", fn, ZCC_DEV_P2P_MAX_OPS);
-    zcc_dev_p2p_op_t *o = &a.ops[a.nops++];
-    o->buf = ops[i].buf;
-    o->bytes = ops[i].bytes;
-    o->peer = ops[i].peer;
-    o->is_send = !ops[i].is_recv;
+                       "%s: a group holds more than %d sends and receives with the peers at "
+                       "distances %d to %d on one GPU communicator", fn, ZCC_DEV_P2P_MAX_OPS,
+                       (d - 1) / per * per + 1, (d - 1) / per * per + per);
+    }
   }
-  a.stamp = zcc_gpu_stamp(g);
-  DEV(zcc_dev_conn_p2p(&a, s));
+  zcc_dev_conn_p2p_t a;
+  for (int w = 0; w < nwin; w++) {
+    if (!count[w]) continue;
+    memset(&a, 0, sizeof(a));
+    a.conns = g->conns_dev;
+    a.host = g->conns;
+    a.abort_flag = g->abort_dev;
+    for (int i = 0; i < nops; i++) {
+      if (ops[i].peer == me || !ops[i].bytes) continue;
+      int d = ops[i].is_recv ? (me - ops[i].peer + n) % n : (ops[i].peer - me + n) % n;
+      if ((d - 1) / per != w) continue;
+      zcc_dev_p2p_op_t *o = &a.ops[a.nops++];
+      o->buf = ops[i].buf;
+      o->bytes = ops[i].bytes;
+      o->peer = ops[i].peer;
+      o->is_send = !ops[i].is_recv;
+    }
+    a.stamp = zcc_gpu_stamp(g);
+    int e = zcc_dev_conn_p2p(&a, s);
+    if (e) {
+      free(count);
+      return dev_err(e, "zcc_dev_conn_p2p(&a, s)", fn);
+    }
+    (*launches)++;
+  }
+  free(count);
   return zccSuccess;
 }
 
@@ -919,17 +955,20 @@ static zccResult_t alltoall_conn(struct zccComm *comm, const zcc_coll_args_t *x,
   const char *in = x->sendbuf;
   char *out = x->recvbuf;
   int inplace = x->sendbuf == x->recvbuf;
+  zcc_gpu_p2p_op_t *ops = malloc(sizeof(*ops) * 2 * (size_t)k);
+  if (!ops) return zcc_error(zccSystemError, "%s: out of memory", fn);
+  zccResult_t res = zccSuccess;
   if (!inplace)
-    CU(cudaMemcpyAsync(out + (size_t)me * bytes, in + (size_t)me * bytes, bytes,
-                       cudaMemcpyDefault, s));
+    res = cu_err(cudaMemcpyAsync(out + (size_t)me * bytes, in + (size_t)me * bytes, bytes,
+                                 cudaMemcpyDefault, s), "cudaMemcpyAsync", fn);
   size_t npieces = 0;
-  for (size_t off = 0; off < bytes; off += piece, npieces++) {
+  int launches = 0;
+  for (size_t off = 0; off < bytes && res == zccSuccess; off += piece, npieces++) {
     size_t n = bytes - off < piece ? bytes - off : piece;
-    zcc_gpu_p2p_op_t ops[2 * ZCC_DEV_MAX_RANKS];
-    int nops = 0;
+    int nops = 0, nl = 0;
     if (inplace)
-      CU(cudaMemcpy2DAsync(g->staging[me], n, in + off, bytes, n, (size_t)k,
-                           cudaMemcpyDefault, s));
+      res = cu_err(cudaMemcpy2DAsync(g->staging[me], n, in + off, bytes, n, (size_t)k,
+                                     cudaMemcpyDefault, s), "cudaMemcpy2DAsync", fn);
     for (int r = 0; r < k; r++) {
       if (r == me) continue;
       ops[nops++] = (zcc_gpu_p2p_op_t){
@@ -938,11 +977,15 @@ static zccResult_t alltoall_conn(struct zccComm *comm, const zcc_coll_args_t *x,
       ops[nops++] = (zcc_gpu_p2p_op_t){out + (size_t)r * bytes + off, n, r, 1,
                                        (struct CUstream_st *)s, 0};
     }
-    ZCC_CHECK(p2p_conn_launch(comm, ops, nops, s, fn));
+    if (res == zccSuccess) res = p2p_conn_launch(comm, ops, nops, s, fn, &nl);
+    launches += nl;
   }
+  free(ops);
+  ZCC_CHECK(res);
   ZCC_CHECK(staging_barrier(g, s, fn));
-  ZCC_INFO(COLL, "%s %zu bytes: over connectors (send/receive), %zu piece(s)%s", fn, bytes,
-           npieces, inplace ? ", in place through staging" : "");
+  ZCC_INFO(COLL, "%s %zu bytes: over connectors (send/receive), %zu piece(s), %d launch(es) of "
+           "up to %d round(s)%s", fn, bytes, npieces, launches, g->a2a_round,
+           inplace ? ", in place through staging" : "");
   return zccSuccess;
 }
 
@@ -1136,10 +1179,11 @@ static zccResult_t gpu_p2p_mapped(struct zccComm *comm, const zcc_gpu_p2p_op_t *
     si++;
     ri++;
   }
-  if (g->p2p_conn) { /* ZCC_P2P_DIRECT_DISABLE=1: through the per-peer connectors */
-    if (res == zccSuccess) res = p2p_conn_launch(comm, ops, nops, s, fn);
-    ZCC_INFO(COLL, "%s: %d point-to-point op(s), %d self copy(ies), over connectors", fn, nops,
-             nself_s);
+  if (g->p2p_conn) { /* through the per-peer connectors */
+    int nl = 0;
+    if (res == zccSuccess) res = p2p_conn_launch(comm, ops, nops, s, fn, &nl);
+    ZCC_INFO(COLL, "%s: %d point-to-point op(s), %d self copy(ies), over connectors, %d "
+             "launch(es)", fn, nops, nself_s, nl);
     if (prev != comm->device) cudaSetDevice(prev);
     return res;
   }

@@ -15,7 +15,7 @@
  *   conns    per channel: its flag lines (zeroed), then its five receive
  *            FIFOs of ZCC_GPU_CONN_BYTES (device.h: connectors)
  *   peers    per-peer connectors for send/receive: their flag lines
- *            (ZCC_DEV_PEER_FLAG_BYTES, zeroed), then one receive FIFO of
+ *            (ZCC_DEV_PEER_FLAG_BYTES(nranks), zeroed), then one receive FIFO of
  *            ZCC_GPU_CONN_BYTES per source rank (its own unused)
  *
  * Several ranks may share one GPU (in one process or several; the
@@ -80,6 +80,9 @@ ZCC_PARAM_INT(p2p_direct_disable, "P2P_DIRECT_DISABLE", 0,
 
 #define ALIGN_UP(x, a) (((x) + (a)-1) / (a) * (a))
 
+_Static_assert(ZCC_GPU_PAIRS_MAX == ZCC_DEV_MAX_RANKS,
+               "the planner's bound on the all-pairs kernels is device.h's");
+
 static size_t off_ce(void) { return ALIGN_UP((size_t)ZCC_DEV_FLAGS_BYTES, 4096); }
 static size_t off_push(void) { return off_ce() + ZCC_GPU_CE_BYTES; }
 static size_t off_ll(void) { return off_push() + ALIGN_UP((size_t)ZCC_DEV_PUSH_FLAGS_BYTES, 4096); }
@@ -131,7 +134,7 @@ typedef struct {
   uint64_t slot_bytes;    /* connectors */
   int32_t nslots, nchannels;
   int32_t p2p_conn;       /* ZCC_P2P_DIRECT_DISABLE: the send/receive kernels must match */
-  int32_t pad;
+  int32_t a2a_round;      /* every rank takes the smallest (zcc_gpu_t) */
   uint64_t rings;         /* a hash of every channel's ring: the connectors must pair up */
 } layout_wire_t;
 
@@ -423,8 +426,12 @@ static zccResult_t check_layout(struct zccComm *comm, zcc_gpu_t *g) {
   all[me].nchannels = g->conns->nchannels;
   all[me].p2p_conn = g->p2p_conn;
   all[me].rings = g->rings_hash;
+  all[me].a2a_round = g->a2a_round;
   zccResult_t res = zcc_bootstrap_allgather(comm->bootstrap, all, sizeof(*all), comm->timeout_ms);
-  for (int r = 0; r < n && res == zccSuccess; r++) res = layout_agrees(comm, g, r, &all[r]);
+  for (int r = 0; r < n && res == zccSuccess; r++) {
+    res = layout_agrees(comm, g, r, &all[r]);
+    if (all[r].a2a_round < g->a2a_round) g->a2a_round = all[r].a2a_round;
+  }
   free(all);
   return res;
 }
@@ -474,6 +481,12 @@ static zccResult_t conns_plan(struct zccComm *comm, zcc_gpu_t *g) {
     g->share_local += zcc_peer_same_process(&comm->peers[q], &comm->peers[comm->rank]) &&
                       comm->peers[q].device == g->dev;
   g->block_cap = sms / share > 0 ? sms / share : 1;
+  /* All-to-all over the per-peer connectors: rounds of a send and a receive
+     block each, as many as one launch takes and the grid cap leaves room
+     for (check_layout: the smallest of any rank). */
+  int round = g->block_cap / 2;
+  if (round > ZCC_DEV_P2P_MAX_OPS / 2) round = ZCC_DEV_P2P_MAX_OPS / 2;
+  g->a2a_round = round > 0 ? round : 1;
   int64_t want = zcc_param_gpu_channels(), bytes = zcc_param_gpu_conn_bytes(),
           slots = zcc_param_gpu_conn_slots();
   if (want < 1 || want > ZCC_DEV_MAX_CHANNELS)
@@ -501,8 +514,8 @@ static zccResult_t conns_plan(struct zccComm *comm, zcc_gpu_t *g) {
      rank must share (check_layout). */
   uint64_t h = ZCC_FNV_OFFSET;
   const char *source = "";
-  uint64_t hosts[ZCC_DEV_MAX_RANKS];
-  for (int r = 0; r < n && r < ZCC_DEV_MAX_RANKS; r++) hosts[r] = comm->peers[r].host_hash;
+  uint64_t hosts[ZCC_DEV_MAX_CONN_RANKS];
+  for (int r = 0; r < n; r++) hosts[r] = comm->peers[r].host_hash;
   for (int c = 0; c < nch; c++) {
     int *order = g->conns->ch[c].ring_rank;
     ZCC_CHECK(zcc_planner_channel_ring(comm->planner, n, c, order, &source));
@@ -542,7 +555,7 @@ static size_t conns_bytes(const zcc_gpu_t *g) {
 /* The per-peer connectors after the channels': flag lines, then one FIFO per source rank. */
 static size_t off_peers(const zcc_gpu_t *g) { return off_conns(g) + conns_bytes(g); }
 static size_t peers_bytes(const zcc_gpu_t *g) {
-  return ALIGN_UP((size_t)ZCC_DEV_PEER_FLAG_BYTES, 4096) + (size_t)g->nranks * conn_fifo_bytes(g);
+  return ALIGN_UP(ZCC_DEV_PEER_FLAG_BYTES(g->nranks), 4096) + (size_t)g->nranks * conn_fifo_bytes(g);
 }
 /* Rank r's flag line for peer q (ZCC_DEV_PEER_*), and its FIFO fed by rank q. */
 static uint32_t *peer_line(const zcc_gpu_t *g, int r, int q, int i) {
@@ -550,7 +563,7 @@ static uint32_t *peer_line(const zcc_gpu_t *g, int r, int q, int i) {
                       (size_t)ZCC_DEV_PEER_LINE(q, i) * ZCC_DEV_CONN_LINE * 4);
 }
 static char *peer_fifo(const zcc_gpu_t *g, int r, int q) {
-  return g->peer_win[r] + off_peers(g) + ALIGN_UP((size_t)ZCC_DEV_PEER_FLAG_BYTES, 4096) +
+  return g->peer_win[r] + off_peers(g) + ALIGN_UP(ZCC_DEV_PEER_FLAG_BYTES(g->nranks), 4096) +
          (size_t)q * conn_fifo_bytes(g);
 }
 
@@ -672,7 +685,7 @@ static zccResult_t conns_bind(struct zccComm *comm, zcc_gpu_t *g) {
     }
   }
   /* the groups' ranks, host by host (comm_hier took them from ring_order) */
-  if (comm->hier_local && comm->hier_m * comm->hier_h == n && n <= ZCC_DEV_MAX_RANKS) {
+  if (comm->hier_local && comm->hier_m * comm->hier_h == n) {
     t->hier_m = comm->hier_m;
     t->hier_h = comm->hier_h;
     t->hier_l = comm->hier_li;
@@ -707,10 +720,10 @@ static zccResult_t conns_bind(struct zccComm *comm, zcc_gpu_t *g) {
 
 zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
   int n = comm->nranks, me = comm->rank;
-  if (n > ZCC_DEV_MAX_RANKS)
+  if (n > ZCC_DEV_MAX_CONN_RANKS)
     return zcc_error(zccInvalidUsage,
-                     "comm %s: a GPU communicator spans at most %d GPUs in this version "
-                     "(asked for %d ranks)", comm->name, ZCC_DEV_MAX_RANKS, n);
+                     "comm %s: a GPU communicator has at most %d ranks in this version "
+                     "(asked for %d)", comm->name, ZCC_DEV_MAX_CONN_RANKS, n);
   int64_t stamps = zcc_param_gpu_stamps();
   if (stamps < 0 || stamps > 2)
     return zcc_error(zccInvalidArgument, "ZCC_GPU_STAMPS=%lld: expected 0, 1 or 2",
@@ -752,9 +765,21 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
       int most = f->max_channels ? f->max_channels() : ZCC_DEV_MAX_CHANNELS;
       if (g->conns->nchannels > most) g->conns->nchannels = most;
       g->conn_only = 1;
+      g->proxied = 1;
       g->p2p_conn = 1;
     }
+  /* More ranks than the all-pairs kernels take: the connector kernels alone
+     (the window's all-pairs areas stay unused). */
+  if (n > ZCC_DEV_MAX_RANKS) {
+    g->conn_only = 1;
+    g->p2p_conn = 1;
+  }
   ZCC_CHECK(check_layout(comm, g));
+  if (n > ZCC_DEV_MAX_RANKS)
+    ZCC_INFO(INIT, "comm %s rank %d: %d ranks, more than the all-pairs kernels take (%d): the "
+             "connector kernels alone run (ring, tree%s; send/receive and all-to-all over the "
+             "per-peer connectors, %d round(s) a launch)", comm->name, me, n, ZCC_DEV_MAX_RANKS,
+             comm->nnodes > 1 ? ", hier" : "", g->a2a_round);
   g->win_bytes = off_peers(g) + peers_bytes(g);
   char *win = NULL;
   ZCC_CHECK(g->tp->gpu->win_alloc(comm, g->win_bytes, &win));
@@ -762,7 +787,7 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
   g->win_host = g->tp->gpu->host_memory;
   CUDA_TRY(cudaMemset(g->win, 0, off_p2p() + ZCC_DEV_P2P_FLAG_BYTES), comm);
   CUDA_TRY(cudaMemset(g->win + off_conns(g), 0, conn_flag_bytes(g->conns->nchannels)), comm);
-  CUDA_TRY(cudaMemset(g->win + off_peers(g), 0, ZCC_DEV_PEER_FLAG_BYTES), comm);
+  CUDA_TRY(cudaMemset(g->win + off_peers(g), 0, ZCC_DEV_PEER_FLAG_BYTES(n)), comm);
   CUDA_TRY(cudaDeviceSynchronize(), comm);
   void *ab = NULL;
   CUDA_TRY(cudaHostAlloc(&ab, 64, cudaHostAllocMapped | cudaHostAllocPortable), comm);
@@ -776,7 +801,7 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
   /* Choices follow the link: peers' windows in pinned host memory are reached over PCIe;
      peers through a proxy over the network, by the connector kernels alone. */
   if (g->win_host) comm->select->ctx.link_class = ZCC_PATH_SYS;
-  if (g->conn_only) {
+  if (g->proxied) {
     comm->select->ctx.link_class = ZCC_PATH_NET;
     comm->select->ctx.conn_only = 1;
   }

@@ -34,8 +34,12 @@ extern "C" {
 
 struct CUstream_st;
 
-/* Ranks one all-pairs allreduce kernel handles (each GPU reads all inputs). */
+/* Ranks one all-pairs kernel handles (each GPU reads all inputs): the
+   allreduce, gather and p2p kernels and their areas in the window. */
 #define ZCC_DEV_MAX_RANKS 8
+/* Ranks the connectors take (their tables below): a GPU communicator of
+   more ranks than ZCC_DEV_MAX_RANKS runs the connector kernels alone. */
+#define ZCC_DEV_MAX_CONN_RANKS 256
 /* Blocks one allreduce launch may use; each owns one line of flags. */
 #define ZCC_DEV_MAX_BLOCKS 256
 /* Bytes of one rank's flag area: allocate on its GPU, zero once, map to peers. */
@@ -395,7 +399,7 @@ typedef struct zcc_dev_channel {
   zcc_dev_conn_t send[ZCC_DEV_SEND_CONNS];
   uint32_t *flags;                  /* own flag lines (ZCC_DEV_CHAN_*) */
   int ring_pos;                     /* this rank's position in the channel's ring */
-  int ring_rank[ZCC_DEV_MAX_RANKS]; /* the rank at each position */
+  int ring_rank[ZCC_DEV_MAX_CONN_RANKS]; /* the rank at each position */
   int tree_parent;                  /* -1: the root */
   int tree_nchildren;               /* 0 .. ZCC_DEV_TREE_CHILDREN */
   /* The local and rail rings (ZCC_DEV_RING_LOCAL - 1, ZCC_DEV_RING_RAIL - 1):
@@ -417,7 +421,8 @@ typedef struct zcc_dev_channel {
 #define ZCC_DEV_PEER_SEND_STEP 3
 #define ZCC_DEV_PEER_LINES 4
 #define ZCC_DEV_PEER_LINE(r, i) ((r) * ZCC_DEV_PEER_LINES + (i))
-#define ZCC_DEV_PEER_FLAG_BYTES (ZCC_DEV_MAX_RANKS * ZCC_DEV_PEER_LINES * ZCC_DEV_CONN_LINE * 4)
+/* The flag lines of a communicator of n ranks. */
+#define ZCC_DEV_PEER_FLAG_BYTES(n) ((size_t)(n) * ZCC_DEV_PEER_LINES * ZCC_DEV_CONN_LINE * 4)
 
 typedef struct zcc_dev_conns {
   int nchannels;
@@ -425,13 +430,13 @@ typedef struct zcc_dev_conns {
   int nslots;        /* per FIFO, 2 .. 64 */
   size_t slot_bytes; /* a multiple of 16 */
   zcc_dev_channel_t ch[ZCC_DEV_MAX_CHANNELS];
-  zcc_dev_conn_t peer_send[ZCC_DEV_MAX_RANKS]; /* to rank r (fifo NULL for self) */
-  zcc_dev_conn_t peer_recv[ZCC_DEV_MAX_RANKS]; /* from rank r */
+  zcc_dev_conn_t peer_send[ZCC_DEV_MAX_CONN_RANKS]; /* to rank r (fifo NULL for self) */
+  zcc_dev_conn_t peer_recv[ZCC_DEV_MAX_CONN_RANKS]; /* from rank r */
   /* The hierarchical groups (hier_m 0: none): hier_rank[h * hier_m + l] is
      the rank at index l of host h's ring, which is also index h of rail
      l's; hier_l is this rank's index on its host. */
   int hier_m, hier_h, hier_l;
-  int hier_rank[ZCC_DEV_MAX_RANKS];
+  int hier_rank[ZCC_DEV_MAX_CONN_RANKS];
 } zcc_dev_conns_t;
 
 typedef enum {
@@ -513,7 +518,8 @@ int zcc_dev_conn_channels(const zcc_dev_conn_args_t *args);
  * locally into its buffer and advances the sender's freed word. An op is
  * cut into slots of slot_bytes (the last one shorter), so both sides cut
  * alike from the byte count. One block per (peer, direction) with work,
- * at most 2 (nranks - 1), all resident at once. The steps stay in the
+ * at most ZCC_DEV_P2P_MAX_OPS, all resident at once (the caller sees to it
+ * that the blocks of the launches they wait for fit beside them). The steps stay in the
  * connectors' step words across launches (graph replays work). A send
  * completes once its last slot is in the receiver's FIFO.
  */

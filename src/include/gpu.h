@@ -1,7 +1,10 @@
 /*
- * GPU communicators: every rank on one host, all GPUs able to address each
- * other (NVLink or PCIe peer access); several ranks may share one GPU, in
- * one process or across processes.
+ * GPU communicators: ranks on one host, all GPUs able to address each
+ * other (NVLink or PCIe peer access), or on several hosts through the net
+ * transport's proxy; several ranks may share one GPU, in one process or
+ * across processes. Up to ZCC_DEV_MAX_RANKS ranks run every kernel; more
+ * (up to ZCC_DEV_MAX_CONN_RANKS) run the connector kernels alone, as ranks
+ * on several hosts do (conn_only).
  *
  * The set-up (exec/gpu_comm.c) gives each rank one "window" (flags, LL
  * area, point-to-point area, staging buffer, the channels' and the per-peer
@@ -45,8 +48,8 @@ typedef struct zcc_gpu_reg {
   struct zcc_gpu_reg *next;
   char *base;                      /* the allocation holding it (own) */
   size_t size;                     /* bytes from base */
-  char *peer[ZCC_DEV_MAX_RANKS];   /* each rank's registered buffer as this GPU addresses it */
-  char *mapped[ZCC_DEV_MAX_RANKS]; /* what the transport mapped for rank r (reg_unmap), or NULL */
+  char *peer[ZCC_DEV_MAX_CONN_RANKS];   /* each rank's registered buffer as this GPU addresses it */
+  char *mapped[ZCC_DEV_MAX_CONN_RANKS]; /* what the transport mapped for rank r (reg_unmap), or NULL */
   int index;                       /* registration order on this communicator */
   int mapped_by_peers;             /* 0: kept, but peers see nothing (the transport maps none) */
 } zcc_gpu_reg_t;
@@ -58,11 +61,11 @@ typedef struct zcc_gpu {
   int win_host;                        /* 1: in pinned host memory, the transport's */
   const struct zcc_transport_ops *tp;  /* the transport connecting every peer */
   size_t win_bytes;
-  char *peer_win[ZCC_DEV_MAX_RANKS];   /* each rank's window as this GPU addresses it */
-  uint32_t *flags[ZCC_DEV_MAX_RANKS];
-  void *ll[ZCC_DEV_MAX_RANKS];
-  void *p2p[ZCC_DEV_MAX_RANKS];
-  char *staging[ZCC_DEV_MAX_RANKS];
+  char *peer_win[ZCC_DEV_MAX_CONN_RANKS];   /* each rank's window as this GPU addresses it */
+  uint32_t *flags[ZCC_DEV_MAX_CONN_RANKS];
+  void *ll[ZCC_DEV_MAX_CONN_RANKS];
+  void *p2p[ZCC_DEV_MAX_CONN_RANKS];
+  char *staging[ZCC_DEV_MAX_CONN_RANKS];
   size_t staging_bytes;
   volatile uint32_t *abort_host;       /* mapped pinned word: nonzero stops waiting kernels */
   uint32_t *abort_dev;
@@ -76,8 +79,8 @@ typedef struct zcc_gpu {
   zcc_gpu_reg_t *regs;
   int nregs;
   /* Copy-engine pipeline (two ranks): flags, a side stream and events. */
-  uint32_t *ce[ZCC_DEV_MAX_RANKS];     /* each rank's CE flag words (ZCC_GPU_CE_*) */
-  uint32_t *push[ZCC_DEV_MAX_RANKS];   /* each rank's push-allreduce flags (device.h) */
+  uint32_t *ce[ZCC_DEV_MAX_CONN_RANKS];     /* each rank's CE flag words (ZCC_GPU_CE_*) */
+  uint32_t *push[ZCC_DEV_MAX_CONN_RANKS];   /* each rank's push-allreduce flags (device.h) */
   void *side;                          /* cudaStream_t */
   void *ev_fork, *ev_join;             /* cudaEvent_t */
   void *ev_copy[ZCC_GPU_CE_SLOTS];     /* cudaEvent_t: a slot's push has read its input */
@@ -98,8 +101,15 @@ typedef struct zcc_gpu {
      per-peer connectors (zcc_dev_conn_p2p) instead of the p2p outboxes. */
   int p2p_conn;
   /* Some peer is reached only through connectors a proxy moves (a conn_only
-     transport, transport.h): only the connector kernels run, p2p_conn set. */
+     transport, transport.h), or the ranks outnumber what the all-pairs
+     kernels take (ZCC_DEV_MAX_RANKS): only the connector kernels run,
+     p2p_conn set. proxied: the former. */
   int conn_only;
+  int proxied;
+  /* All-to-all over the per-peer connectors: the rounds (peers each way) one
+     launch runs, alike on every rank (check_layout), so that its blocks and
+     those of the peers' launches it waits for are resident at once. */
+  int a2a_round;
   /* A hash of the channels' rings (conns->ch[].ring_rank): every rank must
      run the same. */
   uint64_t rings_hash;

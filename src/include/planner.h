@@ -186,12 +186,21 @@ typedef struct zcc_select_ctx {
                       share that GPU's one PCIe link, and the model charges it */
   int conn_only;   /* GPU communicators with a peer reached only through connectors (the
                       net transport's proxy): the connector kernels alone run (ring and
-                      tree; send/receive and all-to-all over connectors) */
+                      tree; send/receive and all-to-all over connectors), costed by the
+                      network. Those of more than ZCC_GPU_PAIRS_MAX ranks on one host run
+                      them alone too, costed by their link (zcc_select_conn_kernels) */
   double oversub;  /* host communicators: ranks of this host per CPU for them, where
                       they outnumber the CPUs (init.c); 0: each rank has a CPU */
   int min_local, max_local; /* the fewest and most ranks on one host (hier needs them
                                equal, and at least 2) */
 } zcc_select_ctx_t;
+
+/* The most ranks of a GPU communicator the all-pairs kernels take (device.h:
+   ZCC_DEV_MAX_RANKS); more run the connector kernels alone. */
+#define ZCC_GPU_PAIRS_MAX 8
+/* 1 where a GPU communicator runs the connector kernels alone (conn_only, or
+   more ranks than ZCC_GPU_PAIRS_MAX). */
+int zcc_select_conn_kernels(const zcc_select_ctx_t *c);
 
 /* Host communicators: 1 if the hierarchical allreduce of `bytes` runs in its
    leaders' form (a sum per host, one exchange between hosts), 0 if in its

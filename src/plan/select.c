@@ -87,6 +87,10 @@ static int fail(char *why, size_t len, const char *fmt, ...) {
   return 0;
 }
 
+int zcc_select_conn_kernels(const zcc_select_ctx_t *c) {
+  return c->gpu && (c->conn_only || c->nranks > ZCC_GPU_PAIRS_MAX);
+}
+
 int zcc_select_can_run(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,
                        zcc_proto_t proto, size_t bytes, char *why, size_t whylen) {
   if (why && whylen) why[0] = '\0';
@@ -118,11 +122,15 @@ int zcc_select_can_run(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t al
                   proto_names[proto]);
     return 1;
   }
-  if (c->conn_only) {
-    /* peers through the net transport's proxy: the connector kernels only */
+  if (zcc_select_conn_kernels(c)) {
+    /* peers through the net transport's proxy, or more ranks than the
+       all-pairs kernels take: the connector kernels only */
+    char who[64];
+    if (c->conn_only) snprintf(who, sizeof(who), "over the network");
+    else snprintf(who, sizeof(who), "of more than %d ranks", ZCC_GPU_PAIRS_MAX);
     if (proto != ZCC_PROTO_SIMPLE)
-      return fail(why, whylen, "GPU communicators over the network run the simple protocol, "
-                  "not %s", proto_names[proto]);
+      return fail(why, whylen, "GPU communicators %s run the simple protocol, not %s", who,
+                  proto_names[proto]);
     if (pairwise) return 1; /* over the per-peer connectors */
     if (algo == ZCC_ALGO_RING || (algo == ZCC_ALGO_TREE && coll == ZCC_COLL_ALLREDUCE)) return 1;
     if (algo == ZCC_ALGO_HIER) { /* every collective but the pairwise ones */
@@ -133,8 +141,9 @@ int zcc_select_can_run(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t al
                     "2 (here %d to %d)", c->min_local, c->max_local);
       return 1;
     }
-    return fail(why, whylen, "GPU communicators over the network run the connector kernels: "
-                "ring%s and hier, not %s", coll == ZCC_COLL_ALLREDUCE ? ", tree" : "", an);
+    return fail(why, whylen, "GPU communicators %s run the connector kernels: ring%s%s, not %s",
+                who, coll == ZCC_COLL_ALLREDUCE ? ", tree" : "", c->nnodes > 1 ? " and hier" : "",
+                an);
   }
   if (c->nnodes > 1)
     return fail(why, whylen, "GPU ranks on several hosts reach each other through the net "
@@ -164,7 +173,8 @@ int zcc_select_auto(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_algo_t algo,
      the ring's many rounds each wait for a scheduling turn), else ring and
      oneshot (both costed from measurements). */
   if (!c->gpu) return algo != ZCC_ALGO_TWOSHOT || c->oversub > 1;
-  if (c->conn_only) return 1; /* ring and tree (allreduce), by the network's costs */
+  /* ring and tree (allreduce), by the network's or the link's costs */
+  if (zcc_select_conn_kernels(c)) return 1;
   /*
    * Windows in pinned host memory (link class SYS): every kernel is bound by
    * the PCIe link, and the model's costs for each were measured there

@@ -16,7 +16,7 @@
 
 #include "zcc.h"
 
-#define MAX_RANKS 8 /* ZCC_DEV_MAX_RANKS */
+#define MAX_RANKS 16 /* past ZCC_DEV_MAX_RANKS (8): the connector kernels alone */
 #define MAX_IDS 64
 
 /* ---- options ---- */

@@ -41,6 +41,12 @@
 #                   Then 3 ranks (2 and 1): hier refused at the call with
 #                   its reason on every rank, nothing hangs
 #                   (GPU_HOSTS_HIER_RANKS: the even layouts' rank counts)
+#   phase wide      16 ranks (GPU_HOSTS_WIDE_RANKS), 8 in each namespace: more than the
+#                   all-pairs kernels take, so the connector kernels alone run; the
+#                   matrix with exact checks, graph replays and the mismatches with the
+#                   model's choices (hier, all-to-all and send/receive over the per-peer
+#                   connectors in rounds), then every ring collective on one ring of all
+#                   16 (ZCC_ALGO=ring), then rank 1 killed (run it under MPS)
 #   phase hier-perf four allreduce_perf processes, 0 and 1 in A, 2 and 3 in
 #                   B (--share-gpus 1), 8 B..GPU_HOSTS_MAX, with
 #                   ZCC_ALGO=ring, hier and the model's choice in turn (run
@@ -269,6 +275,33 @@ for phase in $PHASES; do
       pass; log "hier-uneven: exit $rc after $(( $(date +%s) - t0 )) s, $k refusal(s) naming why"
     else
       fail "hier-uneven: exit $rc, $k refusal(s) naming why"
+    fi ;;
+  wide)
+    # more GPU ranks than the all-pairs kernels take (8), in both namespaces: the model's
+    # choices (hier on the hosts' rings of n/2 and the rails), then ZCC_ALGO=ring (one ring
+    # over every rank), then a peer killed
+    n=${GPU_HOSTS_WIDE_RANKS:-16}
+    gpu_colls wide-n$n ${GPU_HOSTS_TO:-600} ZCC_TIMEOUT=30000 ZCC_NET_PLUGIN=socket \
+      ZCC_DEBUG_SUBSYS=INIT,NET,COLL -- --quick --only matrix,graphs,mismatch --replays 100 \
+      --ranks $n --mismatch-rounds $MROUNDS
+    logged wide-n$n "rank 0: $n ranks, more than the all-pairs kernels take" 1
+    logged wide-n$n "hier over connectors: reduce-scatter on the host's ring of $((n / 2))" 1
+    logged wide-n$n "hier over connectors: all-gather on the rail of 2 hosts" 1
+    logged wide-n$n "over connectors (send/receive), [0-9]* piece(s), [0-9]* launch(es)" 1
+    logged wide-n$n "point-to-point op(s), [0-9]* self copy(ies), over connectors" 1
+    gpu_colls wide-ring-n$n ${GPU_HOSTS_TO:-600} ZCC_TIMEOUT=30000 ZCC_NET_PLUGIN=socket \
+      ZCC_ALGO=ring ZCC_DEBUG_SUBSYS=INIT,NET,COLL -- --quick --only matrix,graphs --replays 100 \
+      --ranks $n --coll allreduce,broadcast,reduce,allgather,reducescatter
+    logged wide-ring-n$n "ring over connectors, [0-9]* channel(s), no copy" 1
+    t0=$(date +%s)
+    timeout 300 env ZCC_NET_PLUGIN=socket "$TC" --ranks $n --layout procs $NETNS \
+      --only deadpeer > "$OUT/wide-kill.log" 2>&1
+    rc=$?
+    line=$(grep -E 'gpu colls: [0-9]+ checks' "$OUT/wide-kill.log" | tail -1)
+    if [ $rc -eq 0 ] && [ -n "$line" ]; then
+      pass; log "wide-kill: $line ($(( $(date +%s) - t0 )) s)"
+    else
+      fail "wide-kill: exit $rc after $(( $(date +%s) - t0 )) s: ${line:-no result line}"
     fi ;;
   hier-perf)
     max=${GPU_HOSTS_MAX:-256M}

@@ -341,6 +341,39 @@ static void test_model_latency_vs_bandwidth(void **s) {
                                       ZCC_PROTO_SIMPLE, 8, why, sizeof(why)), 0);
   zcc_planner_free(p);
   zcc_topo_free(g);
+  /* More GPU ranks on one host than the all-pairs kernels take (16 on an
+     NVSwitch host): the connector kernels alone, the simple protocol, costed
+     by the link (no network); 8 ranks keep every kernel. */
+  g = load_fixture("dgx-h100.json");
+  p = plan_all(g);
+  zcc_select_ctx_t wide;
+  zcc_select_ctx_of_plan(p, &wide);
+  assert_int_equal(wide.conn_only, 0);
+  assert_int_equal(zcc_select_conn_kernels(&wide), 0);
+  assert_int_equal(picked(&wide, ZCC_COLL_ALLGATHER, 8), ZCC_ALGO_ONESHOT);
+  wide.nranks = 16;
+  wide.min_local = wide.max_local = 16;
+  assert_int_equal(zcc_select_conn_kernels(&wide), 1);
+  for (size_t b = 8; b <= ((size_t)1 << 30); b *= 32) {
+    assert_int_equal(zcc_select(&wide, ZCC_COLL_ALLREDUCE, b, 1, &ch), zccSuccess);
+    assert_true(ch.algo == ZCC_ALGO_RING || ch.algo == ZCC_ALGO_TREE);
+    assert_int_equal(ch.proto, ZCC_PROTO_SIMPLE);
+    assert_int_equal(picked(&wide, ZCC_COLL_ALLGATHER, b), ZCC_ALGO_RING);
+    assert_int_equal(picked(&wide, ZCC_COLL_REDUCESCATTER, b), ZCC_ALGO_RING);
+    assert_int_equal(picked(&wide, ZCC_COLL_BROADCAST, b), ZCC_ALGO_RING);
+    assert_int_equal(zcc_select(&wide, ZCC_COLL_ALLTOALL, b, 1, &ch), zccSuccess);
+  }
+  assert_int_equal(zcc_select_can_run(&wide, ZCC_COLL_ALLREDUCE, ZCC_ALGO_ONESHOT,
+                                      ZCC_PROTO_LL, 8, why, sizeof(why)), 0);
+  assert_non_null(strstr(why, "GPU communicators of more than 8 ranks run the simple protocol"));
+  assert_int_equal(zcc_select_can_run(&wide, ZCC_COLL_ALLREDUCE, ZCC_ALGO_PUSH,
+                                      ZCC_PROTO_SIMPLE, 8, why, sizeof(why)), 0);
+  assert_non_null(strstr(why, "of more than 8 ranks run the connector kernels: ring, tree, not push"));
+  assert_int_equal(zcc_select_can_run(&wide, ZCC_COLL_ALLGATHER, ZCC_ALGO_HIER,
+                                      ZCC_PROTO_SIMPLE, 8, why, sizeof(why)), 0);
+  assert_non_null(strstr(why, "hier needs several hosts (here 1)"));
+  zcc_planner_free(p);
+  zcc_topo_free(g);
   size_t x;
   /* 16 servers: 8 B tree LL (log2 16 network hops, not 2 x 127 ring steps);
    * ring Simple from 256 MiB (tree Simple below it down to 16 MiB) */
