@@ -55,7 +55,8 @@
 #              pinned-host ceilings (gpu_membw -m host) and allreduce over GPU shm,
 #              each algorithm forced, 8 B..GSHM_MAX (default 256M), in graphs
 #   wide       more ranks than the all-pairs kernels take on one GPU: 12 in threads over p2p,
-#              10 over GPU shm (the matrix, exact, graph replays), ZCC_ALGO=oneshot refused
+#              10 over GPU shm (the matrix, exact, graph replays), ZCC_ALGO=push refused, and
+#              9 ranks of one process with CUDA_DEVICE_MAX_CONNECTIONS=8 refused
 #   gnet       the net transport for GPU communicators (ZCC_P2P_DISABLE=1 ZCC_SHM_DISABLE=1,
 #              ZCC_NET_PLUGIN=socket: connectors moved by the proxy over TCP loopback): the
 #              matrix with 2 and 3 ranks in threads (default and tree), 2 in processes with
@@ -414,16 +415,21 @@ for phase in "$@"; do
     # more ranks than the all-pairs kernels take (8) on one GPU, threads of one process:
     # WIDE_RANKS (12) over p2p, then 10 over GPU shm (ZCC_P2P_DISABLE=1): the matrix with exact
     # checks and graph replays, the connector kernels alone (the log says so); then a
-    # forced all-pairs algorithm refused at init with the reason
+    # forced all-pairs algorithm refused with the reason (test_gpu_colls and allreduce_perf set
+    # CUDA_DEVICE_MAX_CONNECTIONS=32 for more than 8 ranks of one process)
     n=${WIDE_RANKS:-12}
     expect_line "wide-p2p-n$n" "more than the all-pairs kernels take (8)" env ZCC_DEBUG=INFO \
       ZCC_DEBUG_SUBSYS=INIT "$bin/test_gpu_colls" --ranks $n --layout threads --quick \
       --only matrix,graphs,errors --replays 100
     expect_line "wide-shm-n10" "more than the all-pairs kernels take (8)" env ZCC_P2P_DISABLE=1 \
       ZCC_DEBUG=INFO ZCC_DEBUG_SUBSYS=INIT "$bin/test_gpu_colls" --ranks 10 --layout threads \
-      --quick --only matrix,graphs --replays 100
-    expect_refusal "wide-oneshot" "of more than 8 ranks run the connector kernels: ring, tree, not oneshot" \
-      env ZCC_ALGO=oneshot "$bin/allreduce_perf" -b 8 -e 8 -g 9 --share-gpus 1 -w 1 -n 1 ;;
+      --quick --only matrix,graphs --replays 100 --coll allreduce,allgather,alltoall,sendrecv_mix
+    expect_refusal "wide-push" "of more than 8 ranks run the connector kernels: ring, tree, not push" \
+      env ZCC_ALGO=push "$bin/allreduce_perf" -b 8 -e 8 -g 9 --share-gpus 1 -w 1 -n 1
+    # more ranks of this process on the GPU than CUDA's stream queues: refused at init
+    expect_refusal "wide-queues" "more than the 8 hardware queues CUDA gives its streams" \
+      env CUDA_DEVICE_MAX_CONNECTIONS=8 "$bin/allreduce_perf" -b 8 -e 8 -g 9 --share-gpus 1 \
+      -w 1 -n 1 ;;
   gnet)
     # GNET_RUNS picks some of: path n2 n2-tree n3 n3-tree procs ib deadpeer san perf (default all),
     # and ib-gdr san-gdr (GPUDirect RDMA on the fake verbs provider: 2 ranks as threads of one

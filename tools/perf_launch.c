@@ -746,6 +746,11 @@ int perf_main(const perf_coll_t *coll, int argc, char **argv)
     setenv("NCCL_NVLS_ENABLE", "0", 1);
     w.nvls_env_set = 1;
   }
+  /* More ranks of this process on one GPU than CUDA's default 8 hardware queues
+     for streams: zcc refuses them unless each rank's stream has a queue of its
+     own (set before CUDA starts) */
+  if (opts.ngpus > 8 && getenv("CUDA_DEVICE_MAX_CONNECTIONS") == NULL)
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 1);
   /* zccCommInitAll takes no config: the device type comes from ZCC_DEVICE */
   if (opts.device == PERF_DEVICE_CUDA)
     setenv("ZCC_DEVICE", "cuda", 1);

@@ -72,6 +72,10 @@ ZCC_PARAM_INT(gpu_stamps, "GPU_STAMPS", 1,
               "the trace's GPU times, and the watchdog's ZCC_TIMEOUT for a launch whose peers "
               "never come); 0: no stamps, and a GPU collective waits for its peers until abort; "
               "2: stamps into device memory nobody reads (to measure their cost)")
+ZCC_PARAM_INT(gpu_p2p_rounds, "GPU_P2P_ROUNDS", 0,
+              "send/receive and all-to-all over the per-peer connectors: the most peer "
+              "distances (rounds) one launch takes (0: as many as the GPU's blocks allow, at "
+              "most 32; the smallest of any rank counts)")
 ZCC_PARAM_INT(p2p_direct_disable, "P2P_DIRECT_DISABLE", 0,
               "1: GPU send/receive and all-to-all move data through per-peer connector "
               "FIFOs in the receiver's memory (the sender stores, the receiver reads "
@@ -481,11 +485,33 @@ static zccResult_t conns_plan(struct zccComm *comm, zcc_gpu_t *g) {
     g->share_local += zcc_peer_same_process(&comm->peers[q], &comm->peers[comm->rank]) &&
                       comm->peers[q].device == g->dev;
   g->block_cap = sms / share > 0 ? sms / share : 1;
+  /* Each of this process's ranks on this GPU needs a hardware queue of its
+     own: streams beyond CUDA_DEVICE_MAX_CONNECTIONS share one, where a
+     rank's kernel can wait behind another rank's kernel that waits for it
+     (measured: 9 ranks in one process on an H100, an all-to-all of two
+     launches each hung). */
+  const char *mc = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  long queues = mc && *mc ? strtol(mc, NULL, 10) : 8;
+  if (queues < 1) queues = 1;
+  if (queues > 32) queues = 32;
+  if (g->share_local > queues)
+    return zcc_error(zccInvalidUsage,
+                     "comm %s: %d ranks of this process share GPU %d, more than the %ld "
+                     "hardware queues CUDA gives its streams (CUDA_DEVICE_MAX_CONNECTIONS%s): one "
+                     "rank's kernels could queue behind another's that wait for them; set "
+                     "CUDA_DEVICE_MAX_CONNECTIONS=32 before CUDA starts in this process, or run "
+                     "at most %ld ranks of one process on one GPU", comm->name, g->share_local,
+                     g->dev, queues, mc && *mc ? "" : " unset: 8", queues);
   /* All-to-all over the per-peer connectors: rounds of a send and a receive
      block each, as many as one launch takes and the grid cap leaves room
      for (check_layout: the smallest of any rank). */
   int round = g->block_cap / 2;
   if (round > ZCC_DEV_P2P_MAX_OPS / 2) round = ZCC_DEV_P2P_MAX_OPS / 2;
+  int64_t most = zcc_param_gpu_p2p_rounds();
+  if (most < 0 || most > ZCC_DEV_P2P_MAX_OPS / 2)
+    return zcc_error(zccInvalidArgument, "ZCC_GPU_P2P_ROUNDS=%lld: expected 0 (as the GPU's "
+                     "blocks allow) or 1 to %d", (long long)most, ZCC_DEV_P2P_MAX_OPS / 2);
+  if (most && round > most) round = (int)most;
   g->a2a_round = round > 0 ? round : 1;
   int64_t want = zcc_param_gpu_channels(), bytes = zcc_param_gpu_conn_bytes(),
           slots = zcc_param_gpu_conn_slots();

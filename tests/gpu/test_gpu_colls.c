@@ -2108,6 +2108,11 @@ int main(int argc, char **argv) {
     usage();
     return 2;
   }
+  /* more ranks of one process on the GPU than CUDA's default 8 stream queues:
+     zcc refuses that unless each stream has a queue of its own */
+  if (opt.ngpus > 8)
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+
   counts = shared_alloc(sizeof(*counts));
 
   probe(&pr, opt.ngpus);

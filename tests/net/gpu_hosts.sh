@@ -45,8 +45,8 @@
 #                   all-pairs kernels take, so the connector kernels alone run; the
 #                   matrix with exact checks, graph replays and the mismatches with the
 #                   model's choices (hier, all-to-all and send/receive over the per-peer
-#                   connectors in rounds), then every ring collective on one ring of all
-#                   16 (ZCC_ALGO=ring), then rank 1 killed (run it under MPS)
+#                   connectors in rounds), then allreduce, all-gather and reduce-scatter on
+#                   one ring of all 16 (ZCC_ALGO=ring), then rank 1 killed (run it under MPS)
 #   phase hier-perf four allreduce_perf processes, 0 and 1 in A, 2 and 3 in
 #                   B (--share-gpus 1), 8 B..GPU_HOSTS_MAX, with
 #                   ZCC_ALGO=ring, hier and the model's choice in turn (run
@@ -291,7 +291,7 @@ for phase in $PHASES; do
     logged wide-n$n "point-to-point op(s), [0-9]* self copy(ies), over connectors" 1
     gpu_colls wide-ring-n$n ${GPU_HOSTS_TO:-600} ZCC_TIMEOUT=30000 ZCC_NET_PLUGIN=socket \
       ZCC_ALGO=ring ZCC_DEBUG_SUBSYS=INIT,NET,COLL -- --quick --only matrix,graphs --replays 100 \
-      --ranks $n --coll allreduce,broadcast,reduce,allgather,reducescatter
+      --ranks $n --coll allreduce,allgather,reducescatter
     logged wide-ring-n$n "ring over connectors, [0-9]* channel(s), no copy" 1
     t0=$(date +%s)
     timeout 300 env ZCC_NET_PLUGIN=socket "$TC" --ranks $n --layout procs $NETNS \
