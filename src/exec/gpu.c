@@ -875,8 +875,7 @@ static zccResult_t gather_like(struct zccComm *comm, const zcc_coll_args_t *x, c
  * Sends and receives with peers (ops to self skipped) over the per-peer
  * connectors (ZCC_P2P_DIRECT_DISABLE=1, or conn_only): the sender stores
  * into the receiver's FIFO, the receiver reads locally. An op's round is
- * its peer's distance: a send to rank me + d and a receive from rank me - d
- * (mod nranks) are in round d, so both ends of a pair are in the same one.
+ * its peer's distance (zcc_p2p_round: both ends of a pair in the same one).
  * One launch runs a2a_round consecutive rounds (the same rounds on every
  * rank), the ops of each (peer, direction) in the caller's order: a launch
  * waits only for the peers' launches of the same rounds, which every rank
@@ -894,7 +893,7 @@ static zccResult_t p2p_conn_launch(struct zccComm *comm, const zcc_gpu_p2p_op_t 
   /* Refuse before anything is enqueued. */
   for (int i = 0; i < nops; i++) {
     if (ops[i].peer == me || !ops[i].bytes) continue; /* zero bytes: nothing on either side */
-    int d = ops[i].is_recv ? (me - ops[i].peer + n) % n : (ops[i].peer - me + n) % n;
+    int d = zcc_p2p_round(me, ops[i].peer, n, ops[i].is_recv);
     if (++count[(d - 1) / per] > ZCC_DEV_P2P_MAX_OPS) {
       free(count);
       /* Split further, one rank's later launch could hold what a peer's
@@ -914,7 +913,7 @@ static zccResult_t p2p_conn_launch(struct zccComm *comm, const zcc_gpu_p2p_op_t 
     a.abort_flag = g->abort_dev;
     for (int i = 0; i < nops; i++) {
       if (ops[i].peer == me || !ops[i].bytes) continue;
-      int d = ops[i].is_recv ? (me - ops[i].peer + n) % n : (ops[i].peer - me + n) % n;
+      int d = zcc_p2p_round(me, ops[i].peer, n, ops[i].is_recv);
       if ((d - 1) / per != w) continue;
       zcc_dev_p2p_op_t *o = &a.ops[a.nops++];
       o->buf = ops[i].buf;

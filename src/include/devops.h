@@ -26,6 +26,17 @@ typedef struct zcc_gpu_p2p_op {
   uint64_t op_id; /* its flight recorder id (0: none) */
 } zcc_gpu_p2p_op_t;
 
+/*
+ * Send/receive over the per-peer connectors runs in rounds of peer distance
+ * (exec/gpu.c): a send to rank me + d and a receive from rank me - d (mod
+ * nranks) are in round d, so both ends of every pair are in the same round;
+ * one launch takes `per` consecutive rounds (launch (d - 1) / per), alike on
+ * every rank. The round (1 .. nranks - 1) of an op with peer != me.
+ */
+static inline int zcc_p2p_round(int me, int peer, int nranks, int is_recv) {
+  return is_recv ? (me - peer + nranks) % nranks : (peer - me + nranks) % nranks;
+}
+
 typedef struct zcc_device_ops {
   const char *name;
   /* The device current in the calling thread, and its PCI bus id. */

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "debug.h"
+#include "devops.h"
 #include "param.h"
 #include "planner.h"
 
@@ -453,6 +454,35 @@ static void test_over_network(void **state) {
   assert_non_null(strstr(why, "net transport"));
 }
 
+/*
+ * Send/receive over the per-peer connectors in rounds of peer distance
+ * (zcc_p2p_round): both ends of every pair put the op in the same round,
+ * so in the same launch of `per` rounds; every rank's all-to-all has one
+ * send and one receive in each round 1 .. n - 1, so a launch holds at most
+ * 2 per blocks (what the grid cap left room for).
+ */
+static void test_p2p_rounds(void **state) {
+  (void)state;
+  for (int n = 2; n <= 256; n = n < 20 ? n + 1 : n * 2)
+    for (int per = 1; per <= 32; per *= 2)
+      for (int a = 0; a < n; a++) {
+        int nl = (n - 2) / per + 1, sends[256] = {0}, recvs[256] = {0};
+        for (int b = 0; b < n; b++) {
+          if (b == a) continue;
+          int ds = zcc_p2p_round(a, b, n, 0), dr = zcc_p2p_round(b, a, n, 1);
+          assert_int_equal(ds, dr); /* a's send to b, b's receive from a */
+          assert_true(ds >= 1 && ds <= n - 1);
+          assert_true((ds - 1) / per < nl);
+          sends[ds]++;
+          recvs[zcc_p2p_round(a, b, n, 1)]++;
+        }
+        for (int d = 1; d < n; d++) {
+          assert_int_equal(sends[d], 1);
+          assert_int_equal(recvs[d], 1);
+        }
+      }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_over_network),
@@ -462,7 +492,7 @@ int main(void) {
       cmocka_unit_test(test_host_windows_ranks),
       cmocka_unit_test(test_measured_scaling),
       cmocka_unit_test(test_fit_gpu),
-      cmocka_unit_test(test_forced),
+      cmocka_unit_test(test_forced), cmocka_unit_test(test_p2p_rounds),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
