@@ -2093,6 +2093,14 @@ static void runner_main(int deadpeer) {
 
 static void threads_child(int unused) {
   (void)unused;
+  /* More ranks of this process on the GPU than CUDA's default 8 stream
+     queues: zcc refuses that unless each stream has a queue of its own. Only
+     here (this child starts CUDA afresh): the procs layout's processes hold
+     one rank each. (16 processes that each asked for 32 got 3 clients of an
+     MPS server on an H100, the rest cudaErrorDevicesUnavailable; a shared
+     pool of queues would explain it, not confirmed.) */
+  if (opt.ngpus > 8)
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   threads_main();
 }
 
@@ -2108,11 +2116,6 @@ int main(int argc, char **argv) {
     usage();
     return 2;
   }
-  /* more ranks of one process on the GPU than CUDA's default 8 stream queues:
-     zcc refuses that unless each stream has a queue of its own */
-  if (opt.ngpus > 8)
-    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
-
   counts = shared_alloc(sizeof(*counts));
 
   probe(&pr, opt.ngpus);
