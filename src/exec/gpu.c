@@ -886,7 +886,7 @@ static zccResult_t p2p_conn_launch(struct zccComm *comm, const zcc_gpu_p2p_op_t 
                                    cudaStream_t s, const char *fn, int *launches) {
   zcc_gpu_t *g = comm->gpu;
   int n = g->nranks, me = g->rank, per = g->a2a_round;
-  int nwin = (n - 2) / per + 1;
+  int nwin = n > 1 ? (n - 2) / per + 1 : 1; /* launches of per rounds (none with one rank) */
   *launches = 0;
   int *count = calloc((size_t)nwin, sizeof(int));
   if (!count) return zcc_error(zccSystemError, "%s: out of memory", fn);
