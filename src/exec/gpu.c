@@ -898,10 +898,11 @@ static zccResult_t p2p_conn_launch(struct zccComm *comm, const zcc_gpu_p2p_op_t 
       free(count);
       /* Split further, one rank's later launch could hold what a peer's
          earlier one waits for: refuse rather than risk a deadlock. */
+      int lo = (d - 1) / per * per + 1, hi = lo + per - 1 < n - 1 ? lo + per - 1 : n - 1;
       return zcc_error(zccInvalidUsage,
                        "%s: a group holds more than %d sends and receives with the peers at "
                        "distances %d to %d on one GPU communicator", fn, ZCC_DEV_P2P_MAX_OPS,
-                       (d - 1) / per * per + 1, (d - 1) / per * per + per);
+                       lo, hi);
     }
   }
   zcc_dev_conn_p2p_t a;
