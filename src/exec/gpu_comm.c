@@ -785,14 +785,15 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
   /* Peers reached only through connectors (every rank sees the same
      pairs): the connector kernels alone run, send/receive over connectors,
      on no more channels than the proxy's transport takes. */
+  int proxied = 0;
   for (int r = 0; r < n; r++)
     if (zcc_conn_proxied(comm->conns[r])) {
       const zcc_transport_gpu_t *f = comm->conns[r]->ops->gpu;
       int most = f->max_channels ? f->max_channels() : ZCC_DEV_MAX_CHANNELS;
       if (g->conns->nchannels > most) g->conns->nchannels = most;
       g->conn_only = 1;
-      g->proxied = 1;
       g->p2p_conn = 1;
+      proxied = 1;
     }
   /* More ranks than the all-pairs kernels take: the connector kernels alone
      (the window's all-pairs areas stay unused). */
@@ -827,7 +828,7 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
   /* Choices follow the link: peers' windows in pinned host memory are reached over PCIe;
      peers through a proxy over the network, by the connector kernels alone. */
   if (g->win_host) comm->select->ctx.link_class = ZCC_PATH_SYS;
-  if (g->proxied) {
+  if (proxied) {
     comm->select->ctx.link_class = ZCC_PATH_NET;
     comm->select->ctx.conn_only = 1;
   }

@@ -103,9 +103,8 @@ typedef struct zcc_gpu {
   /* Some peer is reached only through connectors a proxy moves (a conn_only
      transport, transport.h), or the ranks outnumber what the all-pairs
      kernels take (ZCC_DEV_MAX_RANKS): only the connector kernels run,
-     p2p_conn set. proxied: the former. */
+     p2p_conn set. */
   int conn_only;
-  int proxied;
   /* All-to-all over the per-peer connectors: the rounds (peers each way) one
      launch runs, alike on every rank (check_layout), so that its blocks and
      those of the peers' launches it waits for are resident at once. */
