@@ -746,14 +746,18 @@ static void net_free(zcc_conn_t *conn) {
        mismatched call's own record names both calls on the peer). */
     char saved[1024];
     snprintf(saved, sizeof(saved), "%s", zcc_last_error());
-    /* A failure record, and the failed call's messages after a mismatch
-       (they name this rank's call), get ZCC_NET_LINGER_MS. The messages of
-       a call that failed otherwise tell the peer only that this rank left,
-       which the close says as well: no longer than the error's own delivery
-       deadline (a peer waiting for the rest of that transfer would wait out
-       ZCC_NET_LINGER_MS too). */
+    /* The record of this rank's own failure (a mismatch, a timeout), and
+       the failed call's messages after a mismatch (they name this rank's
+       call), get ZCC_NET_LINGER_MS: a peer that comes late learns why.
+       Where this rank failed because another did (zccRemoteError), the
+       close says as much, and peers that wait on this rank for something
+       else (a clear-to-send, a bootstrap message) hear of the failure only
+       from it: no longer than the error's own delivery deadline (with a
+       linger the failure crossed each such rank 1.5 s late). The messages
+       of a call that failed otherwise tell the peer only that this rank
+       left: the same deadline. */
     int err = atomic_load(&conn->comm->async_error);
-    if (!c->fail_pending && err != zccSuccess && err != zccInvalidUsage)
+    if (err == zccRemoteError || (!c->fail_pending && err != zccSuccess && err != zccInvalidUsage))
       fail_deliver(st, c, shared_ms(&st->fail_deadline_ns, 200));
     else
       fail_deliver(st, c, shared_ms(&st->linger_deadline_ns, zcc_param_net_linger_ms()));

@@ -51,6 +51,12 @@
  *   group       zccCommDestroy inside an open group with an operation
  *               queued is refused; zccCommAbort drops it and returns; the
  *               peer fails within 2 s.
+ *   relay       after an allreduce rank 1 aborts; rank 2's receive from it
+ *               fails (zccRemoteError within 2 s) while the others are busy
+ *               elsewhere for 1 s and never ask for rank 2's failure record:
+ *               rank 2's destroy takes under 0.5 s (the record's 200 ms
+ *               deadline, not ZCC_NET_LINGER_MS), and the others' next
+ *               allreduce fails within 2 s.
  *   abortrace   4 ranks run allreduce, split, a group of sends and receives
  *               and broadcast in turn; 0-35 ms in, a second thread of rank 1
  *               calls zccCommAbort, wherever rank 1 is: the abort returns
@@ -1008,6 +1014,72 @@ static int group_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
   return 0;
 }
 
+/* ---- relay: a rank that fails because another did does not hold its close ---- */
+
+/* The relay's destroy: its failure record's deadline (200 ms) at most, never
+   ZCC_NET_LINGER_MS (1.5 s): ranks waiting on it hear of the failure from
+   the close. */
+#define RELAY_DESTROY_S 0.5
+
+static int relay_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
+  (void)arg;
+  zt_set_tag("[relay %s rank %d]", sh->transport, rank);
+  zccComm_t comm = NULL;
+  zccResult_t rc = zt_comm_init_host(&comm, nranks, id, rank);
+  if (rc != zccSuccess) {
+    zt_fail("init: %s: %s", zt_rc_name(rc), zccGetLastError(NULL));
+    return 1;
+  }
+  float v[8] = {1, 1, 1, 1, 1, 1, 1, 1}, out[8];
+  rc = zccAllReduce(v, out, 8, zccFloat, zccSum, comm, NULL);
+  ZT_CHECK(rc == zccSuccess && out[0] == nranks, "first allreduce: %s, %g", zt_rc_name(rc),
+           out[0]);
+  if (rank == 1) {
+    /* gone: its peers' connections to it close */
+    ZT_EXPECT_RC(zccSuccess, zccCommAbort(comm));
+    sh->mark = zt_now();
+    atomic_store(&sh->flag, 1);
+    destroy_and_rebuild(NULL, rank, nranks, "relay");
+    return 0;
+  }
+  if (rank == 2) {
+    /* the relay: a receive from the aborted rank fails; its failure record
+       waits for peers that are busy elsewhere and never ask for it */
+    double t0 = zt_now();
+    while (!atomic_load(&sh->flag) && zt_now() - t0 < 10) zt_sleep(0.001);
+    rc = zccRecv(out, 8, zccFloat, 1, comm, NULL);
+    double dt = zt_now() - sh->mark;
+    figure("relay-call", dt, rc);
+    ZT_CHECK(rc == zccRemoteError && dt < LIMIT_S,
+             "receive from an aborted rank: expected zccRemoteError within 2 s, got %s after "
+             "%.2f s: %s", zt_rc_name(rc), dt, zccGetLastError(comm));
+    t0 = zt_now();
+    ZT_EXPECT_RC(zccSuccess, zccCommDestroy(comm));
+    dt = zt_now() - t0;
+    figure("relay-destroy", dt, zccSuccess);
+    ZT_CHECK(dt < RELAY_DESTROY_S,
+             "destroy after another rank's failure took %.2f s (at most %.1f: it must not "
+             "wait ZCC_NET_LINGER_MS for peers that never ask for its record)", dt,
+             RELAY_DESTROY_S);
+    destroy_and_rebuild(NULL, rank, nranks, "relay");
+    return 0;
+  }
+  /* The others are busy elsewhere until the relay has left, then find the
+     communicator failed. */
+  double t0 = zt_now();
+  while (!atomic_load(&sh->flag) && zt_now() - t0 < 10) zt_sleep(0.001);
+  zt_sleep(1.0);
+  t0 = zt_now();
+  rc = zccAllReduce(v, out, 8, zccFloat, zccSum, comm, NULL);
+  double dt = zt_now() - t0;
+  figure("peer-of-relay", dt, rc);
+  ZT_CHECK(rc == zccRemoteError && dt < LIMIT_S,
+           "allreduce after the abort and the relay: expected zccRemoteError within 2 s, got "
+           "%s after %.2f s: %s", zt_rc_name(rc), dt, zccGetLastError(comm));
+  destroy_and_rebuild(comm, rank, nranks, "relay");
+  return 0;
+}
+
 /* ---- abortrace: zccCommAbort from another thread, racing every phase ---- */
 
 /* When the abort comes, after the victim starts its phases: in the first
@@ -1118,7 +1190,7 @@ static int abortrace_rank(int rank, int nranks, const zccUniqueId *id, void *arg
          zt_rc_name(rc), dt, zccGetLastError(comm));
   ZT_CHECK(rc == zccRemoteError && sh->mark > 0 && dt < LIMIT_S,
            "%s with an aborted peer: expected zccRemoteError within 2 s of the abort, got %s "
-           "after %.2f s", what, zt_rc_name(rc), dt);
+           "after %.2f s: %s", what, zt_rc_name(rc), dt, zccGetLastError(comm));
   destroy_and_rebuild(comm, rank, nranks, "abortrace");
   return 0;
 }
@@ -1207,6 +1279,7 @@ static const fault_case_t cases[] = {
     {"split", split_rank, 3, "20000", 1, NULL},
     {"destroy", destroy_rank, 2, "20000", 1, NULL},
     {"group", group_rank, 2, "20000", 1, NULL},
+    {"relay", relay_rank, 3, "20000", 1, NULL},
     {"abortrace", abortrace_rank, 4, "20000", ABORT_KINDS, NULL},
     {"initabort", initabort_rank, 3, "20000", INITABORT_KINDS, NULL},
     {"fullcheck", fullcheck_rank, 2, "20000", 1, "full"},
