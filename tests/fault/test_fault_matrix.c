@@ -911,6 +911,32 @@ static int split_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
   return 0;
 }
 
+/* Wait (up to 10 s) for another rank's mark that its fault happened. */
+static void await_flag(void) {
+  double t0 = zt_now();
+  while (!atomic_load(&sh->flag) && zt_now() - t0 < 10) zt_sleep(0.001);
+}
+
+/*
+ * A peer's fault is done (await_flag): this rank's next allreduce fails with
+ * zccRemoteError within 2 s (figure fig, message "allreduce <with>"); then
+ * destroy and rebuild.
+ */
+static void allreduce_fails(zccComm_t comm, int rank, int nranks, const char *fig,
+                            const char *with, const char *what) {
+  float v[8] = {1, 1, 1, 1, 1, 1, 1, 1}, out[8];
+  double t0 = zt_now();
+  zccResult_t rc = zccAllReduce(v, out, 8, zccFloat, zccSum, comm, NULL);
+  double dt = zt_now() - t0;
+  figure(fig, dt, rc);
+  zt_log("allreduce %s: %s after %.3f s: \"%s\"", with, zt_rc_name(rc), dt,
+         zccGetLastError(comm));
+  ZT_CHECK(rc == zccRemoteError && dt < LIMIT_S,
+           "allreduce %s: expected zccRemoteError within 2 s, got %s after %.2f s: %s", with,
+           zt_rc_name(rc), dt, zccGetLastError(comm));
+  destroy_and_rebuild(comm, rank, nranks, what);
+}
+
 /* ---- destroy from another thread while a call is blocked ---- */
 
 /* Another thread ends the communicator (destroy or abort) within 2 s. */
@@ -952,18 +978,8 @@ static int destroy_rank(int rank, int nranks, const zccUniqueId *id, void *arg) 
     atomic_store(&sh->flag, 1);
     destroy_and_rebuild(NULL, rank, nranks, "destroy");
   } else {
-    double t0 = zt_now();
-    while (!atomic_load(&sh->flag) && zt_now() - t0 < 10) zt_sleep(0.001);
-    t0 = zt_now();
-    rc = zccAllReduce(v, out, 8, zccFloat, zccSum, comm, NULL);
-    double dt = zt_now() - t0;
-    figure("peer-of-destroyed", dt, rc);
-    zt_log("allreduce after the peer destroyed the comm: %s after %.3f s: \"%s\"",
-           zt_rc_name(rc), dt, zccGetLastError(comm));
-    ZT_CHECK(rc == zccRemoteError && dt < LIMIT_S,
-             "allreduce with a destroyed peer: expected zccRemoteError within 2 s, got %s "
-             "after %.2f s", zt_rc_name(rc), dt);
-    destroy_and_rebuild(comm, rank, nranks, "destroy");
+    await_flag();
+    allreduce_fails(comm, rank, nranks, "peer-of-destroyed", "with a destroyed peer", "destroy");
   }
   return 0;
 }
@@ -1000,16 +1016,8 @@ static int group_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
     atomic_store(&sh->flag, 1);
     destroy_and_rebuild(NULL, rank, nranks, "group");
   } else {
-    double t0 = zt_now();
-    while (!atomic_load(&sh->flag) && zt_now() - t0 < 10) zt_sleep(0.001);
-    t0 = zt_now();
-    rc = zccAllReduce(v, out, 8, zccFloat, zccSum, comm, NULL);
-    double dt = zt_now() - t0;
-    figure("peer-of-aborted", dt, rc);
-    ZT_CHECK(rc == zccRemoteError && dt < LIMIT_S,
-             "allreduce with an aborted peer: expected zccRemoteError within 2 s, got %s "
-             "after %.2f s: %s", zt_rc_name(rc), dt, zccGetLastError(comm));
-    destroy_and_rebuild(comm, rank, nranks, "group");
+    await_flag();
+    allreduce_fails(comm, rank, nranks, "peer-of-aborted", "with an aborted peer", "group");
   }
   return 0;
 }
@@ -1045,15 +1053,14 @@ static int relay_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
   if (rank == 2) {
     /* the relay: a receive from the aborted rank fails; its failure record
        waits for peers that are busy elsewhere and never ask for it */
-    double t0 = zt_now();
-    while (!atomic_load(&sh->flag) && zt_now() - t0 < 10) zt_sleep(0.001);
+    await_flag();
     rc = zccRecv(out, 8, zccFloat, 1, comm, NULL);
     double dt = zt_now() - sh->mark;
     figure("relay-call", dt, rc);
     ZT_CHECK(rc == zccRemoteError && dt < LIMIT_S,
              "receive from an aborted rank: expected zccRemoteError within 2 s, got %s after "
              "%.2f s: %s", zt_rc_name(rc), dt, zccGetLastError(comm));
-    t0 = zt_now();
+    double t0 = zt_now();
     ZT_EXPECT_RC(zccSuccess, zccCommDestroy(comm));
     dt = zt_now() - t0;
     figure("relay-destroy", dt, zccSuccess);
@@ -1066,17 +1073,9 @@ static int relay_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
   }
   /* The others are busy elsewhere until the relay has left, then find the
      communicator failed. */
-  double t0 = zt_now();
-  while (!atomic_load(&sh->flag) && zt_now() - t0 < 10) zt_sleep(0.001);
+  await_flag();
   zt_sleep(1.0);
-  t0 = zt_now();
-  rc = zccAllReduce(v, out, 8, zccFloat, zccSum, comm, NULL);
-  double dt = zt_now() - t0;
-  figure("peer-of-relay", dt, rc);
-  ZT_CHECK(rc == zccRemoteError && dt < LIMIT_S,
-           "allreduce after the abort and the relay: expected zccRemoteError within 2 s, got "
-           "%s after %.2f s: %s", zt_rc_name(rc), dt, zccGetLastError(comm));
-  destroy_and_rebuild(comm, rank, nranks, "relay");
+  allreduce_fails(comm, rank, nranks, "peer-of-relay", "after the abort and the relay", "relay");
   return 0;
 }
 
