@@ -119,6 +119,17 @@ static void figure(const char *what, double seconds, zccResult_t rc) {
          zt_rc_name(rc));
 }
 
+/* The case's communicator (NULL after a failure, reported). */
+static zccComm_t case_init(int rank, int nranks, const zccUniqueId *id) {
+  zccComm_t comm = NULL;
+  zccResult_t rc = zt_comm_init_host(&comm, nranks, id, rank);
+  if (rc != zccSuccess) {
+    zt_fail("init: %s: %s", zt_rc_name(rc), zccGetLastError(NULL));
+    return NULL;
+  }
+  return comm;
+}
+
 /* Destroy (within 2 s) and build a new communicator of the survivors. */
 static void destroy_and_rebuild(zccComm_t comm, int idx, int nsurv, const char *what) {
   if (comm) {
@@ -198,12 +209,9 @@ static int mismatch_rank(int rank, int nranks, const zccUniqueId *id, void *arg)
   (void)arg;
   int kind = sh->kind;
   zt_set_tag("[mismatch-%s %s rank %d]", mm_names[kind], sh->transport, rank);
-  zccComm_t comm = NULL;
-  zccResult_t rc = zt_comm_init_host(&comm, nranks, id, rank);
-  if (rc != zccSuccess) {
-    zt_fail("init: %s: %s", zt_rc_name(rc), zccGetLastError(NULL));
-    return 1;
-  }
+  zccComm_t comm = case_init(rank, nranks, id);
+  if (!comm) return 1;
+  zccResult_t rc = zccSuccess;
   float *a = malloc(MM_N * sizeof(float)), *b = malloc(MM_N * sizeof(float));
   for (int i = 0; i < MM_N; i++) a[i] = (float)(rank + 1);
   /* In step first: one exact allreduce. */
@@ -270,12 +278,9 @@ static int mismatch_rank(int rank, int nranks, const zccUniqueId *id, void *arg)
 static int fullcheck_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
   (void)arg;
   zt_set_tag("[fullcheck %s rank %d]", sh->transport, rank);
-  zccComm_t comm = NULL;
-  zccResult_t rc = zt_comm_init_host(&comm, nranks, id, rank);
-  if (rc != zccSuccess) {
-    zt_fail("init: %s: %s", zt_rc_name(rc), zccGetLastError(NULL));
-    return 1;
-  }
+  zccComm_t comm = case_init(rank, nranks, id);
+  if (!comm) return 1;
+  zccResult_t rc = zccSuccess;
   float a[1000], b[1000];
   for (int i = 0; i < 1000; i++) a[i] = (float)rank;
   double t0 = zt_now();
@@ -307,12 +312,9 @@ static int fullcheck_rank(int rank, int nranks, const zccUniqueId *id, void *arg
 static int stale_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
   (void)arg;
   zt_set_tag("[stale %s rank %d]", sh->transport, rank);
-  zccComm_t comm = NULL;
-  zccResult_t rc = zt_comm_init_host(&comm, nranks, id, rank);
-  if (rc != zccSuccess) {
-    zt_fail("init: %s: %s", zt_rc_name(rc), zccGetLastError(NULL));
-    return 1;
-  }
+  zccComm_t comm = case_init(rank, nranks, id);
+  if (!comm) return 1;
+  zccResult_t rc = zccSuccess;
   float v[8], out[8];
   for (int i = 0; i < 8; i++) v[i] = rank ? 7.0f : 1.0f;
   double t0;
@@ -358,12 +360,9 @@ static int stale_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
 static int zombie_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
   (void)arg;
   zt_set_tag("[zombie %s rank %d]", sh->transport, rank);
-  zccComm_t comm = NULL;
-  zccResult_t rc = zt_comm_init_host(&comm, nranks, id, rank);
-  if (rc != zccSuccess) {
-    zt_fail("init: %s: %s", zt_rc_name(rc), zccGetLastError(NULL));
-    return 1;
-  }
+  zccComm_t comm = case_init(rank, nranks, id);
+  if (!comm) return 1;
+  zccResult_t rc = zccSuccess;
   static float v[1 << 16], out[1 << 16];
   for (int i = 0; i < (1 << 16); i++) v[i] = 1;
   ZT_EXPECT_RC(zccSuccess, zccAllReduce(v, out, 1 << 16, zccFloat, zccSum, comm, NULL));
@@ -563,12 +562,9 @@ static int strangers_rank(int rank, int nranks, const zccUniqueId *id, void *arg
   (void)arg;
   zt_set_tag("[strangers %s rank %d]", sh->transport, rank);
   sh->pids[rank] = getpid();
-  zccComm_t comm = NULL;
-  zccResult_t rc = zt_comm_init_host(&comm, nranks, id, rank);
-  if (rc != zccSuccess) {
-    zt_fail("init: %s: %s", zt_rc_name(rc), zccGetLastError(NULL));
-    return 1;
-  }
+  zccComm_t comm = case_init(rank, nranks, id);
+  if (!comm) return 1;
+  zccResult_t rc = zccSuccess;
   static int fds[4 * STRANGERS * ZT_MAX_RANKS];
   int nfds = 0;
   if (nranks > 2 && getenv("ZCC_IBV_LIBRARY")) {
@@ -701,12 +697,9 @@ static int strangers_rank(int rank, int nranks, const zccUniqueId *id, void *arg
 static int sigstop_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
   (void)arg;
   zt_set_tag("[sigstop %s rank %d]", sh->transport, rank);
-  zccComm_t comm = NULL;
-  zccResult_t rc = zt_comm_init_host(&comm, nranks, id, rank);
-  if (rc != zccSuccess) {
-    zt_fail("init: %s: %s", zt_rc_name(rc), zccGetLastError(NULL));
-    return 1;
-  }
+  zccComm_t comm = case_init(rank, nranks, id);
+  if (!comm) return 1;
+  zccResult_t rc = zccSuccess;
   float v[16], out[16];
   for (int i = 0; i < 16; i++) v[i] = 1;
   ZT_EXPECT_RC(zccSuccess, zccAllReduce(v, out, 16, zccFloat, zccSum, comm, NULL));
@@ -756,12 +749,9 @@ static void counts(int *fds, int *threads) {
 static int cycles_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
   (void)arg;
   zt_set_tag("[cycles %s rank %d]", sh->transport, rank);
-  zccComm_t comm = NULL;
-  zccResult_t rc = zt_comm_init_host(&comm, nranks, id, rank);
-  if (rc != zccSuccess) {
-    zt_fail("init: %s: %s", zt_rc_name(rc), zccGetLastError(NULL));
-    return 1;
-  }
+  zccComm_t comm = case_init(rank, nranks, id);
+  if (!comm) return 1;
+  zccResult_t rc = zccSuccess;
   int fd0 = 0, th0 = 0, fd1 = 0, th1 = 0, shm0 = -1, shm1 = -1;
   double t0 = 0;
   const char *ce = getenv("ZCC_TEST_CYCLES"); /* more, for a long run */
@@ -826,12 +816,9 @@ static void *thr_call(void *p) {
 static int threads_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
   (void)arg;
   zt_set_tag("[threads %s rank %d]", sh->transport, rank);
-  zccComm_t comm = NULL;
-  zccResult_t rc = zt_comm_init_host(&comm, nranks, id, rank);
-  if (rc != zccSuccess) {
-    zt_fail("init: %s: %s", zt_rc_name(rc), zccGetLastError(NULL));
-    return 1;
-  }
+  zccComm_t comm = case_init(rank, nranks, id);
+  if (!comm) return 1;
+  zccResult_t rc = zccSuccess;
   thr_arg_t a = {.comm = comm};
   for (int i = 0; i < 8; i++) a.v[i] = (float)(rank + 1);
   if (rank == 0) {
@@ -957,12 +944,9 @@ static void *thr_end(void *p) {
 static int destroy_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
   (void)arg;
   zt_set_tag("[destroy %s rank %d]", sh->transport, rank);
-  zccComm_t comm = NULL;
-  zccResult_t rc = zt_comm_init_host(&comm, nranks, id, rank);
-  if (rc != zccSuccess) {
-    zt_fail("init: %s: %s", zt_rc_name(rc), zccGetLastError(NULL));
-    return 1;
-  }
+  zccComm_t comm = case_init(rank, nranks, id);
+  if (!comm) return 1;
+  zccResult_t rc = zccSuccess;
   float v[8] = {1, 1, 1, 1, 1, 1, 1, 1}, out[8];
   if (rank == 0) {
     thr_arg_t d = {.comm = comm, .delay_s = 0.3, .what = "destroy-other-thread"};
@@ -989,12 +973,9 @@ static int destroy_rank(int rank, int nranks, const zccUniqueId *id, void *arg) 
 static int group_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
   (void)arg;
   zt_set_tag("[group %s rank %d]", sh->transport, rank);
-  zccComm_t comm = NULL;
-  zccResult_t rc = zt_comm_init_host(&comm, nranks, id, rank);
-  if (rc != zccSuccess) {
-    zt_fail("init: %s: %s", zt_rc_name(rc), zccGetLastError(NULL));
-    return 1;
-  }
+  zccComm_t comm = case_init(rank, nranks, id);
+  if (!comm) return 1;
+  zccResult_t rc = zccSuccess;
   float v[8] = {1, 1, 1, 1, 1, 1, 1, 1}, out[8];
   if (rank == 0) {
     ZT_EXPECT_RC(zccSuccess, zccGroupStart());
@@ -1032,12 +1013,9 @@ static int group_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
 static int relay_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
   (void)arg;
   zt_set_tag("[relay %s rank %d]", sh->transport, rank);
-  zccComm_t comm = NULL;
-  zccResult_t rc = zt_comm_init_host(&comm, nranks, id, rank);
-  if (rc != zccSuccess) {
-    zt_fail("init: %s: %s", zt_rc_name(rc), zccGetLastError(NULL));
-    return 1;
-  }
+  zccComm_t comm = case_init(rank, nranks, id);
+  if (!comm) return 1;
+  zccResult_t rc = zccSuccess;
   float v[8] = {1, 1, 1, 1, 1, 1, 1, 1}, out[8];
   rc = zccAllReduce(v, out, 8, zccFloat, zccSum, comm, NULL);
   ZT_CHECK(rc == zccSuccess && out[0] == nranks, "first allreduce: %s, %g", zt_rc_name(rc),
@@ -1143,12 +1121,9 @@ static zccResult_t abort_step(zccComm_t comm, int rank, int nranks, int step, co
 static int abortrace_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
   (void)arg;
   zt_set_tag("[abortrace+%dms %s rank %d]", abort_ms[sh->kind], sh->transport, rank);
-  zccComm_t comm = NULL;
-  zccResult_t rc = zt_comm_init_host(&comm, nranks, id, rank);
-  if (rc != zccSuccess) {
-    zt_fail("init: %s: %s", zt_rc_name(rc), zccGetLastError(NULL));
-    return 1;
-  }
+  zccComm_t comm = case_init(rank, nranks, id);
+  if (!comm) return 1;
+  zccResult_t rc = zccSuccess;
   const char *what = "";
   double t0 = zt_now();
   if (rank == 1) {
