@@ -416,8 +416,16 @@ for phase in "$@"; do
     # WIDE_RANKS (12) over p2p, then 10 over GPU shm (ZCC_P2P_DISABLE=1): the matrix with exact
     # checks and graph replays, the connector kernels alone (the log says so); then a
     # forced all-pairs algorithm refused with the reason (test_gpu_colls and allreduce_perf set
-    # CUDA_DEVICE_MAX_CONNECTIONS=32 for more than 8 ranks of one process)
+    # CUDA_DEVICE_MAX_CONNECTIONS=32 for more than 8 ranks of one process). The errors part's
+    # group of 130 sends and receives is refused over the connectors there, and over the
+    # all-pairs p2p kernel by wide-group-n2; wide-one-rank: one rank's send/receive and
+    # all-to-all over the connectors, one round a launch
     n=${WIDE_RANKS:-12}
+    run wide-group-n2 200 "$bin/test_gpu_colls" --ranks 2 --layout threads --only errors
+    for t in sendrecv alltoall; do
+      run "wide-one-rank-$t" 120 env ZCC_P2P_DIRECT_DISABLE=1 ZCC_GPU_P2P_ROUNDS=1 \
+        "$bin/${t}_perf" -b 8 -e 1M -f 32 -g 1 -w 1 -n 5 -c 1
+    done
     expect_line "wide-p2p-n$n" "more than the all-pairs kernels take (8)" env ZCC_DEBUG=INFO \
       ZCC_DEBUG_SUBSYS=INIT "$bin/test_gpu_colls" --ranks $n --layout threads --quick \
       --only matrix,graphs,errors --replays 100

@@ -527,6 +527,15 @@ static zccResult_t call_rank(const call_t *c, zccComm_t comm, int r, int n, cons
       return res;
     if (c->coll == C_MIX) {
       res = call_mix(c, comm, r, n, sp, rp, s);
+    } else if (c->coll == C_RING && c->bad_peer == BAD_PIECES) {
+      size_t es = esize(c->type), per = c->count / BAD_PIECES_N;
+      for (int k = 0; k < BAD_PIECES_N && res == zccSuccess; k++) {
+        size_t off = (size_t)k * per, cnt = k < BAD_PIECES_N - 1 ? per : c->count - off;
+        res = zccSend((const char *)sp + off * es, cnt, c->type, (r + 1) % n, comm, s);
+        res2 = zccRecv((char *)rp + off * es, cnt, c->type, (r + n - 1) % n, comm, s);
+        if (res == zccSuccess)
+          res = res2;
+      }
     } else if (c->coll == C_RING) {
       res = zccSend(sp, c->count, c->type, c->bad_peer ? n : (r + 1) % n, comm, s);
       res2 = zccRecv(rp, c->count, c->type, c->bad_peer ? -1 : (r + n - 1) % n, comm, s);

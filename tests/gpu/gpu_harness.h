@@ -153,9 +153,13 @@ typedef struct {
   zccRedOp_t op;
   int root;
   size_t count;
-  int bad_peer; /* send/recv: peers out of range */
+  int bad_peer; /* send/recv: BAD_PEERS peers out of range; BAD_PIECES the ring's send and
+                   receive each in BAD_PIECES_N pieces, more than a GPU group takes */
   int premul;   /* reduce, reducescatter: a pre-multiplied sum, PREMUL_HOST or PREMUL_DEVICE */
 } call_t;
+
+enum { BAD_PEERS = 1, BAD_PIECES = 2 };
+#define BAD_PIECES_N 65 /* > ZCC_DEV_P2P_MAX_OPS / 2: the group holds 130 ops with peers */
 
 /* Pre-multiplied sums (zccRedOpCreatePreMulSum, op zccSum in call_t): each
    rank r's scalar premul_scalar(type, r), host-immediate or in device memory

@@ -706,8 +706,11 @@ typedef struct {
   const char *what;
   call_t c;
   int host_send, host_recv; /* pass host (malloc) memory */
-  int usage_ok;             /* zccInvalidUsage accepted besides zccInvalidArgument */
+  int usage_ok;             /* zccInvalidUsage accepted besides zccInvalidArgument;
+                               USAGE_ONLY: zccInvalidUsage alone, naming the group's limit */
 } bad_t;
+
+enum { USAGE_ONLY = 2 };
 
 #define BAD_BYTES 65536
 
@@ -783,7 +786,16 @@ static void run_errors(world_t *w) {
       {"broadcast, root nranks", {C_BROADCAST, zccFloat32, zccSum, n, 1000, 0, 0}, 0, 0, 0},
       {"reduce, root nranks", {C_REDUCE, zccFloat32, zccSum, n, 1000, 0, 0}, 0, 0, 0},
       {"reduce, root -1", {C_REDUCE, zccFloat32, zccSum, -1, 1000, 0, 0}, 0, 0, 0},
-      {"send/recv, peers nranks and -1", {C_RING, zccFloat32, zccSum, 0, 1000, 1, 0}, 0, 0, 0},
+      {"send/recv, peers nranks and -1",
+       {C_RING, zccFloat32, zccSum, 0, 1000, BAD_PEERS, 0},
+       0,
+       0,
+       0},
+      {"send/recv ring in 65 pieces a direction (a group of 130 ops with peers)",
+       {C_RING, zccFloat32, zccSum, 0, 1000, BAD_PIECES, 0},
+       0,
+       0,
+       USAGE_ONLY},
       {"allreduce, datatype zccNumTypes",
        {C_ALLREDUCE, (zccDataType_t)zccNumTypes, zccSum, 0, 1000, 0, 0},
        0,
@@ -834,10 +846,16 @@ static void run_errors(world_t *w) {
     wait_local(w, 0, bd->what);
     for (int i = 0; i < w->nlocal; i++) {
       rank_t *x = &w->rk[i];
-      int code_ok = x->rc == zccInvalidArgument || (bd->usage_ok && x->rc == zccInvalidUsage);
-      CHECK(code_ok, "%s errors: %s: rank %d: expected zccInvalidArgument%s, got %s (%s)", w->name,
-            bd->what, x->rank, bd->usage_ok ? " or zccInvalidUsage" : "", rc_name(x->rc),
-            last_err(w->comms[i]));
+      int code_ok = bd->usage_ok == USAGE_ONLY
+                        ? x->rc == zccInvalidUsage &&
+                              strstr(last_err(w->comms[i]), "sends and receives")
+                        : x->rc == zccInvalidArgument || (bd->usage_ok && x->rc == zccInvalidUsage);
+      CHECK(code_ok, "%s errors: %s: rank %d: expected %s, got %s (%s)", w->name, bd->what,
+            x->rank,
+            bd->usage_ok == USAGE_ONLY ? "zccInvalidUsage naming the group's sends and receives"
+            : bd->usage_ok             ? "zccInvalidArgument or zccInvalidUsage"
+                                       : "zccInvalidArgument",
+            rc_name(x->rc), last_err(w->comms[i]));
       setdev(w, i);
       CK(cudaMemcpy(x->hout, x->drecv[0], BAD_BYTES, cudaMemcpyDeviceToHost));
       CK(cudaMemcpy(x->hsend, x->dsend[0], BAD_BYTES, cudaMemcpyDeviceToHost));
