@@ -693,11 +693,17 @@ for phase in "$@"; do
   stamps)
     # Op stamps: GPU times in the flight recorder and the trace, the watchdog's ZCC_TIMEOUT
     # for a kernel whose peer never comes (its dump names it), and what the stamps cost.
+    # The quiet exits (device.h) by default, then every exit stamped (ZCC_GPU_STAMP_QUIET_US=0):
+    # the times' order is checked on the ops that have an end.
     tc="$bin/test_gpu_colls"
-    run st-n2 300 env ZCC_TIMEOUT=20000 "$tc" --ranks 2 --layout both --only stamps
-    run st-gshm-n3 300 env ZCC_TIMEOUT=20000 ZCC_P2P_DISABLE=1 "$tc" --ranks 3 --layout threads \
-      --only stamps
-    run st-ring-n3 300 env ZCC_TIMEOUT=20000 ZCC_ALGO=ring "$tc" --ranks 3 --layout threads --only stamps
+    for q in 20 0; do
+      run st-n2-q$q 300 env ZCC_GPU_STAMP_QUIET_US=$q ZCC_TIMEOUT=20000 "$tc" --ranks 2 \
+        --layout both --only stamps
+      run st-gshm-n3-q$q 300 env ZCC_GPU_STAMP_QUIET_US=$q ZCC_TIMEOUT=20000 ZCC_P2P_DISABLE=1 \
+        "$tc" --ranks 3 --layout threads --only stamps
+      run st-ring-n3-q$q 300 env ZCC_GPU_STAMP_QUIET_US=$q ZCC_TIMEOUT=20000 ZCC_ALGO=ring "$tc" \
+        --ranks 3 --layout threads --only stamps
+    done
     mkdir -p "$OUT/fr"
     run stuck-n2 300 env ZCC_TIMEOUT=3000 ZCC_FLIGHT_RECORDER_FILE="$OUT/fr/stuck.%p.%r.json" "$tc" \
       --ranks 2 --layout both --only stuck
@@ -705,11 +711,15 @@ for phase in "$@"; do
     run stuck-n4 300 env ZCC_TIMEOUT=3000 "$tc" --ranks 4 --layout threads --only stuck
     run st-trace 300 python3 "$root/tests/trace/test_trace.py" gpu --driver "$bin/allreduce_perf" \
       --tool "$root/tools/zcc_trace"
-    for i in 1 2 3; do
-      for on in 0 1; do
-        run "st-cost-eager-$on-$i" 120 env ZCC_GPU_STAMPS=$on "$bin/allreduce_perf" -g 2 --share-gpus 1 \
+    # What they cost: stamps off (0), on with quiet exits (1, the default), on with every
+    # exit stamped (1q0), alternated STAMP_ROUNDS (3) times
+    for i in $(seq 1 ${STAMP_ROUNDS:-3}); do
+      for on in 0 1 1q0; do
+        e=(ZCC_GPU_STAMPS=${on%q0})
+        [ "$on" = 1q0 ] && e+=(ZCC_GPU_STAMP_QUIET_US=0)
+        run "st-cost-eager-$on-$i" 120 env "${e[@]}" "$bin/allreduce_perf" -g 2 --share-gpus 1 \
           -b 8 -e 8 -w 200 -n 3000 -c 0
-        run "st-cost-graph-$on-$i" 120 env ZCC_GPU_STAMPS=$on "$bin/allreduce_perf" -g 2 --share-gpus 1 \
+        run "st-cost-graph-$on-$i" 120 env "${e[@]}" "$bin/allreduce_perf" -g 2 --share-gpus 1 \
           -b 8 -e 8 -w 20 -G 2000 -c 0
       done
     done

@@ -702,8 +702,8 @@ static void trace_event(struct zccComm *comm, const zcc_op_rec_t *r) {
 }
 
 /* GPU: a record's times and state from the stamps of the launch that ran
-   it (zcc_gpu_op_times' codes: 2 done, 3 cut short, 1 started, 0 not yet,
-   -1 none will come). */
+   it (zcc_gpu_op_times' codes: 2 done, 4 done with no end time, 3 cut
+   short, 1 started, 0 not yet, -1 none will come). */
 static int gpu_times(struct zccComm *comm, uint64_t id, uint64_t gpu_id, int64_t *s,
                      int64_t *e) {
   if (!comm->dev || !comm->dev->op_times)
@@ -712,7 +712,7 @@ static int gpu_times(struct zccComm *comm, uint64_t id, uint64_t gpu_id, int64_t
 }
 
 static int gpu_state(int st) {
-  return st == 2 ? ZCC_OP_DONE : st == 3 ? ZCC_OP_FAILED : ZCC_OP_STARTED;
+  return st == 2 || st == 4 ? ZCC_OP_DONE : st == 3 ? ZCC_OP_FAILED : ZCC_OP_STARTED;
 }
 
 /* GPU: the spans of the ops from t->gpu_next up to (not including) `upto`

@@ -144,7 +144,7 @@ ZD_INLINE void oneshot_ll_kernel_body(const LlParams &p) {
         for (;;) {
           x = ld_volatile16(line);
           if (x.y == seq && x.w == seq) break;
-          if (p.abort_flag && (++spins & 1023u) == 0 && *p.abort_flag) {
+          if (p.abort_flag && (++spins & 1023u) == 0 && zd_wait_slow(p.abort_flag, spins)) {
             dead = true;
             break;
           }

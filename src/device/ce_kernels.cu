@@ -27,7 +27,7 @@ __global__ void flag_wait_kernel(uint32_t *counter, const uint32_t *flag, int in
     uint32_t v;
     asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
     if ((int32_t)(v - want) >= 0) break;
-    if (abort_flag && (++spins & 1023u) == 0 && *abort_flag) break;
+    if (abort_flag && (++spins & 1023u) == 0 && zd_wait_slow(abort_flag, spins)) break;
   }
   __threadfence_system();
   zd_stamp_exit(stamp_at);

@@ -34,6 +34,29 @@ ZD_INLINE uint64_t zd_ld_acquire_sys64(const volatile uint64_t *p) {
   return v;
 }
 
+ZD_INLINE uint64_t zd_globaltimer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// A wait's check of the abort word, every 1024 spins or so (the slow path):
+// at the ZD_ANNOUNCE_SPINS-th spin it also stores the time into its block's
+// slot beside the abort word (device.h, ZCC_DEV_ABORT_WAITS_OFF), once per
+// wait: the watchdog's sign of a block in flight, since a launch shorter
+// than its stamp's quiet_ns stamps no exit. 1024 loads that miss L1 take
+// over 100 us, far above any quiet_ns, so a block that announced is one
+// that stamps its exit. true: the abort word is raised.
+#define ZD_ANNOUNCE_SPINS 1024u
+ZD_INLINE bool zd_wait_slow(const volatile uint32_t *abort_flag, unsigned spins) {
+  if (*abort_flag) return true;
+  const unsigned b = blockIdx.x;
+  if (spins == ZD_ANNOUNCE_SPINS && b < ZCC_DEV_MAX_BLOCKS)
+    ((volatile uint64_t *)((uintptr_t)abort_flag + ZCC_DEV_ABORT_WAITS_OFF))[b] =
+        zd_globaltimer() + 1;
+  return false;
+}
+
 // A collective's gate (device.h, zcc_dev_conn_args_t.sig_gate): the block
 // waits until the network proxy's agreement word reaches seq. false when
 // the abort word was raised first: the block then touches no connector.
@@ -45,7 +68,7 @@ ZD_INLINE bool zd_sig_gate(const volatile uint64_t *gate, uint64_t seq,
     int open = 1;
     unsigned spins = 0;
     while (zd_ld_acquire_sys64(gate) < seq) {
-      if (abort_flag && (++spins & 63u) == 0 && *abort_flag) {
+      if (abort_flag && (++spins & 63u) == 0 && zd_wait_slow(abort_flag, spins)) {
         open = 0;
         break;
       }
@@ -63,18 +86,12 @@ ZD_INLINE bool zd_sig_gate(const volatile uint64_t *gate, uint64_t seq,
 ZD_INLINE bool zd_wait_reach(const uint32_t *p, uint32_t v, const volatile uint32_t *abort_flag) {
   unsigned spins = 0;
   while ((int32_t)(zd_ld_acquire_sys(p) - v) < 0) {
-    if (abort_flag && (++spins & 1023u) == 0 && *abort_flag) return false;
+    if (abort_flag && (++spins & 1023u) == 0 && zd_wait_slow(abort_flag, spins)) return false;
   }
   return true;
 }
 
 // ---- op stamps (device.h) ----
-
-ZD_INLINE uint64_t zd_globaltimer() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 
 // The thread of a block that stamps: its last one, whose part of the work
 // is the smallest (small messages are thread 0's): stamping in thread 0
@@ -87,6 +104,7 @@ struct zd_stamp_at {
   uint64_t entry, token;
   zcc_dev_live_t *live; // every thread: NULL, no stamps
   zcc_dev_op_time_t *op;
+  uint32_t quiet_ns;
 };
 
 ZD_INLINE uint64_t zd_pin(uint64_t v) {
@@ -98,7 +116,7 @@ ZD_INLINE uint64_t zd_pin(uint64_t v) {
 // the block's entry time, which zd_stamp_exit takes back. Block 0 also
 // names the op, and stamps its start at the op's first launch.
 ZD_INLINE zd_stamp_at zd_stamp_enter(const zcc_dev_stamp_t &s) {
-  zd_stamp_at a = {0, 0, (zcc_dev_live_t *)zd_pin((uint64_t)s.live), nullptr};
+  zd_stamp_at a = {0, 0, (zcc_dev_live_t *)zd_pin((uint64_t)s.live), nullptr, 0};
   if (!a.live || !zd_stamper()) return a;
   const uint64_t t = zd_globaltimer() + 1;
   const unsigned b = blockIdx.x;
@@ -106,6 +124,7 @@ ZD_INLINE zd_stamp_at zd_stamp_enter(const zcc_dev_stamp_t &s) {
   a.entry = t;
   a.token = zd_pin(s.token);
   a.op = (zcc_dev_op_time_t *)zd_pin((uint64_t)s.op);
+  a.quiet_ns = (uint32_t)zd_pin(s.quiet_ns);
   if (b == 0) {
     ((volatile zcc_dev_live_t *)a.live)->seq = s.seq;
     if (s.first) {
@@ -121,11 +140,13 @@ ZD_INLINE zd_stamp_at zd_stamp_enter(const zcc_dev_stamp_t &s) {
 
 // At a launch's end, in every block (all its threads): once the block is
 // done, its exit time; block 0 also the op's end and this launch's token.
+// Nothing where the block ran for less than quiet_ns (device.h).
 ZD_INLINE void zd_stamp_exit(const zd_stamp_at &a) {
   if (!a.live) return;
   __syncthreads();
   if (!zd_stamper()) return;
   uint64_t t = zd_globaltimer();
+  if (a.quiet_ns && t < a.entry + a.quiet_ns) return;
   if (t < a.entry) t = a.entry;
   const unsigned b = blockIdx.x;
   if (b == 0) {

@@ -72,6 +72,13 @@ ZCC_PARAM_INT(gpu_stamps, "GPU_STAMPS", 1,
               "the trace's GPU times, and the watchdog's ZCC_TIMEOUT for a launch whose peers "
               "never come); 0: no stamps, and a GPU collective waits for its peers until abort; "
               "2: stamps into device memory nobody reads (to measure their cost)")
+ZCC_PARAM_INT(gpu_stamp_quiet_us, "GPU_STAMP_QUIET_US", 20,
+              "a kernel block that ran for less than this many microseconds stamps no exit "
+              "(a store at a kernel's end costs a small collective about 0.08 us); the "
+              "watchdog then tells a block in flight by its waits, which say so once they "
+              "have spun long, and the flight recorder a short op's end by the next op's "
+              "start. 0: every block stamps its exit (always so under ZCC_TRACE_FILE, whose "
+              "trace takes every op's GPU end). 0 to 1000000")
 ZCC_PARAM_INT(gpu_p2p_rounds, "GPU_P2P_ROUNDS", 0,
               "send/receive and all-to-all over the per-peer connectors: the most peer "
               "distances (rounds) one launch takes (0: as many as the GPU's blocks allow, at "
@@ -178,7 +185,50 @@ zcc_dev_stamp_t zcc_gpu_stamp(zcc_gpu_t *g) {
   s.token = ++g->token;
   s.seq = g->op_id;
   s.first = g->op_launches++ == 0;
+  s.quiet_ns = g->quiet_ns;
   return s;
+}
+
+/*
+ * The blocks' state from the stamps and the waits' words (device.h): how
+ * many wait in flight; *sig changes whenever a block enters, leaves or a
+ * wait announces itself; *last the latest entry (GPU time).
+ */
+static int blocks_waiting(const zcc_gpu_t *g, uint64_t *sig, uint64_t *last) {
+  const volatile zcc_dev_live_t *live = g->live_host;
+  const volatile uint64_t *waits =
+      (const volatile uint64_t *)((const char *)g->abort_host + ZCC_DEV_ABORT_WAITS_OFF);
+  int busy = 0;
+  uint64_t h = 0, latest = 0;
+  for (int b = 0; b < ZCC_DEV_MAX_BLOCKS; b++) {
+    uint64_t in = live->block[b].entry_ns, out = live->block[b].exit_ns, w = waits[b];
+    /* entered and not left; with quiet exits, also announced since it entered */
+    busy += in > out && (!g->quiet_ns || w >= in);
+    h = h * 1000003u + in + 3 * out + 7 * w;
+    if (in > latest) latest = in;
+  }
+  if (sig) *sig = h;
+  if (last) *last = latest;
+  return busy;
+}
+
+/* An op whose launches stamped no end (each shorter than quiet_ns) is done
+   once a later op of the communicator started on the GPU (one stream's
+   order), or once no block has entered for a second and none waits: a
+   launch that runs longer stamps its exit (a single launch computing for
+   a second with no wait of 100 us may read done before its end). */
+#define QUIET_SETTLE_NS 1000000000ll
+static int quiet_done(const zcc_gpu_t *g, uint64_t id) {
+  for (uint64_t j = id + 1; j <= id + 16; j++) {
+    uint32_t k = op_slot(g, j);
+    volatile zcc_dev_op_time_t *v = &g->times_host[k];
+    if (__atomic_load_n(&g->times_last[k], __ATOMIC_ACQUIRE) && v->seq == j && v->start_ns)
+      return 1;
+  }
+  uint64_t last = 0;
+  if (blocks_waiting(g, NULL, &last)) return 0;
+  int64_t gpu_now = zcc_now_ns() - g->clock_offset_ns;
+  return gpu_now - (int64_t)last > QUIET_SETTLE_NS;
 }
 
 int zcc_gpu_op_times(struct zccComm *comm, uint64_t id, int64_t *start_ns, int64_t *end_ns) {
@@ -197,12 +247,9 @@ int zcc_gpu_op_times(struct zccComm *comm, uint64_t id, int64_t *start_ns, int64
     int64_t ab = __atomic_load_n(&g->abort_ns, __ATOMIC_RELAXED);
     return ab && *end_ns >= ab ? 3 : 2; /* ended after the abort word: its waits gave up */
   }
-  return 1;
+  return g->quiet_ns && quiet_done(g, id) ? 4 : 1;
 }
 
-/* The abort word's allocation (64 bytes): the abort word at 0, the signature
-   gate (8 bytes) here. */
-#define ABORT_GATE_OFF 32
 
 /* CLOCK_MONOTONIC minus %globaltimer: the smallest difference between the
    host's clock and a GPU time the host has just read, from a kernel that
@@ -355,14 +402,10 @@ static void *watchdog_main(void *arg) {
       }
     }
     if (live && comm->timeout_ms > 0 && !*g->abort_host) {
-      /* A block in flight (entered, not left); progress: any block entering or leaving. */
-      int busy = 0;
+      /* A block in flight (entered, not left, and with quiet exits waiting
+         long); progress: any block entering, leaving or announcing a wait. */
       uint64_t sig = 0;
-      for (int b = 0; b < ZCC_DEV_MAX_BLOCKS; b++) {
-        uint64_t in = live->block[b].entry_ns, out = live->block[b].exit_ns;
-        busy |= in > out;
-        sig = sig * 1000003u + in + 3 * out;
-      }
+      int busy = blocks_waiting(g, &sig, NULL);
       int64_t now = zcc_now_ns();
       if (!busy) {
         since = 0;
@@ -817,8 +860,9 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
   CUDA_TRY(cudaMemset(g->win + off_peers(g), 0, ZCC_DEV_PEER_FLAG_BYTES(n)), comm);
   CUDA_TRY(cudaDeviceSynchronize(), comm);
   void *ab = NULL;
-  CUDA_TRY(cudaHostAlloc(&ab, 64, cudaHostAllocMapped | cudaHostAllocPortable), comm);
-  memset(ab, 0, 64);
+  CUDA_TRY(cudaHostAlloc(&ab, ZCC_DEV_ABORT_BYTES, cudaHostAllocMapped | cudaHostAllocPortable),
+           comm);
+  memset(ab, 0, ZCC_DEV_ABORT_BYTES);
   g->abort_host = ab;
   void *abd = NULL;
   CUDA_TRY(cudaHostGetDevicePointer(&abd, ab, 0), comm);
@@ -856,6 +900,12 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
     CUDA_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), comm);
     g->ev_copy[i] = ev;
   }
+  int64_t quiet = zcc_param_gpu_stamp_quiet_us();
+  if (quiet < 0 || quiet > 1000000)
+    return zcc_error(zccInvalidArgument,
+                     "ZCC_GPU_STAMP_QUIET_US=%lld: expected 0 to 1000000 (microseconds)",
+                     (long long)quiet);
+  g->quiet_ns = comm->trace && comm->trace->file ? 0 : (uint32_t)quiet * 1000u;
   if (stamps == 1) ZCC_CHECK(stamps_setup(comm, g));
   if (stamps == 2) ZCC_CHECK(stamps_setup_probe(comm, g));
   /* Nobody writes into a peer's window before every peer has mapped all. */
@@ -873,8 +923,8 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
     /* Kernels that take bytes from another host wait for the proxy's word
        that the collective agrees there (sigboard.h: the gate). */
     if (gate &&
-        zcc_sigboard_gate_set(board, (uint64_t *)((char *)g->abort_host + ABORT_GATE_OFF)))
-      g->sig_gate_dev = (uint64_t *)((char *)g->abort_dev + ABORT_GATE_OFF);
+        zcc_sigboard_gate_set(board, (uint64_t *)((char *)g->abort_host + ZCC_DEV_ABORT_GATE_OFF)))
+      g->sig_gate_dev = (uint64_t *)((char *)g->abort_dev + ZCC_DEV_ABORT_GATE_OFF);
     __atomic_store_n(&comm->sigboard, board, __ATOMIC_RELEASE);
   }
 

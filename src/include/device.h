@@ -72,11 +72,19 @@ const char *zcc_dev_error_string(int code);
  * it belongs to. Stores only, no loads, fences or atomics (each would sit
  * on the launch's critical path). Times are the GPU's %globaltimer (ns):
  * block b stores entry = now + 1 as it enters, exit = max(now, entry) as it
- * leaves, so block b of some launch is in flight exactly while
- * block[b].entry_ns > block[b].exit_ns, graph replays included. Block 0
- * also stamps the op: its start at the op's first launch, its end and the
- * launch's token at each launch's end. live == NULL: no stamps (the
- * kernels' own tests).
+ * leaves. Block 0 also stamps the op: its start at the op's first launch,
+ * its end and the launch's token at each launch's end.
+ *
+ * Quiet exits: a block that ran for less than the stamp's quiet_ns stores
+ * nothing at its exit (an exit store cost an 8 B allreduce 0.08 us,
+ * docs/perf/h200x1.md), so a short launch leaves entry_ns > exit_ns. What
+ * tells a block in flight then is its waits: a wait that spins long stores
+ * the time into the block's slot beside the abort word
+ * (ZCC_DEV_ABORT_WAITS_OFF), and such a block always stamps its exit.
+ * Block b of some launch waits in flight exactly while
+ * waits[b] >= block[b].entry_ns > block[b].exit_ns, graph replays included.
+ * quiet_ns 0: every exit is stamped (then entry > exit alone means in
+ * flight). live == NULL: no stamps (the kernels' own tests).
  */
 typedef struct zcc_dev_live {
   uint64_t seq;     /* the op of the launch whose block 0 entered last */
@@ -97,8 +105,17 @@ typedef struct zcc_dev_stamp {
   uint64_t token;           /* this launch's, nonzero (graph replays repeat it) */
   uint64_t seq;             /* the op's number */
   int first;                /* the op's first launch */
-  int pad;
+  uint32_t quiet_ns;        /* a block shorter than this stamps no exit (0: every block) */
 } zcc_dev_stamp_t;
+
+/* The abort word's allocation (host-mapped, zeroed, ZCC_DEV_ABORT_BYTES):
+   the abort word at 0, the network proxy's signature gate (8 bytes) at
+   ZCC_DEV_ABORT_GATE_OFF, and from ZCC_DEV_ABORT_WAITS_OFF one uint64 a
+   block: the %globaltimer + 1 at which a wait of block b had spun long
+   (above). The host clears nothing there. */
+#define ZCC_DEV_ABORT_GATE_OFF 32
+#define ZCC_DEV_ABORT_WAITS_OFF 64
+#define ZCC_DEV_ABORT_BYTES (ZCC_DEV_ABORT_WAITS_OFF + 8 * ZCC_DEV_MAX_BLOCKS)
 
 /*
  * dst[i] = a[i] op b[i] for i < count on stream. dst may alias a or b
@@ -141,7 +158,8 @@ typedef struct zcc_dev_allreduce {
   void *outputs[ZCC_DEV_MAX_RANKS];      /* rank r's recv buffer (one-shot: only [rank] is used) */
   uint32_t *flags[ZCC_DEV_MAX_RANKS];    /* rank r's flag area, ZCC_DEV_FLAGS_BYTES, zeroed before first use */
   void *ll[ZCC_DEV_MAX_RANKS];           /* rank r's LL receive area, ZCC_DEV_LL_BYTES, zeroed before first use (LL only) */
-  const volatile uint32_t *abort_flag;   /* NULL, or nonzero: waiting kernels give up (results undefined) */
+  const volatile uint32_t *abort_flag;   /* NULL, or nonzero: waiting kernels give up (results
+                                            undefined); ZCC_DEV_ABORT_BYTES, below */
   zcc_dev_stamp_t stamp;               /* op stamps (live NULL: none) */
   size_t count;
   zccDataType_t type;

@@ -63,8 +63,8 @@ typedef struct zcc_device_ops {
   zccResult_t (*probe)(struct zccComm *comm, zcc_algo_t algo, zcc_proto_t proto, size_t bytes,
                        int iters, double *median_us);
   /* The GPU's times of the op with flight recorder id `id` (CLOCK_MONOTONIC
-     ns): 2 done, 3 ended cut short by an abort, 1 started, 0 not yet, -1
-     none will come (gpu.h). */
+     ns): 2 done, 3 ended cut short by an abort, 4 done without an end time,
+     1 started, 0 not yet, -1 none will come (gpu.h). */
   int (*op_times)(struct zccComm *comm, uint64_t id, int64_t *start_ns, int64_t *end_ns);
 } zcc_device_ops_t;
 

@@ -125,6 +125,8 @@ typedef struct zcc_gpu {
   uint64_t op_id;          /* the op being enqueued: its flight recorder id (0: none) */
   uint32_t op_slot;
   uint32_t op_launches;    /* of it so far */
+  uint32_t quiet_ns;       /* the stamps' quiet_ns (device.h): ZCC_GPU_STAMP_QUIET_US, 0
+                              under ZCC_TRACE_FILE (the trace takes every GPU end) */
   int64_t clock_offset_ns; /* CLOCK_MONOTONIC minus %globaltimer */
   int64_t abort_ns;        /* when the abort word was first raised (0: never) */
   /* The link probe (zcc_gpu_probe) runs its allreduces as this, not as chosen. */
@@ -152,8 +154,9 @@ void zcc_gpu_op_end(struct zcc_gpu *g);
 zcc_dev_stamp_t zcc_gpu_stamp(struct zcc_gpu *g);
 /* The GPU's times of the op with record id `id`, as CLOCK_MONOTONIC ns:
    2 done (start and end set), 3 ended after the abort word was raised (its
-   waits gave up: failed), 1 started, 0 not started yet, -1 none will come
-   (it launched nothing stamped, or its slot was reused). */
+   waits gave up: failed), 4 done with no end stamped (its launches were
+   quiet: device.h; *end_ns 0), 1 started, 0 not started yet, -1 none will
+   come (it launched nothing stamped, or its slot was reused). */
 int zcc_gpu_op_times(struct zccComm *comm, uint64_t id, int64_t *start_ns, int64_t *end_ns);
 
 /* The device current in the calling thread (for zccCommInitRank). */

@@ -679,7 +679,7 @@ static Scratch make_scratch() {
     CK(cudaMemset(x.flags[g], 0, ZCC_DEV_FLAGS_BYTES));
   }
   CK(cudaSetDevice(0));
-  CK(cudaMalloc(&x.abort_flag, 4));
+  CK(cudaMalloc(&x.abort_flag, ZCC_DEV_ABORT_BYTES));
   CK(cudaMemset(x.abort_flag, 1, 4));
   return x;
 }
