@@ -711,6 +711,8 @@ for phase in "$@"; do
     run stuck-n4 300 env ZCC_TIMEOUT=3000 "$tc" --ranks 4 --layout threads --only stuck
     run st-trace 300 python3 "$root/tests/trace/test_trace.py" gpu --driver "$bin/allreduce_perf" \
       --tool "$root/tools/zcc_trace"
+    expect_refusal st-quiet-bad "ZCC_GPU_STAMP_QUIET_US=51: expected 0 to 50" \
+      env ZCC_GPU_STAMP_QUIET_US=51 "$bin/allreduce_perf" -g 2 --share-gpus 1 -b 8 -e 8 -w 1 -n 1
     # What they cost: stamps off (0), on with quiet exits (1, the default), on with every
     # exit stamped (1q0), alternated STAMP_ROUNDS (3) times
     for i in $(seq 1 ${STAMP_ROUNDS:-3}); do

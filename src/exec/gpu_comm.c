@@ -78,7 +78,8 @@ ZCC_PARAM_INT(gpu_stamp_quiet_us, "GPU_STAMP_QUIET_US", 20,
               "watchdog then tells a block in flight by its waits, which say so once they "
               "have spun long, and the flight recorder a short op's end by the next op's "
               "start. 0: every block stamps its exit (always so under ZCC_TRACE_FILE, whose "
-              "trace takes every op's GPU end). 0 to 1000000")
+              "trace takes every op's GPU end). 0 to 50: a wait announces itself after 1024 spins, "
+              "over 100 us, and a block that did must be one that stamps its exit")
 ZCC_PARAM_INT(gpu_p2p_rounds, "GPU_P2P_ROUNDS", 0,
               "send/receive and all-to-all over the per-peer connectors: the most peer "
               "distances (rounds) one launch takes (0: as many as the GPU's blocks allow, at "
@@ -901,10 +902,10 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
     g->ev_copy[i] = ev;
   }
   int64_t quiet = zcc_param_gpu_stamp_quiet_us();
-  if (quiet < 0 || quiet > 1000000)
+  if (quiet < 0 || quiet > 50)
     return zcc_error(zccInvalidArgument,
-                     "ZCC_GPU_STAMP_QUIET_US=%lld: expected 0 to 1000000 (microseconds)",
-                     (long long)quiet);
+                     "ZCC_GPU_STAMP_QUIET_US=%lld: expected 0 to 50 (microseconds: below the "
+                     "time a wait takes to announce itself)", (long long)quiet);
   g->quiet_ns = comm->trace && comm->trace->file ? 0 : (uint32_t)quiet * 1000u;
   if (stamps == 1) ZCC_CHECK(stamps_setup(comm, g));
   if (stamps == 2) ZCC_CHECK(stamps_setup_probe(comm, g));
