@@ -428,6 +428,15 @@ static zccResult_t check_chain(chain_state_t *c, int64_t now) {
     c->link_checked_ns = now;
     zccResult_t res = zcc_bootstrap_link_check(comm->bootstrap);
     if (res != zccSuccess) return coll_error(p, -1, res);
+    /* A peer this call does not wait on may have failed, and said why:
+       its record is the cause, where the wait would otherwise end on a
+       peer that failed after it (or closed) with less to say. */
+    for (int r = 0; r < comm->nranks; r++) {
+      zcc_conn_t *conn = comm->conns ? comm->conns[r] : NULL;
+      if (r == comm->rank || !conn || !conn->ops->fail_peek) continue;
+      res = conn->ops->fail_peek(conn);
+      if (res != zccSuccess) return coll_error(p, -1, res);
+    }
   }
   if (comm->timeout_ms > 0 && now - c->last_progress_ns > comm->timeout_ms * 1000000LL) {
     int peer = board;

@@ -179,6 +179,12 @@ typedef struct zcc_transport_ops {
   zccResult_t (*stray)(zcc_conn_t *conn, const zcc_op_sig_t *mine);
   /* Is the peer still there? Called while waiting; zccRemoteError if not. */
   zccResult_t (*check)(zcc_conn_t *conn);
+  /* Asked of every connection while a wait on other peers drags on: the
+     peer's failure record, if its communicator failed and said so, as the
+     error it names; zccSuccess otherwise, a peer that closed or left
+     included (it may have finished; calls with it say so). Moves no data.
+     NULL: the transport has no such record. */
+  zccResult_t (*fail_peek)(zcc_conn_t *conn);
   /* Tell the peer that this side gave up (so it stops waiting). */
   void (*fail)(zcc_conn_t *conn);
   void (*free)(zcc_conn_t *conn);

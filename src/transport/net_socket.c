@@ -543,6 +543,15 @@ static void sock_fail(zcc_conn_t *conn) {
   shutdown(s->fd, SHUT_WR);
 }
 
+/* A failure record next from a peer this rank's call does not wait on
+   (zcc_transport_ops_t.fail_peek); a close is left for the calls with it. */
+static zccResult_t sock_fail_peek(zcc_conn_t *conn) {
+  sock_conn_t *s = conn->priv;
+  zcc_wire_hdr_t h;
+  if (!s || s->fd < 0 || !next_record(s, &h) || h.magic != ZCC_WIRE_FAIL) return zccSuccess;
+  return take_failure(conn, s);
+}
+
 /*
  * While waiting: has the peer given up (its record is next) or closed the
  * connection? Looks without taking anything.
@@ -590,6 +599,7 @@ const zcc_transport_ops_t zcc_transport_socket = {
     .progress = sock_progress,
     .pending = sock_pending,
     .check = sock_check,
+    .fail_peek = sock_fail_peek,
     .fail = sock_fail,
     .free = sock_free,
     .comm_free = sock_comm_free,

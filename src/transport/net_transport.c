@@ -669,6 +669,27 @@ static zccResult_t net_check(zcc_conn_t *conn) {
   return zccSuccess;
 }
 
+/* A failure record from a peer this rank's call does not wait on (see
+   zcc_transport_ops_t.fail_peek): one receive posted lets it land, as for
+   net_pending; a data message that lands instead stays for its call, and a
+   closed connection is left for the calls with the peer to meet. */
+static zccResult_t net_fail_peek(zcc_conn_t *conn) {
+  net_state_t *st = state_of(conn->comm);
+  net_conn_t *c = conn->priv;
+  if (!st || !c || !c->recv_comm || c->in_checked) return zccSuccess;
+  char saved[1024];
+  snprintf(saved, sizeof(saved), "%s", zcc_last_error());
+  slot_t *s = NULL;
+  zcc_wire_hdr_t h;
+  const char *msg = NULL;
+  if (rx_post(st, c->recv_comm, &c->rx, 1) == zccSuccess &&
+      rx_head(st, c->recv_comm, &c->rx, &s) == zccSuccess &&
+      (msg = head_record(st, c, s, &h)) != NULL && h.magic == ZCC_WIRE_FAIL)
+    return peer_failed(conn, msg, s->bytes);
+  zcc_restore_last_error(saved);
+  return zccSuccess;
+}
+
 /*
  * Post the failure record (it waits in the next slot) once the peer asks
  * for a message, and wait until it went: up to ms. The plug-ins move bytes
@@ -795,6 +816,7 @@ const zcc_transport_ops_t zcc_transport_net = {
     .connect = net_connect,
     .progress = net_progress,
     .pending = net_pending,
+    .fail_peek = net_fail_peek,
     .check = net_check,
     .fail = net_fail,
     .free = net_free,

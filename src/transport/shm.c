@@ -547,6 +547,13 @@ static zccResult_t shm_check(zcc_conn_t *conn) {
   return s && s->base ? peer_gone(conn, s) : zccSuccess;
 }
 
+static zccResult_t shm_fail_peek(zcc_conn_t *conn) {
+  shm_conn_t *s = conn->priv;
+  if (!s || !s->base || atomic_load_explicit(s->peer_failed, memory_order_acquire) != SHM_FAILED)
+    return zccSuccess;
+  return peer_failed(conn, s);
+}
+
 static void shm_fail(zcc_conn_t *conn) {
   shm_conn_t *s = conn->priv;
   if (!s || !s->base || atomic_load(s->my_failed) != SHM_LIVE) return;
@@ -579,6 +586,7 @@ const zcc_transport_ops_t zcc_transport_shm = {
     .progress = shm_progress,
     .pending = shm_pending,
     .stray = shm_stray,
+    .fail_peek = shm_fail_peek,
     .check = shm_check,
     .fail = shm_fail,
     .free = shm_free,

@@ -57,6 +57,12 @@
  *               rank 2's destroy takes under 0.5 s (the record's 200 ms
  *               deadline, not ZCC_NET_LINGER_MS), and the others' next
  *               allreduce fails within 2 s.
+ *   cause       after an allreduce rank 2 receives more from rank 1 than it
+ *               sends (zccInvalidUsage naming both sizes) and holds its
+ *               communicator 1.5 s; rank 0 (and 3), in a receive from rank
+ *               1 that never comes, fails within 0.5 s with rank 2's cause
+ *               (its failure record, asked for while the wait drags on),
+ *               not at rank 1's close.
  *   abortrace   4 ranks run allreduce, split, a group of sends and receives
  *               and broadcast in turn; 0-35 ms in, a second thread of rank 1
  *               calls zccCommAbort, wherever rank 1 is: the abort returns
@@ -1057,6 +1063,58 @@ static int relay_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
   return 0;
 }
 
+/* ---- cause: a waiting rank learns a third rank's failure from its record ---- */
+
+/* How long the failed rank and the silent sender keep their communicators
+   (the waiting ranks must not learn of the failure from a close), and how
+   soon the waiting ranks must fail (the wait asks every 100 ms). */
+#define CAUSE_HOLD_S 1.5
+#define CAUSE_S 0.5
+
+static int cause_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
+  (void)arg;
+  zt_set_tag("[cause %s rank %d]", sh->transport, rank);
+  zccComm_t comm = case_init(rank, nranks, id);
+  if (!comm) return 1;
+  float v[8] = {1, 1, 1, 1, 1, 1, 1, 1}, out[8];
+  zccResult_t rc = zccAllReduce(v, out, 8, zccFloat, zccSum, comm, NULL);
+  ZT_CHECK(rc == zccSuccess && out[0] == nranks, "first allreduce: %s, %g", zt_rc_name(rc),
+           out[0]);
+  float *a = calloc(2000, sizeof(float)), *b = calloc(2000, sizeof(float));
+  if (rank == 1 || rank == 2) {
+    /* rank 2 receives 8000 bytes where rank 1 sends 4000: rank 2 fails */
+    rc = rank == 1 ? zccSend(a, 1000, zccFloat, 2, comm, NULL)
+                   : zccRecv(b, 2000, zccFloat, 1, comm, NULL);
+    if (rank == 2) {
+      sh->mark = zt_now();
+      ZT_CHECK(rc == zccInvalidUsage && strstr(zccGetLastError(comm), "8000 bytes"),
+               "a receive larger than the send: expected zccInvalidUsage naming 8000 bytes, "
+               "got %s: %s", zt_rc_name(rc), zccGetLastError(comm));
+      atomic_store(&sh->flag, 1);
+    } else {
+      await_flag();
+    }
+    zt_sleep(CAUSE_HOLD_S);
+    destroy_and_rebuild(comm, rank, nranks, "cause");
+  } else {
+    /* waits on rank 1, which never sends to it */
+    rc = zccRecv(out, 8, zccFloat, 1, comm, NULL);
+    double dt = zt_now() - sh->mark;
+    const char *msg = zccGetLastError(comm);
+    figure("cause-waiting", dt, rc);
+    zt_log("waiting on rank 1: %s %.3f s after rank 2 failed: \"%s\"", zt_rc_name(rc), dt, msg);
+    ZT_CHECK(rc != zccSuccess && atomic_load(&sh->flag) && dt < CAUSE_S &&
+                 strstr(msg, "rank 2") && strstr(msg, "8000 bytes"),
+             "a receive from a silent rank while rank 2 failed: expected an error naming rank "
+             "2's cause (8000 bytes) within %.1f s, got %s after %.2f s: %s", CAUSE_S,
+             zt_rc_name(rc), dt, msg);
+    destroy_and_rebuild(comm, rank, nranks, "cause");
+  }
+  free(a);
+  free(b);
+  return 0;
+}
+
 /* ---- abortrace: zccCommAbort from another thread, racing every phase ---- */
 
 /* When the abort comes, after the victim starts its phases: in the first
@@ -1254,6 +1312,7 @@ static const fault_case_t cases[] = {
     {"destroy", destroy_rank, 2, "20000", 1, NULL},
     {"group", group_rank, 2, "20000", 1, NULL},
     {"relay", relay_rank, 3, "20000", 1, NULL},
+    {"cause", cause_rank, 3, "20000", 1, NULL},
     {"abortrace", abortrace_rank, 4, "20000", ABORT_KINDS, NULL},
     {"initabort", initabort_rank, 3, "20000", INITABORT_KINDS, NULL},
     {"fullcheck", fullcheck_rank, 2, "20000", 1, "full"},
