@@ -182,8 +182,10 @@ typedef struct zcc_transport_ops {
   /* Asked of every connection while a wait on other peers drags on: the
      peer's failure record, if its communicator failed and said so, as the
      error it names; zccSuccess otherwise, a peer that closed or left
-     included (it may have finished; calls with it say so). Moves no data.
-     NULL: the transport has no such record. */
+     included (it may have finished; calls with it say so), and a peer that
+     timed out (it says only that some rank was slow, which this rank's own
+     ZCC_TIMEOUT says as well). Moves no data. NULL: the transport has no
+     such record. */
   zccResult_t (*fail_peek)(zcc_conn_t *conn);
   /* Tell the peer that this side gave up (so it stops waiting). */
   void (*fail)(zcc_conn_t *conn);

@@ -544,11 +544,14 @@ static void sock_fail(zcc_conn_t *conn) {
 }
 
 /* A failure record next from a peer this rank's call does not wait on
-   (zcc_transport_ops_t.fail_peek); a close is left for the calls with it. */
+   (zcc_transport_ops_t.fail_peek, which says why a close or a timeout is not
+   one). */
 static zccResult_t sock_fail_peek(zcc_conn_t *conn) {
   sock_conn_t *s = conn->priv;
   zcc_wire_hdr_t h;
-  if (!s || s->fd < 0 || !next_record(s, &h) || h.magic != ZCC_WIRE_FAIL) return zccSuccess;
+  if (!s || s->fd < 0 || !next_record(s, &h) || h.magic != ZCC_WIRE_FAIL ||
+      h.code == zccTimeout)
+    return zccSuccess;
   return take_failure(conn, s);
 }
 

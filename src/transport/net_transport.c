@@ -684,7 +684,8 @@ static zccResult_t net_fail_peek(zcc_conn_t *conn) {
   const char *msg = NULL;
   if (rx_post(st, c->recv_comm, &c->rx, 1) == zccSuccess &&
       rx_head(st, c->recv_comm, &c->rx, &s) == zccSuccess &&
-      (msg = head_record(st, c, s, &h)) != NULL && h.magic == ZCC_WIRE_FAIL)
+      (msg = head_record(st, c, s, &h)) != NULL && h.magic == ZCC_WIRE_FAIL &&
+      h.code != zccTimeout)
     return peer_failed(conn, msg, s->bytes);
   zcc_restore_last_error(saved);
   return zccSuccess;

@@ -549,7 +549,9 @@ static zccResult_t shm_check(zcc_conn_t *conn) {
 
 static zccResult_t shm_fail_peek(zcc_conn_t *conn) {
   shm_conn_t *s = conn->priv;
-  if (!s || !s->base || atomic_load_explicit(s->peer_failed, memory_order_acquire) != SHM_FAILED)
+  if (!s || !s->base ||
+      atomic_load_explicit(s->peer_failed, memory_order_acquire) != SHM_FAILED ||
+      *s->peer_code == zccTimeout)
     return zccSuccess;
   return peer_failed(conn, s);
 }
