@@ -251,7 +251,6 @@ int zcc_gpu_op_times(struct zccComm *comm, uint64_t id, int64_t *start_ns, int64
   return g->quiet_ns && quiet_done(g, id) ? 4 : 1;
 }
 
-
 /* CLOCK_MONOTONIC minus %globaltimer: the smallest difference between the
    host's clock and a GPU time the host has just read, from a kernel that
    keeps writing its clock into mapped memory (the read's latency, about a
@@ -798,6 +797,11 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
   if (stamps < 0 || stamps > 2)
     return zcc_error(zccInvalidArgument, "ZCC_GPU_STAMPS=%lld: expected 0, 1 or 2",
                      (long long)stamps);
+  int64_t quiet = zcc_param_gpu_stamp_quiet_us();
+  if (quiet < 0 || quiet > 50)
+    return zcc_error(zccInvalidArgument,
+                     "ZCC_GPU_STAMP_QUIET_US=%lld: expected 0 to 50 (microseconds: below the "
+                     "time a wait takes to announce itself)", (long long)quiet);
   zcc_gpu_t *g = calloc(1, sizeof(*g));
   if (!g) return zcc_error(zccSystemError, "init: out of memory");
   comm->gpu = g;
@@ -901,11 +905,6 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
     CUDA_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), comm);
     g->ev_copy[i] = ev;
   }
-  int64_t quiet = zcc_param_gpu_stamp_quiet_us();
-  if (quiet < 0 || quiet > 50)
-    return zcc_error(zccInvalidArgument,
-                     "ZCC_GPU_STAMP_QUIET_US=%lld: expected 0 to 50 (microseconds: below the "
-                     "time a wait takes to announce itself)", (long long)quiet);
   g->quiet_ns = comm->trace && comm->trace->file ? 0 : (uint32_t)quiet * 1000u;
   if (stamps == 1) ZCC_CHECK(stamps_setup(comm, g));
   if (stamps == 2) ZCC_CHECK(stamps_setup_probe(comm, g));
@@ -923,8 +922,8 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
     ZCC_CHECK(zcc_sigboard_setup(comm, &board));
     /* Kernels that take bytes from another host wait for the proxy's word
        that the collective agrees there (sigboard.h: the gate). */
-    if (gate &&
-        zcc_sigboard_gate_set(board, (uint64_t *)((char *)g->abort_host + ZCC_DEV_ABORT_GATE_OFF)))
+    uint64_t *gate_word = (uint64_t *)((char *)g->abort_host + ZCC_DEV_ABORT_GATE_OFF);
+    if (gate && zcc_sigboard_gate_set(board, gate_word))
       g->sig_gate_dev = (uint64_t *)((char *)g->abort_dev + ZCC_DEV_ABORT_GATE_OFF);
     __atomic_store_n(&comm->sigboard, board, __ATOMIC_RELEASE);
   }
