@@ -8,13 +8,17 @@
  *     the peer out of band (the bootstrap);
  *   - connect and accept complete over repeated calls: they return zccSuccess
  *     with *comm NULL until the connection is up, then the comm;
- *   - isend and irecv return *request NULL when they cannot start yet (no
- *     clear-to-send from the receiver, every slot in flight): call again;
+ *   - isend and irecv return *request NULL when they cannot start yet (ib:
+ *     no clear-to-send from the receiver; every slot in flight): call
+ *     again; a plug-in whose props say eager (socket) sends at once, so a
+ *     send may go before its receive is posted;
  *   - test says whether a request is done and, for a receive, how many bytes
  *     arrived; a request that is done is released by that test.
  * Sends on one send comm match the receives posted on its recv comm in order,
  * one to one; a receive may be larger than its send (the size test gives is
- * the send's), never smaller (an error). Errors of the peer or of the network
+ * the send's), never smaller (zccInvalidUsage: on the sender where the
+ * clear-to-send carries the receive's size, ib; on the receiver where sends
+ * are eager, socket). Errors of the peer or of the network
  * are zccRemoteError with the cause in zccGetLastError() (for ib: the verbs
  * status text); after one, a comm only accepts close.
  *
@@ -53,6 +57,9 @@ typedef struct zcc_net_props {
   int max_requests;              /* ZCC_NET_MAX_REQUESTS or less */
   size_t max_message;            /* largest isend/irecv in bytes */
   int latency_us;                /* a rough one-way latency, 0 unknown */
+  int eager;                     /* 1: an isend goes without waiting for its
+                                    receive (socket); 0: it waits for the
+                                    receiver's clear-to-send (ib) */
 } zcc_net_props_t;
 
 /* What a side channel must prove: the communicator's secret and a context. */

@@ -8,11 +8,12 @@
  *
  *   send side: the kernel stores a slot into the local FIFO, its byte count
  *     into sizes[slot], and advances ready; the proxy posts the slot's bytes
- *     (isend: the plug-in waits for the receiver's clear-to-send) and
- *     advances freed once the plug-in says they went;
+ *     (isend: ib waits for the receiver's clear-to-send, socket sends at
+ *     once) and advances freed once the plug-in says they went;
  *   receive side: the proxy keeps a receive posted in every slot the kernel
- *     has freed (each one a clear-to-send for the sender) and advances
- *     ready as they land; the kernel reads the slot and advances freed.
+ *     has freed (with ib, each one a clear-to-send for the sender) and
+ *     advances ready as they land; the kernel reads the slot and advances
+ *     freed.
  *
  * So the ring and tree kernels, and send/receive over connectors, run over
  * the network unchanged: flags and sizes travel with the data. Every
@@ -730,7 +731,7 @@ static zccResult_t drive_sig_send(struct zccComm *comm, zcc_net_comm_t *nc, gcon
   }
   m->magic = SIGMSG_MAGIC;
   ZCC_CHECK(nc->net->isend(c->comm, m, bytes, c->mh, &c->req[0]));
-  if (!c->req[0]) return zccSuccess; /* the receiver's clear-to-send is not here yet */
+  if (!c->req[0]) return zccSuccess; /* not yet (ib: the receiver's clear-to-send) */
   if (m->kind == SIGMSG_FAIL) c->done = 1;
   else c->sent = upto;
   *moved = 1;

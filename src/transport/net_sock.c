@@ -1,15 +1,19 @@
 /*
  * The `socket` network plug-in (net.h): ZCC_NET_SOCKS TCP connections per
  * comm (1 by default), each authenticated like ib's side channel, then
- * in-order messages. The receiver sends a clear-to-send {seq, size} per
- * irecv on the first connection; the sender waits for it (so a send larger
- * than its receive is refused on the sender, as with ib) and then writes a
- * header {seq, size} and the first piece of the payload there, and piece k
- * on connection k: a message of at least SK_MIN_PIECE bytes a connection is
- * split into equal pieces (whole 4 KiB pages), so that several streams fill
- * a link one TCP stream cannot. Every connection carries its pieces in
- * message order. Everything is non-blocking: every call moves what the
- * sockets take and returns.
+ * in-order messages, sent eagerly: an isend writes a header {seq, size} and
+ * the first piece of the payload on the first connection in one sendmsg,
+ * and piece k on connection k, without waiting for the receive (TCP's own
+ * window is the flow control, as in the socket transport and NCCL's socket
+ * plug-in). A message of at least SK_MIN_PIECE bytes a connection is split
+ * into equal pieces (whole 4 KiB pages), so that several streams fill a
+ * link one TCP stream cannot. Every connection carries its pieces in
+ * message order. The receiver reads the first connection through a small
+ * buffer (a header and a small payload in one recv; a large payload's rest
+ * straight into the receive), matches each message to the receive posted
+ * in the same place, and refuses one larger than that receive
+ * (zccInvalidUsage on the receiver; the sender's messages went). Everything
+ * is non-blocking: every call moves what the sockets take and returns.
  *
  * Connecting: the connector's connections each say {index, count, token}
  * in their hello (the token is random per comm); the listener holds each
@@ -24,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -45,6 +50,7 @@ ZCC_PARAM_INT(net_socks, "NET_SOCKS", 1,
 #define SK_PROOF_MS 5000 /* an accepted connection proves itself within this */
 #define SK_MAX_SOCKS 8
 #define SK_MIN_PIECE (64 * 1024)
+#define SK_RBUF 4096 /* the receive side's buffer on the first connection */
 
 typedef struct {
   uint32_t magic;
@@ -106,17 +112,14 @@ typedef struct sk_comm {
   uint8_t token[16];
   struct sk_comm *more[SK_MAX_SOCKS];
   sk_req_t reqs[SK_DEPTH];
-  /* send side: clear-to-send entries as they arrive */
-  sk_hdr_t cts[SK_DEPTH];
-  int cts_ok[SK_DEPTH];
-  sk_hdr_t
-      in_hdr; /* a CTS (send side) or a data header (recv side) being read */
-  size_t in_off;
-  /* the header of the send in progress, or CTS entries to write (recv side) */
-  sk_hdr_t out_q[SK_DEPTH];
-  int out_n;
+  /* send side: the header of the request connection 0 is on, and whether
+     all of it went */
   size_t out_off;
   int out_hdr_sent;
+  /* receive side: what connection 0 brought beyond the requests taken so
+     far, [rb_lo, rb_hi) of rb */
+  size_t rb_lo, rb_hi;
+  char rb[SK_RBUF];
 } sk_comm_t;
 
 typedef struct {
@@ -152,6 +155,7 @@ static zccResult_t sk_get_properties(int dev, zcc_net_props_t *props) {
   props->max_requests = SK_DEPTH;
   props->max_message = (size_t)1 << 31;
   props->latency_us = 20;
+  props->eager = 1;
   return zccSuccess;
 }
 
@@ -549,16 +553,15 @@ static zccResult_t sk_fail(sk_comm_t *c, const char *what) {
   return zcc_error(zccRemoteError, "socket: %s", what);
 }
 
-/* Move connection k's piece of request q as far as it goes (sending or
-   receiving): 1 done, 0 more to come (the offset is kept), -1 the peer
-   closed. Connection 0 counts a piece even when it is empty (it carries
-   the header). */
+/* Move connection k's piece (k >= 1) of request q as far as it goes
+   (sending or receiving): 1 done, 0 more to come (the offset is kept), -1
+   the peer closed. */
 static int sk_piece_move(sk_comm_t *c, sk_req_t *q, int k, int sending) {
   size_t a, b;
   sk_piece(q->size, k, c->nfds, &a, &b);
-  if (b > a || k == 0) {
+  if (b > a) {
     size_t off = c->poff[k];
-    int r = b > a ? zcc_net_xfer(c->fds[k], q->data + a, b - a, &off, sending) : 1;
+    int r = zcc_net_xfer(c->fds[k], q->data + a, b - a, &off, sending);
     if (r <= 0) {
       if (r == 0)
         c->poff[k] = off;
@@ -570,30 +573,148 @@ static int sk_piece_move(sk_comm_t *c, sk_req_t *q, int k, int sending) {
   return 1;
 }
 
-/* Send side: connection k's part of the requests it has not finished
-   (k = 0: each header, then the first piece), oldest first. */
+/* Connection 0 of a send: request q's header and first piece, in one
+   sendmsg, as far as the socket takes them: 1 all went, 0 more to go (the
+   offsets are kept), -1 the peer is gone. */
+static int sk_send_first(sk_comm_t *c, sk_req_t *q) {
+  size_t a, b;
+  sk_piece(q->size, 0, c->nfds, &a, &b);
+  sk_hdr_t h = {q->seq, q->size};
+  for (;;) {
+    struct iovec iov[2];
+    int n = 0;
+    size_t hleft = sizeof(h) - c->out_off, dleft = b - a - c->poff[0];
+    if (hleft)
+      iov[n++] = (struct iovec){(char *)&h + c->out_off, hleft};
+    if (dleft)
+      iov[n++] = (struct iovec){q->data + a + c->poff[0], dleft};
+    if (!n)
+      break;
+    ssize_t r = sendmsg(c->fds[0], &(struct msghdr){.msg_iov = iov, .msg_iovlen = (size_t)n},
+                        MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0)
+      return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+    size_t hh = (size_t)r < hleft ? (size_t)r : hleft;
+    c->out_off += hh;
+    c->poff[0] += (size_t)r - hh;
+  }
+  c->out_off = 0;
+  c->poff[0] = 0;
+  q->left--;
+  return 1;
+}
+
+/* Send side: connection k's part of the requests it has not finished,
+   oldest first. */
 static zccResult_t sk_send_part(sk_comm_t *c, int k) {
-  int fd = c->fds[k];
   while (c->cur[k] < c->seq) {
     sk_req_t *q = &c->reqs[c->cur[k] % SK_DEPTH];
-    if (k == 0 && !c->out_hdr_sent) {
-      sk_hdr_t h = {q->seq, q->size};
-      int r = zcc_net_xfer(fd, &h, sizeof(h), &c->out_off, 1);
-      if (r < 0)
-        return sk_fail(c, "the peer closed the connection");
-      if (r == 0) /* zcc_net_xfer keeps a partial offset: the same header goes on next time */
-        return zccSuccess;
-      c->out_hdr_sent = 1;
-    }
-    int r = sk_piece_move(c, q, k, 1);
+    int r = k == 0 ? sk_send_first(c, q) : sk_piece_move(c, q, k, 1);
     if (r < 0)
       return sk_fail(c, "the peer closed the connection");
     if (r == 0)
       return zccSuccess;
-    if (k == 0)
-      c->out_hdr_sent = 0;
     c->cur[k]++;
   }
+  return zccSuccess;
+}
+
+/* Receive side: more of connection 0 into rb (what is there moved to its
+   front): 1 something came, 0 nothing now, -1 the peer closed. */
+static int sk_fill(sk_comm_t *c) {
+  if (c->rb_lo) {
+    memmove(c->rb, c->rb + c->rb_lo, c->rb_hi - c->rb_lo);
+    c->rb_hi -= c->rb_lo;
+    c->rb_lo = 0;
+  }
+  for (;;) {
+    ssize_t r = recv(c->fds[0], c->rb + c->rb_hi, SK_RBUF - c->rb_hi, MSG_DONTWAIT);
+    if (r > 0) {
+      c->rb_hi += (size_t)r;
+      return 1;
+    }
+    if (r < 0 && errno == EINTR)
+      continue;
+    return r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
+  }
+}
+
+/* Receive side, rb empty: up to need bytes of a payload straight into dst
+   (the offset kept in poff[0]), and what follows them into rb in the same
+   call (a failure record behind the data is seen with it): 1 something
+   came, 0 nothing now, -1 the peer closed. */
+static int sk_read_direct(sk_comm_t *c, char *dst, size_t need) {
+  c->rb_lo = c->rb_hi = 0;
+  struct iovec iov[2] = {{dst, need}, {c->rb, SK_RBUF}};
+  for (;;) {
+    ssize_t r = recvmsg(c->fds[0], &(struct msghdr){.msg_iov = iov, .msg_iovlen = 2},
+                        MSG_DONTWAIT);
+    if (r > 0) {
+      size_t d = (size_t)r < need ? (size_t)r : need;
+      c->poff[0] += d;
+      c->rb_hi = (size_t)r - d;
+      return 1;
+    }
+    if (r < 0 && errno == EINTR)
+      continue;
+    return r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
+  }
+}
+
+/* Connection 0 of a receive: request q's header, then its first piece,
+   from rb and then the socket (a rest of SK_RBUF or more straight into the
+   receive); *done once all of it came. */
+static zccResult_t sk_recv_first(sk_comm_t *c, sk_req_t *q, int *done) {
+  *done = 0;
+  while (!q->hdr) {
+    if (c->rb_hi - c->rb_lo >= sizeof(sk_hdr_t)) {
+      sk_hdr_t h;
+      memcpy(&h, c->rb + c->rb_lo, sizeof(h));
+      c->rb_lo += sizeof(h);
+      if (h.seq != q->seq)
+        return sk_fail(c, "the peer sent a bad header");
+      if (h.size > q->cap) {
+        c->failed = 1;
+        return zcc_error(zccInvalidUsage,
+                         "socket: the peer sent %llu bytes, larger than the receive of %zu bytes",
+                         (unsigned long long)h.size, q->cap);
+      }
+      q->size = h.size;
+      q->left = sk_parts(q->size, c->nfds);
+      q->hdr = 1;
+      break;
+    }
+    int r = sk_fill(c);
+    if (r < 0)
+      return sk_fail(c, "the peer closed the connection");
+    if (r == 0)
+      return zccSuccess;
+  }
+  size_t a, b;
+  sk_piece(q->size, 0, c->nfds, &a, &b);
+  while (c->poff[0] < b - a) {
+    size_t need = b - a - c->poff[0], have = c->rb_hi - c->rb_lo;
+    int r = 1;
+    if (have) {
+      size_t t = have < need ? have : need;
+      memcpy(q->data + a + c->poff[0], c->rb + c->rb_lo, t);
+      c->rb_lo += t;
+      c->poff[0] += t;
+    } else if (need < SK_RBUF) {
+      r = sk_fill(c);
+    } else {
+      r = sk_read_direct(c, q->data + a + c->poff[0], need);
+    }
+    if (r < 0)
+      return sk_fail(c, "the peer closed the connection");
+    if (r == 0)
+      return zccSuccess;
+  }
+  c->poff[0] = 0;
+  q->left--;
+  *done = 1;
   return zccSuccess;
 }
 
@@ -601,66 +722,33 @@ static zccResult_t sk_send_part(sk_comm_t *c, int k) {
    header, then the first piece; the others wait for their request's header,
    which says how the message is cut). */
 static zccResult_t sk_recv_part(sk_comm_t *c, int k) {
-  int fd = c->fds[k];
   while (c->cur[k] < c->seq) {
     sk_req_t *q = &c->reqs[c->cur[k] % SK_DEPTH];
-    if (k == 0 && !q->hdr) {
-      int r = zcc_net_xfer(fd, &c->in_hdr, sizeof(c->in_hdr), &c->in_off, 0);
+    if (k == 0) {
+      int done = 0;
+      ZCC_CHECK(sk_recv_first(c, q, &done));
+      if (!done)
+        return zccSuccess;
+    } else {
+      if (!q->hdr)
+        return zccSuccess; /* its header has not come yet */
+      int r = sk_piece_move(c, q, k, 0);
       if (r < 0)
         return sk_fail(c, "the peer closed the connection");
       if (r == 0)
         return zccSuccess;
-      if (c->in_hdr.seq != q->seq || c->in_hdr.size > q->cap)
-        return sk_fail(c, "the peer sent a bad header");
-      q->size = c->in_hdr.size;
-      q->left = sk_parts(q->size, c->nfds);
-      q->hdr = 1;
     }
-    if (!q->hdr)
-      return zccSuccess; /* its header has not come yet */
-    int r = sk_piece_move(c, q, k, 0);
-    if (r < 0)
-      return sk_fail(c, "the peer closed the connection");
-    if (r == 0)
-      return zccSuccess;
     c->cur[k]++;
   }
   return zccSuccess;
 }
 
-/* Move what the sockets take, both ways. */
+/* Move what the sockets take. */
 static zccResult_t sk_progress(sk_comm_t *c) {
   if (c->failed)
     return zcc_error(zccRemoteError, "socket: the connection failed earlier");
-  if (c->is_send) {
-    /* clear-to-send entries in */
-    for (;;) {
-      int r = zcc_net_xfer(c->fd, &c->in_hdr, sizeof(c->in_hdr), &c->in_off, 0);
-      if (r < 0)
-        return sk_fail(c, "the peer closed the connection");
-      if (r == 0)
-        break;
-      int slot = (int)(c->in_hdr.seq % SK_DEPTH);
-      if (c->cts_ok[slot])
-        return sk_fail(c, "the peer sent a clear-to-send twice");
-      c->cts[slot] = c->in_hdr;
-      c->cts_ok[slot] = 1;
-    }
-    for (int k = 0; k < c->nfds; k++)
-      ZCC_CHECK(sk_send_part(c, k));
-  } else {
-    /* clear-to-send entries out */
-    while (c->out_n > 0) {
-      int r = zcc_net_xfer(c->fd, &c->out_q[0], sizeof(sk_hdr_t), &c->out_off, 1);
-      if (r < 0)
-        return sk_fail(c, "the peer closed the connection");
-      if (r == 0)
-        break;
-      memmove(c->out_q, c->out_q + 1, sizeof(sk_hdr_t) * (size_t)--c->out_n);
-    }
-    for (int k = 0; k < c->nfds; k++)
-      ZCC_CHECK(sk_recv_part(c, k));
-  }
+  for (int k = 0; k < c->nfds; k++)
+    ZCC_CHECK(c->is_send ? sk_send_part(c, k) : sk_recv_part(c, k));
   /* requests whose every part went (or came) are done, in order */
   while (c->head < c->seq) {
     sk_req_t *q = &c->reqs[c->head % SK_DEPTH];
@@ -683,19 +771,11 @@ static zccResult_t sk_isend(void *send_comm, void *data, size_t size,
   if (size >= ((size_t)1 << 31))
     return zcc_error(zccInvalidArgument,
                      "socket isend: %zu bytes: at most 2 GiB - 1", size);
-  ZCC_CHECK(sk_progress(c));
-  int slot = (int)(c->seq % SK_DEPTH);
-  sk_req_t *q = &c->reqs[slot];
-  if (q->used || !c->cts_ok[slot] || c->cts[slot].seq != c->seq)
-    return zccSuccess;
-  if (size > c->cts[slot].size) {
-    c->failed = 1;
-    return zcc_error(
-        zccInvalidUsage,
-        "socket: send of %zu bytes is larger than the receive of %llu bytes",
-        size, (unsigned long long)c->cts[slot].size);
-  }
-  c->cts_ok[slot] = 0;
+  if (c->failed)
+    return zcc_error(zccRemoteError, "socket: the connection failed earlier");
+  sk_req_t *q = &c->reqs[c->seq % SK_DEPTH];
+  if (q->used)
+    return zccSuccess; /* every request in flight */
   q->used = 1, q->done = 0, q->seq = c->seq++, q->data = data, q->size = size,
   q->got = 0, q->hdr = 1, q->left = sk_parts(size, c->nfds);
   *request = q;
@@ -712,16 +792,16 @@ static zccResult_t sk_irecv(void *recv_comm, void *data, size_t size,
   if (size >= ((size_t)1 << 31))
     return zcc_error(zccInvalidArgument,
                      "socket irecv: %zu bytes: at most 2 GiB - 1", size);
-  ZCC_CHECK(sk_progress(c));
-  int slot = (int)(c->seq % SK_DEPTH);
-  sk_req_t *q = &c->reqs[slot];
-  if (q->used || c->out_n == SK_DEPTH)
-    return zccSuccess;
+  if (c->failed)
+    return zcc_error(zccRemoteError, "socket: the connection failed earlier");
+  sk_req_t *q = &c->reqs[c->seq % SK_DEPTH];
+  if (q->used)
+    return zccSuccess; /* every request in flight */
+  /* nothing goes back to the sender: the first test reads the message */
   q->used = 1, q->done = 0, q->seq = c->seq++, q->data = data, q->cap = size,
   q->size = 0, q->got = 0, q->hdr = 0, q->left = 0;
-  c->out_q[c->out_n++] = (sk_hdr_t){q->seq, size};
   *request = q;
-  return sk_progress(c);
+  return zccSuccess;
 }
 
 static zccResult_t sk_test(void *request, int *done, size_t *size) {

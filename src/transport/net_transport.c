@@ -85,6 +85,7 @@ typedef struct net_conn {
   uint64_t send_pseq, recv_pseq;
   /* the receive transfer under way: its record was taken and matched */
   int in_checked;
+  uint64_t in_opno; /* its operation's number */
   ZCC_NET_HANDLE_ALIGN uint8_t connect_handle[ZCC_NET_HANDLE_BYTES]; /* the peer's, as connect uses it */
   int hello_sent, failed_sent;
   int fail_pending; /* the failure record waits for the peer's clear-to-send */
@@ -104,6 +105,7 @@ typedef struct net_state {
   size_t stride;       /* bytes of one slot: record + data */
   size_t data_bytes;   /* data in one message */
   int nslots;
+  int eager;           /* the plug-in sends before the receive is posted (props) */
   /* The failure records' delivery after an error (net_fail) and at destroy
      (net_free) shares one deadline per communicator, however many peers. */
   int64_t fail_deadline_ns, linger_deadline_ns;
@@ -181,10 +183,9 @@ static slot_t *slot_at(const net_state_t *st, ring_t *r, unsigned i) {
 
 /*
  * Post receives for `want` more bytes of the transfer under way (at most
- * every slot). Never more than the sender will use: each posted receive is a
- * clear-to-send it answers with a message, and one it never answers would
- * sit unread in its connection (the socket plug-in's TCP stream resets when
- * closed over unread bytes, dropping what it still had to deliver).
+ * every slot). Never more than the sender will use: with a plug-in that is
+ * not eager (ib) each posted receive is a clear-to-send it answers with a
+ * message, and the next call's first messages would take those left over.
  */
 static zccResult_t rx_post(net_state_t *st, void *comm, ring_t *r, size_t want) {
   while (r->next - r->head < (unsigned)st->nslots &&
@@ -299,6 +300,7 @@ static zccResult_t net_comm_setup(struct zccComm *comm, zcc_peer_info_t *self) {
                      "(%zu bytes) less %zu", (long long)sb, props.max_message,
                      sizeof(zcc_wire_hdr_t) + ZCC_WIRE_FAIL_TEXT);
   st->nslots = (int)ns;
+  st->eager = props.eager;
   st->data_bytes = (size_t)sb - (size_t)sb % NET_GRAIN;
   st->stride = sizeof(zcc_wire_hdr_t) + st->data_bytes;
   if (st->stride < sizeof(zcc_wire_hdr_t) + ZCC_WIRE_FAIL_TEXT)
@@ -520,6 +522,34 @@ static zccResult_t send_progress(zcc_conn_t *conn, net_state_t *st, net_conn_t *
   return zccSuccess;
 }
 
+static zccResult_t peer_failed(zcc_conn_t *conn, const char *rec, size_t bytes);
+static const char *head_record(const net_state_t *st, net_conn_t *c, const slot_t *s,
+                               zcc_wire_hdr_t *h);
+
+/*
+ * A transfer all landed. Where the plug-in sends eagerly, the peer may have
+ * sent it before its call failed (a timeout); it says so right behind it
+ * with its failure record, and then this call must not succeed on its data
+ * (as the socket transport's look-ahead). One receive posted to see by (the
+ * next transfer uses it); a peer gone after sending all of it is left for
+ * the next receive to meet.
+ */
+static zccResult_t stale_check(zcc_conn_t *conn, net_state_t *st, net_conn_t *c) {
+  if (!st->eager) return zccSuccess;
+  char saved[1024];
+  snprintf(saved, sizeof(saved), "%s", zcc_last_error());
+  slot_t *s = NULL;
+  zcc_wire_hdr_t h;
+  const char *msg = NULL;
+  if (rx_post(st, c->recv_comm, &c->rx, 1) == zccSuccess &&
+      rx_head(st, c->recv_comm, &c->rx, &s) == zccSuccess &&
+      (msg = head_record(st, c, s, &h)) != NULL && h.magic == ZCC_WIRE_FAIL &&
+      c->in_opno >= h.pseq)
+    return peer_failed(conn, msg, s->bytes);
+  zcc_restore_last_error(saved);
+  return zccSuccess;
+}
+
 static zccResult_t recv_progress(zcc_conn_t *conn, net_state_t *st, net_conn_t *c,
                                  zcc_xfer_t *x) {
   for (;;) {
@@ -541,6 +571,7 @@ static zccResult_t recv_progress(zcc_conn_t *conn, net_state_t *st, net_conn_t *
       ZCC_CHECK(zcc_wire_hdr_check(&h, x->sig, x->bytes, pseq, conn->peer, conn->comm));
       if (pseq) c->recv_pseq = pseq;
       c->in_checked = 1;
+      c->in_opno = h.sig.opno;
       off = sizeof(h);
     }
     size_t n = s->bytes - off;
@@ -561,7 +592,10 @@ static zccResult_t recv_progress(zcc_conn_t *conn, net_state_t *st, net_conn_t *
     }
     rx_pop(st, &c->rx);
   }
-  if (c->in_checked && x->done == x->bytes) c->in_checked = 0;
+  if (c->in_checked && x->done == x->bytes) {
+    c->in_checked = 0;
+    return stale_check(conn, st, c);
+  }
   return zccSuccess;
 }
 
