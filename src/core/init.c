@@ -153,6 +153,11 @@ ZCC_PARAM_INT(spin_us, "SPIN_US", -1,
               "it yields or sleeps; -1: 20000 when each rank of the host is bound to CPUs of "
               "its own (mpirun, allreduce_perf --bind core), else 0 (64 polls; none where the "
               "host has more ranks than CPUs)")
+ZCC_PARAM_INT(cpu_nudge, "CPU_NUDGE", 1,
+              "host communicators: 1: an unbound rank (ranks of the host no more than their "
+              "CPUs) whose waits keep handing its core to another task (a peer the scheduler "
+              "put on the same CPU) moves itself to another of its CPUs, its affinity mask "
+              "left as it was; 0: never")
 ZCC_PARAM_INT(yield_us, "YIELD_US", -1,
               "host communicators: us a waiting rank then polls with sched_yield before it "
               "sleeps 50 us between polls; -1: 0 for ranks bound to CPUs of their own (a "
@@ -224,11 +229,15 @@ static zccResult_t comm_wait_policy(struct zccComm *comm) {
      this core: 64 polls before the first yield cost 8 ranks 35 us per 8 B
      allreduce against 12-16 us yielding at once (docs/perf/host.md). */
   comm->wait_polls = comm->oversubscribed ? 1 : 64;
+  int64_t nudge = zcc_param_cpu_nudge();
+  if (nudge != 0 && nudge != 1)
+    return zcc_error(zccInvalidArgument, "ZCC_CPU_NUDGE=%lld: expected 0 or 1", (long long)nudge);
+  comm->nudge = nudge && !bound && !comm->oversubscribed && ncpu > 1;
   ZCC_INFO(INIT, "comm %s rank %d: %d rank(s) on this host, %d CPU(s) for them, %s: waits "
-           "spin %lld us, yield %lld us, then sleep; the clock read every %u poll(s)",
+           "spin %lld us, yield %lld us, then sleep; the clock read every %u poll(s)%s",
            comm->name, comm->rank, local, ncpu, bound ? "each bound to its own" : "sharing them",
            (long long)(comm->spin_ns / 1000), (long long)(comm->yield_ns / 1000),
-           comm->wait_polls);
+           comm->wait_polls, comm->nudge ? "; a rank that shares its CPU moves off it" : "");
   return zccSuccess;
 }
 

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "coll.h"
@@ -25,6 +26,60 @@ static inline void cpu_relax(void) {
 #elif defined(__aarch64__)
   __asm__ __volatile__("yield");
 #endif
+}
+
+/*
+ * Unbound ranks that do not outnumber their CPUs (comm->nudge) wait by
+ * yielding. Where the scheduler has put two of them on one CPU, each wait
+ * hands the core to the other and every exchange costs two context
+ * switches (8 B allreduce, 2 ranks on the 2-core VM: 5.9 us against 0.45
+ * us on two CPUs, from one run to the next, docs/perf/host.md); the
+ * kernel's balancer keeps such busy, cache-hot tasks where they are. A
+ * yield that comes back after NUDGE_LONG_NS gave the core to another task:
+ * after a run of those (NUDGE_YIELDS plus a random multiple of 4 up to
+ * 252, drawn anew each time, so that two ranks sharing a CPU do not both
+ * move, together, to the same other one: the first one's move itself makes
+ * the other's next yield long) the thread moves to another of its CPUs
+ * (its mask without this CPU for a moment, then the mask as it was), at
+ * most once per NUDGE_GAP_NS, so that a busy process on the other core
+ * cannot make it move back and forth often.
+ */
+#define NUDGE_LONG_NS 2000
+#define NUDGE_YIELDS 16
+#define NUDGE_GAP_NS 10000000ll
+static __thread int nudge_long, nudge_want; /* long yields in a row; how many move it */
+static __thread int64_t nudge_last_ns;
+static __thread uint64_t nudge_rand;
+
+static void nudge_yield(void) {
+  int64_t t0 = zcc_now_ns();
+  sched_yield();
+  int64_t t1 = zcc_now_ns();
+  if (t1 - t0 < NUDGE_LONG_NS) {
+    nudge_long = 0;
+    return;
+  }
+  if (!nudge_want) {
+    if (!nudge_rand) nudge_rand = (uint64_t)t1 ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)&nudge_rand;
+    nudge_rand ^= nudge_rand << 13, nudge_rand ^= nudge_rand >> 7, nudge_rand ^= nudge_rand << 17;
+    nudge_want = NUDGE_YIELDS + 4 * (int)(nudge_rand & 63);
+  }
+  if (++nudge_long < nudge_want || (nudge_last_ns && t1 - nudge_last_ns < NUDGE_GAP_NS))
+    return;
+  nudge_long = nudge_want = 0;
+  nudge_last_ns = t1;
+  cpu_set_t mine, other;
+  int cpu = sched_getcpu();
+  if (cpu < 0 || sched_getaffinity(0, sizeof(mine), &mine) != 0 || CPU_COUNT(&mine) < 2 ||
+      !CPU_ISSET(cpu, &mine))
+    return;
+  other = mine;
+  CPU_CLR(cpu, &other);
+  if (sched_setaffinity(0, sizeof(other), &other) == 0) {
+    (void)sched_setaffinity(0, sizeof(mine), &mine);
+    ZCC_INFO(INIT, "a waiting rank kept handing CPU %d to another task: moved to CPU %d", cpu,
+             sched_getcpu());
+  }
 }
 
 typedef struct chain_state {
@@ -481,8 +536,10 @@ zccResult_t zcc_exec_chains(zcc_plan_t **chains, int nchains) {
   /* the most cautious policy of the communicators driven (comm->spin_ns, init.c) */
   int64_t spin_ns = INT64_MAX, yield_ns = 0;
   unsigned polls = 64; /* idle polls between clock reads: a power of 2 */
+  int nudge = nchains > 0;
   for (int i = 0; i < nchains; i++)
     if (cs[i].comm) {
+      nudge &= cs[i].comm->nudge;
       if (cs[i].comm->spin_ns < spin_ns) spin_ns = cs[i].comm->spin_ns;
       if (cs[i].comm->yield_ns > yield_ns) yield_ns = cs[i].comm->yield_ns;
       if (cs[i].comm->wait_polls < polls) polls = cs[i].comm->wait_polls;
@@ -536,7 +593,10 @@ zccResult_t zcc_exec_chains(zcc_plan_t **chains, int nchains) {
       if (phase == 0) {
         cpu_relax();
       } else if (phase == 1) {
-        sched_yield();
+        if (nudge)
+          nudge_yield();
+        else
+          sched_yield();
       } else {
         struct timespec ts = {0, 50000};
         nanosleep(&ts, NULL);

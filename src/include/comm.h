@@ -139,6 +139,9 @@ struct zccComm {
   unsigned wait_polls;             /* idle polls between the wait's clock reads: 64, or 1 where
                                       ranks outnumber CPUs (they yield at once) */
   int oversubscribed;              /* more ranks on this host than CPUs for them (init.c) */
+  int nudge;                       /* unbound ranks, no more than the CPUs: a waiting rank
+                                      that keeps handing its core to another task moves
+                                      off it (exec/host.c) */
   int oversub_any;                 /* that on some host of the communicator (alike on every
                                       rank: what plans decide by) */
   struct zcc_trace *trace;      /* flight recorder and trace (trace.h); NULL: off */

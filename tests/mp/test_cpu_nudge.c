@@ -1,0 +1,180 @@
+/*
+ * Unbound host ranks that the scheduler put on one CPU (exec/host.c's
+ * nudge). Two ranks with every CPU in their masks (so "sharing them", not
+ * oversubscribed) make a communicator, then each pins itself to the first
+ * CPU of its mask for a moment and restores the mask: both now run on that
+ * CPU, where the kernel's balancer tends to leave two busy tasks. They run
+ * 8 B allreduces (exact), and
+ *   - with ZCC_CPU_NUDGE unset (1): the median of the last 2000 of 4000
+ *     calls must be under 3 us (two CPUs: about 0.4 us on the 2-core VM;
+ *     one CPU, each call two context switches: about 6 us) in one of 3
+ *     such rounds, and each rank's mask is what it was;
+ *   - with ZCC_CPU_NUDGE=0 the same runs and only reports its median (the
+ *     balancer may or may not part them);
+ *   - ZCC_CPU_NUDGE=2 is refused at init with zccInvalidArgument naming it.
+ * Skipped where the process may use fewer than 2 CPUs; under a sanitizer the
+ * time is only reported. Each case in its own
+ * runner: zcc reads its variables once per process.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ztest.h"
+#include "zcc.h"
+
+#define CALLS 4000
+#define TAIL 2000
+#define LIMIT_US 3.0
+#define ROUNDS 3
+/* Sanitizer builds run each call 5-20x slower: there the time is only reported. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SLOW_BUILD 1
+#else
+#define SLOW_BUILD 0
+#endif
+
+typedef struct {
+  zt_barrier_t bar;
+  double median_us[1]; /* rank 0's, each round */
+} shared_t;
+
+static shared_t *sh;
+static int expect_fast;
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static int colocated_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
+  (void)arg;
+  zt_set_tag("[nudge%s rank %d]", expect_fast ? "" : "=0", rank);
+  cpu_set_t mask, one;
+  if (sched_getaffinity(0, sizeof(mask), &mask) != 0) {
+    zt_fail("sched_getaffinity failed");
+    return 1;
+  }
+  zccComm_t comm;
+  zccResult_t rc = zt_comm_init_host(&comm, nranks, id, rank);
+  if (!zt_expect_rc(zccSuccess, rc, "init", __FILE__, __LINE__)) return 1;
+  /* both onto the mask's first CPU, then the whole mask again */
+  int first = 0;
+  while (!CPU_ISSET(first, &mask)) first++;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  if (sched_setaffinity(0, sizeof(one), &one) != 0 ||
+      zt_barrier_wait(&sh->bar, nranks, 30) != 0 ||
+      sched_setaffinity(0, sizeof(mask), &mask) != 0 ||
+      zt_barrier_wait(&sh->bar, nranks, 30) != 0) {
+    zt_fail("could not put both ranks on CPU %d", first);
+    return 1;
+  }
+  static double t[CALLS];
+  float v[2], out[2];
+  long wrong = 0;
+  double med = 0;
+  /* up to ROUNDS rounds (both ranks alike: the first's median decides for
+     both through sh), in case a move drew the same other CPU for both */
+  for (int round = 0; round < ROUNDS; round++) {
+    for (int i = 0; i < CALLS; i++) {
+      v[0] = (float)(rank + i % 7);
+      v[1] = (float)(2 * rank - i % 5);
+      double t0 = zt_now();
+      rc = zccAllReduce(v, out, 2, zccFloat32, zccSum, comm, NULL);
+      t[i] = zt_now() - t0;
+      if (rc != zccSuccess) break;
+      if (out[0] != (float)(1 + 2 * (i % 7)) || out[1] != (float)(2 - 2 * (i % 5))) wrong++;
+    }
+    if (rc != zccSuccess) break;
+    qsort(t + CALLS - TAIL, TAIL, sizeof(double), cmp_double);
+    med = t[CALLS - TAIL / 2] * 1e6;
+    zt_log("round %d: 8 B allreduce, median of the last %d of %d calls: %.2f us (CPU %d now)",
+           round + 1, TAIL, CALLS, med, sched_getcpu());
+    if (rank == 0) sh->median_us[0] = med;
+    if (zt_barrier_wait(&sh->bar, nranks, 30) != 0) {
+      zt_fail("a rank did not finish round %d", round + 1);
+      return 1;
+    }
+    int done = sh->median_us[0] < LIMIT_US || !expect_fast || SLOW_BUILD;
+    if (zt_barrier_wait(&sh->bar, nranks, 30) != 0) {
+      zt_fail("a rank did not finish round %d", round + 1);
+      return 1;
+    }
+    if (done) break;
+  }
+  if (zt_expect_rc(zccSuccess, rc, "allreduce", __FILE__, __LINE__)) {
+    ZT_CHECK(wrong == 0, "%ld wrong results", wrong);
+    if (expect_fast && !SLOW_BUILD)
+      ZT_CHECK(med < LIMIT_US,
+               "median %.2f us: the ranks stayed on one CPU (two CPUs: well under %.1f us)",
+               med, LIMIT_US);
+    cpu_set_t after;
+    ZT_CHECK(sched_getaffinity(0, sizeof(after), &after) == 0 && CPU_EQUAL(&after, &mask),
+             "the rank's affinity mask changed");
+  }
+  zccCommDestroy(comm);
+  return 0;
+}
+
+static int bad_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
+  (void)arg;
+  zt_set_tag("[nudge=2 rank %d]", rank);
+  zccComm_t comm = NULL;
+  zccResult_t rc = zt_comm_init_host(&comm, nranks, id, rank);
+  if (zt_expect_rc(zccInvalidArgument, rc, "init with ZCC_CPU_NUDGE=2", __FILE__, __LINE__))
+    ZT_CHECK(strstr(zccGetLastError(NULL), "ZCC_CPU_NUDGE") != NULL,
+             "the error does not name ZCC_CPU_NUDGE: \"%s\"", zccGetLastError(NULL));
+  return 0;
+}
+
+static void run(zt_rank_fn fn) {
+  zt_group_t g;
+  zccUniqueId id;
+  if (zccGetUniqueId(&id) != zccSuccess || zt_spawn(&g, 2, fn, NULL) != 0 ||
+      zt_release(&g, &id) != 0) {
+    zt_fail("could not start the ranks");
+    return;
+  }
+  zt_wait_all(&g, 120, "ranks");
+}
+
+int main(void) {
+  zt_setup("test_cpu_nudge");
+  cpu_set_t mask;
+  if (sched_getaffinity(0, sizeof(mask), &mask) != 0 || CPU_COUNT(&mask) < 2) {
+    zt_skip("fewer than 2 CPUs in this process's mask");
+    return zt_finish();
+  }
+  sh = zt_shared_alloc(sizeof(*sh));
+  static const struct {
+    const char *nudge;
+    zt_rank_fn fn;
+    int fast;
+  } cases[] = {{NULL, colocated_rank, 1}, {"0", colocated_rank, 0}, {"2", bad_rank, 0}};
+  for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+    memset(sh, 0, sizeof(*sh));
+    pid_t pid = fork();
+    if (pid == 0) {
+      if (cases[k].nudge)
+        setenv("ZCC_CPU_NUDGE", cases[k].nudge, 1);
+      else
+        unsetenv("ZCC_CPU_NUDGE");
+      expect_fast = cases[k].fast;
+      run(cases[k].fn);
+      fflush(NULL);
+      _exit(0);
+    }
+    int st = 0;
+    if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+      zt_fail("case ZCC_CPU_NUDGE=%s: runner ended with status 0x%x",
+              cases[k].nudge ? cases[k].nudge : "(unset)", st);
+  }
+  return zt_finish();
+}
