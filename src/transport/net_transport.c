@@ -523,8 +523,8 @@ static zccResult_t send_progress(zcc_conn_t *conn, net_state_t *st, net_conn_t *
 }
 
 static zccResult_t peer_failed(zcc_conn_t *conn, const char *rec, size_t bytes);
-static const char *head_record(const net_state_t *st, net_conn_t *c, const slot_t *s,
-                               zcc_wire_hdr_t *h);
+static const char *next_fail_record(net_state_t *st, net_conn_t *c, slot_t **s,
+                                    zcc_wire_hdr_t *h);
 
 /*
  * A transfer all landed. Where the plug-in sends eagerly, the peer may have
@@ -536,18 +536,10 @@ static const char *head_record(const net_state_t *st, net_conn_t *c, const slot_
  */
 static zccResult_t stale_check(zcc_conn_t *conn, net_state_t *st, net_conn_t *c) {
   if (!st->eager) return zccSuccess;
-  char saved[1024];
-  snprintf(saved, sizeof(saved), "%s", zcc_last_error());
   slot_t *s = NULL;
   zcc_wire_hdr_t h;
-  const char *msg = NULL;
-  if (rx_post(st, c->recv_comm, &c->rx, 1) == zccSuccess &&
-      rx_head(st, c->recv_comm, &c->rx, &s) == zccSuccess &&
-      (msg = head_record(st, c, s, &h)) != NULL && h.magic == ZCC_WIRE_FAIL &&
-      c->in_opno >= h.pseq)
-    return peer_failed(conn, msg, s->bytes);
-  zcc_restore_last_error(saved);
-  return zccSuccess;
+  const char *msg = next_fail_record(st, c, &s, &h);
+  return msg && c->in_opno >= h.pseq ? peer_failed(conn, msg, s->bytes) : zccSuccess;
 }
 
 static zccResult_t recv_progress(zcc_conn_t *conn, net_state_t *st, net_conn_t *c,
@@ -606,6 +598,24 @@ static const char *head_record(const net_state_t *st, net_conn_t *c, const slot_
   const char *msg = slot_buf(st, &c->rx, c->rx.head);
   memcpy(h, msg, sizeof(*h));
   return msg;
+}
+
+/* The peer's next message, when it has landed and is a failure record: the
+   message, with its slot and record (else NULL). One receive posted lets it
+   land; a data message that lands instead stays for its call, a plug-in
+   error stays in the ring for the next receive to meet, and the thread's
+   last error is kept either way. */
+static const char *next_fail_record(net_state_t *st, net_conn_t *c, slot_t **s,
+                                    zcc_wire_hdr_t *h) {
+  char saved[1024];
+  snprintf(saved, sizeof(saved), "%s", zcc_last_error());
+  const char *msg = NULL;
+  *s = NULL;
+  if (rx_post(st, c->recv_comm, &c->rx, 1) == zccSuccess &&
+      rx_head(st, c->recv_comm, &c->rx, s) == zccSuccess)
+    msg = head_record(st, c, *s, h);
+  zcc_restore_last_error(saved);
+  return msg && h->magic == ZCC_WIRE_FAIL ? msg : NULL;
 }
 
 /*
@@ -711,18 +721,10 @@ static zccResult_t net_fail_peek(zcc_conn_t *conn) {
   net_state_t *st = state_of(conn->comm);
   net_conn_t *c = conn->priv;
   if (!st || !c || !c->recv_comm || c->in_checked) return zccSuccess;
-  char saved[1024];
-  snprintf(saved, sizeof(saved), "%s", zcc_last_error());
   slot_t *s = NULL;
   zcc_wire_hdr_t h;
-  const char *msg = NULL;
-  if (rx_post(st, c->recv_comm, &c->rx, 1) == zccSuccess &&
-      rx_head(st, c->recv_comm, &c->rx, &s) == zccSuccess &&
-      (msg = head_record(st, c, s, &h)) != NULL && h.magic == ZCC_WIRE_FAIL &&
-      h.code != zccTimeout)
-    return peer_failed(conn, msg, s->bytes);
-  zcc_restore_last_error(saved);
-  return zccSuccess;
+  const char *msg = next_fail_record(st, c, &s, &h);
+  return msg && h.code != zccTimeout ? peer_failed(conn, msg, s->bytes) : zccSuccess;
 }
 
 /*
