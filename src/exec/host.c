@@ -36,22 +36,25 @@ static inline void cpu_relax(void) {
  * us on two CPUs, from one run to the next, docs/perf/host.md); the
  * kernel's balancer keeps such busy, cache-hot tasks where they are. A
  * yield that comes back after NUDGE_LONG_NS gave the core to another task:
- * after a run of those (NUDGE_YIELDS plus a random multiple of 4 up to
- * 252, drawn anew each time, so that two ranks sharing a CPU do not both
- * move, together, to the same other one: the first one's move itself makes
- * the other's next yield long) the thread moves to another of its CPUs
- * (its mask without this CPU for a moment, then the mask as it was), at
- * most once per NUDGE_GAP_NS, so that a busy process on the other core
- * cannot make it move back and forth often.
+ * after a run of those the thread moves to another of its CPUs (its mask
+ * without this CPU for a moment, then the mask as it was), at most once per
+ * NUDGE_GAP_NS, so that a busy process on the other core cannot make it
+ * move back and forth often. Two ranks sharing a CPU must not both move,
+ * together, to the same other one (the first one's move itself makes the
+ * other's next yield long): the run's length is NUDGE_YIELDS, plus 16 per
+ * step of the rank (mod 8), plus a random multiple of 4 up to 12, so the
+ * lower rank of a pair moves first, about 50 us into its first wait there
+ * (a longer random run, 16-268, let the first row of a sweep read 0.57-0.68
+ * us at 8 B against 0.44-0.50 at 64 B).
  */
 #define NUDGE_LONG_NS 2000
-#define NUDGE_YIELDS 16
+#define NUDGE_YIELDS 8
 #define NUDGE_GAP_NS 10000000ll
 static __thread int nudge_long, nudge_want; /* long yields in a row; how many move it */
 static __thread int64_t nudge_last_ns;
 static __thread uint64_t nudge_rand;
 
-static void nudge_yield(void) {
+static void nudge_yield(int rank) {
   int64_t t0 = zcc_now_ns();
   sched_yield();
   int64_t t1 = zcc_now_ns();
@@ -62,7 +65,7 @@ static void nudge_yield(void) {
   if (!nudge_want) {
     if (!nudge_rand) nudge_rand = (uint64_t)t1 ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)&nudge_rand;
     nudge_rand ^= nudge_rand << 13, nudge_rand ^= nudge_rand >> 7, nudge_rand ^= nudge_rand << 17;
-    nudge_want = NUDGE_YIELDS + 4 * (int)(nudge_rand & 63);
+    nudge_want = NUDGE_YIELDS + 16 * (rank & 7) + 4 * (int)(nudge_rand & 3);
   }
   if (++nudge_long < nudge_want || (nudge_last_ns && t1 - nudge_last_ns < NUDGE_GAP_NS))
     return;
@@ -536,10 +539,11 @@ zccResult_t zcc_exec_chains(zcc_plan_t **chains, int nchains) {
   /* the most cautious policy of the communicators driven (comm->spin_ns, init.c) */
   int64_t spin_ns = INT64_MAX, yield_ns = 0;
   unsigned polls = 64; /* idle polls between clock reads: a power of 2 */
-  int nudge = nchains > 0;
+  int nudge = nchains > 0, nudge_rank = -1; /* the rank whose step sets the run (nudge_yield) */
   for (int i = 0; i < nchains; i++)
     if (cs[i].comm) {
       nudge &= cs[i].comm->nudge;
+      if (nudge_rank < 0) nudge_rank = cs[i].comm->rank;
       if (cs[i].comm->spin_ns < spin_ns) spin_ns = cs[i].comm->spin_ns;
       if (cs[i].comm->yield_ns > yield_ns) yield_ns = cs[i].comm->yield_ns;
       if (cs[i].comm->wait_polls < polls) polls = cs[i].comm->wait_polls;
@@ -594,7 +598,7 @@ zccResult_t zcc_exec_chains(zcc_plan_t **chains, int nchains) {
         cpu_relax();
       } else if (phase == 1) {
         if (nudge)
-          nudge_yield();
+          nudge_yield(nudge_rank);
         else
           sched_yield();
       } else {
