@@ -71,7 +71,7 @@ typedef struct {
   int used, done;
   uint64_t seq;
   char *data;
-  size_t size, got; /* receive: bytes landed; send: bytes sent */
+  size_t size;      /* the message's (receive: once its header came) */
   size_t cap;       /* receive: the posted size */
   int hdr;          /* receive: its header arrived (size known) */
   int left;         /* connections whose part of it has not gone or come yet */
@@ -754,7 +754,6 @@ static zccResult_t sk_progress(sk_comm_t *c) {
     sk_req_t *q = &c->reqs[c->head % SK_DEPTH];
     if ((!c->is_send && !q->hdr) || q->left > 0)
       break;
-    q->got = q->size;
     q->done = 1;
     c->head++;
   }
@@ -777,7 +776,7 @@ static zccResult_t sk_isend(void *send_comm, void *data, size_t size,
   if (q->used)
     return zccSuccess; /* every request in flight */
   q->used = 1, q->done = 0, q->seq = c->seq++, q->data = data, q->size = size,
-  q->got = 0, q->hdr = 1, q->left = sk_parts(size, c->nfds);
+  q->hdr = 1, q->left = sk_parts(size, c->nfds);
   *request = q;
   return sk_progress(c);
 }
@@ -799,7 +798,7 @@ static zccResult_t sk_irecv(void *recv_comm, void *data, size_t size,
     return zccSuccess; /* every request in flight */
   /* nothing goes back to the sender: the first test reads the message */
   q->used = 1, q->done = 0, q->seq = c->seq++, q->data = data, q->cap = size,
-  q->size = 0, q->got = 0, q->hdr = 0, q->left = 0;
+  q->size = 0, q->hdr = 0, q->left = 0;
   *request = q;
   return zccSuccess;
 }
