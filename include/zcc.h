@@ -297,7 +297,14 @@ ZCC_API zccResult_t zccCommUserRank(const zccComm_t comm, int *rank);
 /**
  * Register a buffer with the communicator so that peers can reach it
  * directly. Host communicators accept host memory; device memory needs a
- * GPU communicator.
+ * GPU communicator. On a host communicator, ordinary memory (private
+ * anonymous, as from malloc) becomes shared memory that the host's ranks map:
+ * its whole pages are moved into a memfd mapped at the same addresses, its
+ * bytes kept, so an allreduce of 1 MiB or more on registered buffers on
+ * every rank runs in place, as on zccMemHostAlloc memory. Other memory (a
+ * file or shared mapping, read-only pages) is only recorded. Until
+ * zccCommDeregister gives the range back its private pages, a forked child
+ * shares them; do not free the buffer before deregistering it.
  */
 ZCC_API zccResult_t zccCommRegister(const zccComm_t comm, void *buff,
                                     size_t size, void **handle);

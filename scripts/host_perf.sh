@@ -5,8 +5,10 @@
 # when /usr/bin/python3 has torch), float32 sum, 8 B to 256 MiB, for each
 # rank count of HOST_PERF_NP (default "2 4 8"); then, from 1 MiB, zcc with
 # its buffers from zccMemHostAlloc (compare_mpi.sh --hostmem: the allreduce
-# runs in place on them) beside Open MPI again (HOST_PERF_HOSTMEM=0 leaves
-# this out); with more ranks than cores, 8 B-64 KiB again over 1000
+# runs in place on them) and with its ordinary buffers registered
+# (compare_mpi.sh --register: the same, on malloc's memory) beside Open MPI
+# again (HOST_PERF_HOSTMEM=0 leaves these out); with more ranks than cores,
+# 8 B-64 KiB again over 1000
 # iterations. Builds build/ first if needed. Run it on a quiet machine.
 # Usage: scripts/host_perf.sh [BUILD_DIR]
 set -euo pipefail
@@ -52,5 +54,8 @@ for np in ${HOST_PERF_NP:-2 4 8}; do
     echo
     echo "## allreduce, $np ranks, float32 sum, zcc's buffers from zccMemHostAlloc (compare_mpi.sh --hostmem)"
     "$build/tools/compare_mpi.sh" -B "$build/tools" -np "$np" -b 1M -e 256M -f 2 -n $iters -w 5 --hostmem
+    echo
+    echo "## allreduce, $np ranks, float32 sum, zcc's ordinary buffers registered (compare_mpi.sh --register)"
+    "$build/tools/compare_mpi.sh" -B "$build/tools" -np "$np" -b 1M -e 256M -f 2 -n $iters -w 5 --register
   fi
 done

@@ -4,12 +4,14 @@
 # side. speedup = MPI time / zcc time (above 1: zcc is faster).
 #
 # usage: compare_mpi.sh [-B bindir] [-np N] [-b min] [-e max] [-f factor]
-#                       [-n iters] [-w warmup] [--gloo] [--hostmem]
+#                       [-n iters] [-w warmup] [--gloo] [--hostmem] [--register]
 # Defaults: the directory of this script, -np 2 -b 8 -e 256M -f 2, and the
 # benchmarks' own -n and -w. MPIRUN overrides the mpirun command. --gloo
 # adds torch.distributed's gloo (gloo_allreduce_ref.py beside this script,
 # run by GLOO_PYTHON, default /usr/bin/python3) and MPI time / gloo time.
-# --hostmem: zcc's buffers from zccMemHostAlloc (allreduce_perf -R 1).
+# --hostmem: zcc's buffers from zccMemHostAlloc (allreduce_perf --buffers
+# hostmem). --register: zcc's ordinary buffers registered with
+# zccCommRegister (allreduce_perf -R 1).
 set -eu
 
 bindir=$(cd "$(dirname "$0")" && pwd)
@@ -20,10 +22,10 @@ factor=2
 iters=
 warmup=
 gloo=0
-zccopts=
+zccopts=""
 
 usage() {
-  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 while [ $# -gt 0 ]; do
@@ -50,7 +52,11 @@ while [ $# -gt 0 ]; do
       shift
       ;;
     --hostmem)
-      zccopts="-R 1"
+      zccopts="$zccopts --buffers hostmem"
+      shift
+      ;;
+    --register)
+      zccopts="$zccopts -R 1"
       shift
       ;;
     -h|--help)

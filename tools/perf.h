@@ -123,7 +123,8 @@ typedef struct {
   int bind;       /* --bind core (1, the default) or none (0): -np ranks on CPUs of their own */
   int np;          /* -np: ranks to fork; 0 when not given */
   int local_register;
-  int buffers;     /* --buffers: PERF_BUF_DEVICE, _PINNED (cudaHostAlloc, mapped), _MANAGED */
+  int buffers;     /* --buffers: PERF_BUF_DEVICE, _PINNED (cudaHostAlloc, mapped), _MANAGED;
+                      host communicators: PERF_BUF_DEVICE (ordinary memory) or _HOSTMEM */
   int device;      /* --device: PERF_DEVICE_*; AUTO until the rank resolves it */
   const char *device_why; /* what asked for cuda ("--device cuda", "-G"...), for messages */
   int graph_iters; /* -G: timed CUDA graph replays; 0: no graphs */
@@ -138,8 +139,8 @@ void perf_parse_args(const perf_coll_t *coll, int argc, char **argv,
 const char *perf_type_name(int type);
 /* "sum", "prod", "max", "min", "avg", or "none" for PERF_OP_NONE. */
 const char *perf_op_name(int op);
-/* --buffers kinds and their names ("device", "pinned", "managed"). */
-enum { PERF_BUF_DEVICE, PERF_BUF_PINNED, PERF_BUF_MANAGED, PERF_BUF_COUNT };
+/* --buffers kinds and their names ("device", "pinned", "managed", "hostmem"). */
+enum { PERF_BUF_DEVICE, PERF_BUF_PINNED, PERF_BUF_MANAGED, PERF_BUF_HOSTMEM, PERF_BUF_COUNT };
 const char *perf_buffers_name(int buffers);
 size_t perf_type_size(int type);
 

@@ -55,7 +55,8 @@ size_t perf_type_size(int type)
   return (type >= 0 && type < zccNumTypes) ? type_sizes[type] : 0;
 }
 
-static const char *const buffers_names[PERF_BUF_COUNT] = {"device", "pinned", "managed"};
+static const char *const buffers_names[PERF_BUF_COUNT] = {"device", "pinned", "managed",
+                                                            "hostmem"};
 
 const char *perf_buffers_name(int buffers)
 {
@@ -95,13 +96,15 @@ static void usage(FILE *f, const char *prog, const perf_coll_t *coll)
     fprintf(f, "  -r, --root <rank>           accepted and ignored: %s has no root\n", coll->name);
   fprintf(f,
           "  -R, --local_register <0|1>  register both buffers with zccCommRegister (and\n"
-          "                              ncclCommRegister with --compare nccl); host\n"
-          "                              communicators allocate them with zccMemHostAlloc, so\n"
-          "                              large allreduces run in place; default 0\n"
-          "      --buffers <device|pinned|managed>  GPU communicators: send and receive buffers from\n"
-          "                              cudaMalloc (device), cudaHostAlloc mapped and portable (pinned:\n"
-          "                              the kernels load and store host memory over PCIe) or\n"
-          "                              cudaMallocManaged (managed); default device\n"
+          "                              ncclCommRegister with --compare nccl); on host\n"
+          "                              communicators that makes ordinary buffers shared memory,\n"
+          "                              so large allreduces run in place; default 0\n"
+          "      --buffers <device|pinned|managed|hostmem>  GPU communicators: send and receive\n"
+          "                              buffers from cudaMalloc (device), cudaHostAlloc mapped and\n"
+          "                              portable (pinned: the kernels load and store host memory over\n"
+          "                              PCIe) or cudaMallocManaged (managed); default device. Host\n"
+          "                              communicators: ordinary memory (posix_memalign), or\n"
+          "                              zccMemHostAlloc (hostmem: large allreduces run in place)\n"
           "  -t, --nthreads <n>          threads per process; only 1\n"
           "  -g, --ngpus <n>             GPUs per process, one rank and communicator each\n"
           "                              (zccCommInitAll, calls grouped); default 1\n"
@@ -306,7 +309,7 @@ static void set_option(const char *prog, const perf_coll_t *coll, char key,
       if (strcmp(val, buffers_names[b]) == 0)
         o->buffers = b;
     if (o->buffers < 0)
-      bad_arg(prog, coll, "%s: '%s' is not device, pinned or managed", name, val);
+      bad_arg(prog, coll, "%s: '%s' is not device, pinned, managed or hostmem", name, val);
     break;
   case 'S':
     if (perf_parse_long(val, 0, 1, &v) != 0)
@@ -351,6 +354,12 @@ static void check_device(const char *prog, const perf_coll_t *coll, perf_opts_t 
                          : o->compare_nccl ? "--compare nccl"
                          : o->graph_iters > 0 ? "-G" : o->ngpus > 1 ? "-g" : NULL;
 
+  if (o->buffers == PERF_BUF_HOSTMEM) {
+    if (o->device == PERF_DEVICE_CUDA || gpu_only != NULL)
+      bad_arg(prog, coll, "--buffers hostmem is for host communicators, not with %s",
+              gpu_only ? gpu_only : device_from_env ? "ZCC_DEVICE=cuda" : "--device cuda");
+    o->device = PERF_DEVICE_HOST;
+  }
 #ifndef ZCC_PERF_WITH_CUDA
   if (o->device == PERF_DEVICE_CUDA)
     no_cuda(prog, device_from_env ? "ZCC_DEVICE=cuda" : "--device cuda");

@@ -24,7 +24,7 @@ static int is_cuda(const run_t *r)
   return r->w->device == PERF_DEVICE_CUDA;
 }
 
-/* shared: from zccMemHostAlloc (host communicators with -R 1: peers reach it in place). */
+/* shared: from zccMemHostAlloc (host communicators, --buffers hostmem: peers reach it in place). */
 static void *alloc_buffer(const perf_world_t *w, size_t bytes, const char *what, int shared)
 {
   void *p = NULL;
@@ -92,6 +92,11 @@ static void print_header(run_t *r)
            o->buffers == PERF_BUF_MANAGED  ? "cudaMallocManaged (--buffers managed)"
            : o->buffers == PERF_BUF_PINNED ? "cudaHostAlloc (pinned, mapped: --buffers pinned)"
                                            : "cudaMalloc",
+           o->local_register ? ", registered (-R 1)" : "");
+  else
+    printf("# Buffers: %s%s\n",
+           o->buffers == PERF_BUF_HOSTMEM ? "zccMemHostAlloc (--buffers hostmem)"
+                                          : "ordinary (posix_memalign)",
            o->local_register ? ", registered (-R 1)" : "");
   printf("#\n# Using devices\n");
   for (int i = 0; i < r->w->nranks; i++) {
@@ -406,7 +411,7 @@ static void alloc_host(run_t *r)
   r->buf_bytes = perf_largest_size(o->min_bytes, o->max_bytes, o->step_factor, o->step_bytes);
   if (r->buf_bytes < 4096)
     r->buf_bytes = 4096;
-  r->host_shared = !is_cuda(r) && o->local_register;
+  r->host_shared = !is_cuda(r) && o->buffers == PERF_BUF_HOSTMEM;
   r->sendbuf = alloc_buffer(r->w, r->buf_bytes, "send", r->host_shared);
   r->recvbuf = alloc_buffer(r->w, r->buf_bytes, "receive", r->host_shared);
   r->ntimes = o->graph_iters > 0 ? o->graph_iters : o->iters;

@@ -208,6 +208,7 @@ void zcc_comm_free(struct zccComm *comm) {
   zcc_reg_t *r = comm->regs;
   while (r) {
     zcc_reg_t *next = r->next;
+    zcc_hostmem_unregister(r->region);
     free(r);
     r = next;
   }

@@ -7,6 +7,7 @@
 #include "cudawrap.h"
 #include "debug.h"
 #include "devops.h"
+#include "hostmem.h"
 
 zccResult_t zccCommRegister(const zccComm_t comm, void *buff, size_t size, void **handle) {
   zccResult_t res = zccSuccess;
@@ -33,13 +34,20 @@ zccResult_t zccCommRegister(const zccComm_t comm, void *buff, size_t size, void 
   }
   r->buf = buff;
   r->size = size;
+  /* Ordinary memory becomes shared memory that the host's peers map, so
+     large allreduces on it run in place (hostmem.h); other memory is only
+     recorded, and its collectives are staged. */
+  res = zcc_hostmem_register(buff, size, &r->region);
+  if (res != zccSuccess) {
+    free(r);
+    goto out;
+  }
   pthread_mutex_lock(&comm->reg_lock);
   r->next = comm->regs;
   comm->regs = r;
   pthread_mutex_unlock(&comm->reg_lock);
-  /* Host communicators stage through shared memory: the record lets
-     zccCommDeregister validate handles; no mapping is needed. */
-  ZCC_INFO(COLL, "registered %p (%zu bytes) with comm %s", buff, size, comm->name);
+  ZCC_INFO(COLL, "registered %p (%zu bytes) with comm %s%s", buff, size, comm->name,
+           r->region ? ", shared with the host's ranks" : "");
   *handle = r;
 out:
   zcc_comm_leave(comm);
@@ -63,6 +71,7 @@ zccResult_t zccCommDeregister(const zccComm_t comm, void *handle) {
   if (*pp) {
     zcc_reg_t *r = *pp;
     *pp = r->next;
+    zcc_hostmem_unregister(r->region);
     free(r);
   } else {
     res = zcc_error(zccInvalidArgument,

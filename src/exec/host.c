@@ -268,8 +268,14 @@ zccResult_t zcc_hostmem_step(zcc_plan_t *p, int step, int *jump) {
     h->ok_mine = 1;
     for (int k = 0; k < n; k++) {
       if (k == r) {
-        h->peer_send[k] = (char *)h->sendbuf;
-        h->peer_recv[k] = h->recvbuf;
+        /* Peers have not read yet: they pass the exchange of ok_mine after
+           this step, and every rank's last op ended at a barrier. */
+        h->peer_send[k] = zcc_hostmem_local(h->sendbuf, bytes, 1);
+        h->peer_recv[k] = zcc_hostmem_local(h->recvbuf, bytes, 0);
+        if (!h->peer_send[k] || !h->peer_recv[k]) {
+          h->ok_mine = 0; /* deregistered since PREP */
+          break;
+        }
         continue;
       }
       const zcc_hostmem_desc_t *d = &h->theirs[k];
@@ -327,6 +333,9 @@ zccResult_t zcc_hostmem_step(zcc_plan_t *p, int step, int *jump) {
     }
     return zccSuccess;
   }
+  case ZCC_HOSTMEM_FINISH:
+    zcc_hostmem_copy_out(h->recvbuf, bytes);
+    return zccSuccess;
   default: return zcc_stage_step(p, step, jump);
   }
 }

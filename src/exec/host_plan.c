@@ -764,6 +764,7 @@ static zccResult_t plan_allreduce_hostmem(zcc_plan_t *p, const char *sb, char *r
   h->direct_at = p->nitems;
   ZCC_CHECK(hostmem_item(p, ZCC_HOSTMEM_REDUCE));
   ZCC_CHECK(exchange_all(p, &h->bar_mine, h->bar_theirs, sizeof(h->bar_mine)));
+  ZCC_CHECK(hostmem_item(p, ZCC_HOSTMEM_FINISH));
   p->items[jump].n = (size_t)p->nitems;
   return zccSuccess;
 }

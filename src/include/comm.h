@@ -42,6 +42,7 @@ typedef struct zcc_reg {
   struct zcc_reg *next;
   void *buf;
   size_t size;
+  void *region; /* host memory made shared (hostmem.h); NULL: left as it was */
 } zcc_reg_t;
 
 #define ZCC_MAX_TRANSPORTS 4

@@ -1,12 +1,20 @@
 /*
  * Host memory that the ranks of a host communicator on one machine share
- * (zccMemHostAlloc), and the direct allreduce that runs on it.
+ * (zccMemHostAlloc, and ordinary memory registered with zccCommRegister),
+ * and the direct allreduce that runs on it.
  *
  * zccMemHostAlloc maps a memfd; a peer process maps the same pages by
  * opening /proc/<pid>/fd/<fd> of the owner (same user, same pid namespace)
- * and checking the inode. An allreduce whose buffers lie in such memory on
- * every rank reads the peers' inputs and writes their outputs in place:
- * no staging copy (exec/host_plan.c, the "hostmem" steps).
+ * and checking the inode. Registering ordinary memory (private anonymous:
+ * malloc's) makes a memfd of its pages, copies the whole pages the range
+ * holds into it and maps it over them at the same addresses, so the process
+ * goes on using the buffer as before; the partial pages at its ends stay
+ * the process's (other data may share them): the memfd holds a copy of
+ * those bytes, filled before an op's peers read them and copied back after
+ * they wrote. Deregistering moves private pages with the bytes back.
+ * An allreduce whose buffers lie in such memory on every rank reads the
+ * peers' inputs and writes their outputs in place: no staging copy
+ * (exec/host_plan.c, the "hostmem" steps).
  */
 #ifndef ZCC_HOSTMEM_H
 #define ZCC_HOSTMEM_H
@@ -39,9 +47,30 @@ typedef struct zcc_hostmem_desc {
   zcc_hostmem_ref_t send, recv;
 } zcc_hostmem_desc_t;
 
-/* Finds [p, p + len) inside one region from zccMemHostAlloc: fills ref and
-   returns 1; else ref->fd = -1 and 0. */
+/* Finds [p, p + len) inside one region (zccMemHostAlloc's, or a range
+   registered): fills ref and returns 1; else ref->fd = -1 and 0. */
 int zcc_hostmem_find(const void *p, size_t len, zcc_hostmem_ref_t *ref);
+
+/* Where this process reaches the bytes of [p, p + len) that its peers read
+   and write, in the region found as zcc_hostmem_find does (NULL: none): p
+   itself in zccMemHostAlloc memory, the memfd's own mapping for a range
+   registered; with copy_in, the range's bytes in its partial end pages are
+   copied there first. zcc_hostmem_copy_out copies them back after the
+   peers wrote them. */
+char *zcc_hostmem_local(const void *p, size_t len, int copy_in);
+void zcc_hostmem_copy_out(void *p, size_t len);
+
+/* zccCommRegister of host memory [buf, buf + len): makes its whole pages
+   shared memory (once; a range inside one registered already holds that
+   one again) and sets *region for zcc_hostmem_unregister. *region stays
+   NULL where the memory stays as it was: zccMemHostAlloc memory already,
+   no whole page, a file or shared mapping, an overlap with another
+   registration. Unmapped memory is zccInvalidArgument. */
+zccResult_t zcc_hostmem_register(void *buf, size_t len, void **region);
+/* The last holder of a region gives the range back private pages with its
+   bytes (where the range still maps the region; else it is left alone and
+   a warning says so). */
+void zcc_hostmem_unregister(void *region);
 
 /* The peer's buffer described by ref, mapped into this process (cached per
    communicator); NULL when it cannot be mapped (the reason is logged once). */
@@ -131,7 +160,7 @@ typedef struct zcc_hostmem_op {
   uint64_t ok_mine;           /* 1: this rank mapped every peer's buffers */
   uint64_t *ok_theirs;        /* [nranks] */
   uint64_t bar_mine, *bar_theirs; /* the closing barrier's words */
-  char **peer_send, **peer_recv;  /* [nranks] mapped (own rank: its buffers) */
+  char **peer_send, **peer_recv;  /* [nranks] mapped (own rank: zcc_hostmem_local's) */
   const void *sendbuf;
   void *recvbuf;
   size_t count;
@@ -178,6 +207,8 @@ enum {
                            that worked */
   ZCC_HOSTMEM_DECIDE,   /* every rank mapped: jump to direct_at; else staged */
   ZCC_HOSTMEM_REDUCE,   /* reduce this rank's segment, write it to every rank */
+  ZCC_HOSTMEM_FINISH,   /* after the closing barrier: the output's bytes in the
+                           partial end pages of a registered range copied back */
   /* the two-shot allreduce (item.first: the chunk) */
   ZCC_HOSTMEM_STAGE_PREP,   /* make (once) and describe this rank's region */
   ZCC_HOSTMEM_STAGE_MAP,    /* map the peers' regions; st_ok_mine says whether that worked */
