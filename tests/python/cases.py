@@ -586,6 +586,35 @@ def hostmem_all_reduce(ctx, numel):
             "maps": (before, own, _hostmem_maps())}
 
 
+def _registered_maps():
+    with open("/proc/self/maps") as f:
+        return sum("memfd:zcc-registered" in line for line in f)
+
+
+def registered_all_reduce(ctx, numel):
+    """Allreduce on ordinary CPU tensors registered with comm.register (out
+    of place and in place), then deregistered: the results, the values the
+    source kept through its registration, and how many memfd mappings of
+    registered ranges this process has before, while registered, after the
+    calls and after deregistering."""
+    c, rank = ctx["comm"], ctx["rank"]
+    src = make(rank, numel, "float32")
+    kept = src.clone()
+    dst = torch.full((numel,), -7.0)  # poison
+    inplace = make(rank, numel, "float32", salt=1)
+    before = _registered_maps()
+    hs = [c.register(t) for t in (src, dst, inplace)]
+    same = torch.equal(src, kept)
+    own = _registered_maps()
+    c.all_reduce(src, out=dst)
+    c.all_reduce(inplace)
+    after = _registered_maps()
+    for h in hs:
+        c.deregister(h)
+    return {"out": dst.clone(), "inplace": inplace.clone(), "kept": same,
+            "maps": (before, own, after, _registered_maps())}
+
+
 def hook_allreduce(ctx, numel):
     """allreduce_hook on a bucket-like object: the average over ranks."""
     import zcc.torch
