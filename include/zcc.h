@@ -302,7 +302,9 @@ ZCC_API zccResult_t zccCommUserRank(const zccComm_t comm, int *rank);
  * its whole pages are moved into a memfd mapped at the same addresses, its
  * bytes kept, so an allreduce of 1 MiB or more on registered buffers on
  * every rank runs in place, as on zccMemHostAlloc memory. Other memory (a
- * file or shared mapping, read-only pages) is only recorded. Until
+ * file or shared mapping, read-only pages, memory CUDA has pinned) is only
+ * recorded. Do not register memory that another device has pinned by other
+ * means (an RDMA memory region): its pages would move under it. Until
  * zccCommDeregister gives the range back its private pages, a forked child
  * shares them; do not free the buffer before deregistering it.
  */

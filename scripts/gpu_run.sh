@@ -253,8 +253,10 @@ for phase in "$@"; do
     # .abcarry/libzcc-NAME.so.gz (another commit's libzcc.so.0, gzipped) and
     # this carry's own ("carry"), alternated AB_ROUNDS (3) times: 2 ranks on
     # the GPU, allreduce 8 B..AB_MAX (64K), in graphs (2000 replays) and
-    # eagerly (2000 iterations), out of place and in place, no checks.
+    # eagerly (2000 iterations; AB_EAGER=0: graphs only), out of place and in
+    # place, no checks. AB_OFF=1 adds the carry with ZCC_GPU_STAMPS=0 ("off").
     libs=(carry)
+    [ "${AB_OFF:-0}" = 1 ] && libs+=(off)
     for g in "$root"/.abcarry/libzcc-*.so.gz; do
       [ -f "$g" ] || continue
       name=$(basename "$g" .so.gz); name=${name#libzcc-}
@@ -264,10 +266,12 @@ for phase in "$@"; do
     done
     for i in $(seq 1 ${AB_ROUNDS:-3}); do
       for l in "${libs[@]}"; do
-        lp=$LD_LIBRARY_PATH; [ $l = carry ] || lp=$OUT/ab-lib/$l:$LD_LIBRARY_PATH
+        lp=$LD_LIBRARY_PATH; stamps=1
+        case $l in carry) ;; off) stamps=0 ;; *) lp=$OUT/ab-lib/$l:$LD_LIBRARY_PATH ;; esac
         ar=("$bin/allreduce_perf" -g 2 --share-gpus 1 -b 8 -e ${AB_MAX:-64K} -f 4 -c 0)
-        run "ab-graph-$l-$i" 200 env LD_LIBRARY_PATH="$lp" "${ar[@]}" -w 20 -G 2000
-        run "ab-eager-$l-$i" 200 env LD_LIBRARY_PATH="$lp" "${ar[@]}" -w 200 -n 2000
+        run "ab-graph-$l-$i" 200 env LD_LIBRARY_PATH="$lp" ZCC_GPU_STAMPS=$stamps "${ar[@]}" -w 20 -G 2000
+        [ "${AB_EAGER:-1}" = 1 ] || continue
+        run "ab-eager-$l-$i" 200 env LD_LIBRARY_PATH="$lp" ZCC_GPU_STAMPS=$stamps "${ar[@]}" -w 200 -n 2000
       done
     done
     rm -rf "$OUT/ab-lib"

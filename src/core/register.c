@@ -37,7 +37,12 @@ zccResult_t zccCommRegister(const zccComm_t comm, void *buff, size_t size, void 
   /* Ordinary memory becomes shared memory that the host's peers map, so
      large allreduces on it run in place (hostmem.h); other memory is only
      recorded, and its collectives are staged. */
-  res = zcc_hostmem_register(buff, size, &r->region);
+  r->region = NULL;
+  if (zcc_cuda_is_host_ptr(buff) || zcc_cuda_is_host_ptr((char *)buff + size - 1))
+    ZCC_INFO(INIT, "zccCommRegister: %p (%zu bytes) is CUDA-pinned host memory: its pages "
+             "stay where they are, and collectives on it are staged", buff, size);
+  else
+    res = zcc_hostmem_register(buff, size, &r->region);
   if (res != zccSuccess) {
     free(r);
     goto out;

@@ -36,6 +36,9 @@ int zcc_cuda_mem_range(const void *ptr, void **base, size_t *size);
 int zcc_cuda_buffer_id(const void *ptr, unsigned long long *id);
 /* Is ptr device (or managed) memory known to the driver? */
 int zcc_cuda_is_device_ptr(const void *ptr);
+/* 1 if ptr is host memory CUDA knows (cudaHostAlloc, cudaHostRegister):
+   pinned, so its pages must not move. */
+int zcc_cuda_is_host_ptr(const void *ptr);
 /*
  * Pin host memory [ptr, ptr + size) for every context and map it into the
  * current device: *dev is its device address (kernels load and store it).

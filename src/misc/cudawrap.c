@@ -131,6 +131,14 @@ int zcc_cuda_is_device_ptr(const void *ptr) {
   return type == 2;
 }
 
+int zcc_cuda_is_host_ptr(const void *ptr) {
+  if (zcc_cuda_device_count() == 0 || !cu.pointer_get_attribute) return 0;
+  unsigned int type = 0;
+  /* CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2; CU_MEMORYTYPE_HOST = 1 */
+  if (cu.pointer_get_attribute(&type, 2, (CUdeviceptr_)(uintptr_t)ptr) != 0) return 0;
+  return type == 1;
+}
+
 int zcc_cuda_buffer_id(const void *ptr, unsigned long long *id) {
   if (zcc_cuda_device_count() == 0 || !cu.pointer_get_attribute) return -1;
   /* CU_POINTER_ATTRIBUTE_BUFFER_ID = 7: unique per allocation, never reused */

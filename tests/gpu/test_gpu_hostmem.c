@@ -8,6 +8,8 @@
  * Mixed cases give rank 1 device memory while rank 0's is pinned (each rank
  * picks how it reads its own input; the peers must not notice), and large
  * ones make every lane of the push kernel wrap its slots.
+ * And a host communicator's zccCommRegister: CUDA-pinned memory keeps its
+ * pages (registered, not made shared), while malloc'd memory becomes shared.
  * Exit 77 (skipped) without a GPU.
  */
 #include <cuda_runtime_api.h>
@@ -225,6 +227,71 @@ static void refusals(zccComm_t *comms, cudaStream_t *streams) {
   free(out);
 }
 
+/* Whether addr lies in a mapping of a registered range's memfd. */
+static int in_registered(const void *addr) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  if (!f) return -1;
+  char line[512];
+  int in = 0;
+  while (!in && fgets(line, sizeof(line), f)) {
+    unsigned long lo, hi;
+    if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && (uintptr_t)addr >= lo && (uintptr_t)addr < hi)
+      in = strstr(line, "memfd:zcc-registered") != NULL;
+  }
+  fclose(f);
+  return in;
+}
+
+/* A host communicator of one rank registers CUDA-pinned memory (both kinds)
+   without moving its pages, and ordinary memory by making it shared; the
+   pinned memory still carries a GPU copy afterwards. */
+static void host_register(void) {
+  zccUniqueId id;
+  zccComm_t hc;
+  zccConfig_t cfg = ZCC_CONFIG_INITIALIZER;
+  cfg.deviceType = zccDeviceHost;
+  ZK(zccGetUniqueId(&id));
+  ZK(zccCommInitRankConfig(&hc, 1, id, 0, &cfg));
+  size_t bytes = (size_t)4 << 20;
+  char *alloc = NULL, *reg = malloc(bytes + 8192), *plain = malloc(bytes + 8192);
+  CK(cudaHostAlloc((void **)&alloc, bytes, cudaHostAllocPortable | cudaHostAllocMapped));
+  CK(cudaHostRegister(reg, bytes + 8192, cudaHostRegisterPortable));
+  struct {
+    const char *what;
+    char *p;
+    int shared;
+  } k[] = {{"cudaHostAlloc", alloc + 100, 0}, {"cudaHostRegister", reg + 100, 0},
+           {"malloc", plain + 100, 1}};
+  for (int i = 0; i < 3; i++) {
+    void *h = NULL;
+    memset(k[i].p, 0x11 * (i + 1), bytes - 200);
+    ZK(zccCommRegister(hc, k[i].p, bytes - 200, &h));
+    if (in_registered(k[i].p + (bytes / 2)) != k[i].shared) {
+      failures++;
+      fprintf(stderr, "FAIL host comm register of %s memory: shared %d, expected %d\n",
+              k[i].what, in_registered(k[i].p + (bytes / 2)), k[i].shared);
+    }
+    if (!k[i].shared) { /* the GPU still reaches the same pages */
+      void *dev = NULL;
+      CK(cudaMalloc(&dev, 4096));
+      CK(cudaMemset(dev, 0x5c, 4096));
+      CK(cudaMemcpy(k[i].p + 8192, dev, 4096, cudaMemcpyDeviceToHost));
+      CK(cudaFree(dev));
+      if (k[i].p[8192] != 0x5c || k[i].p[8192 + 4095] != 0x5c) {
+        failures++;
+        fprintf(stderr, "FAIL %s memory after a host comm's registration: the copy did not "
+                "land\n", k[i].what);
+      }
+    }
+    ZK(zccCommDeregister(hc, h));
+  }
+  ZK(zccCommDestroy(hc));
+  CK(cudaHostUnregister(reg));
+  CK(cudaFreeHost(alloc));
+  free(reg);
+  free(plain);
+}
+
 int main(void) {
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
@@ -262,6 +329,7 @@ int main(void) {
         cases++;
       }
   refusals(comms, streams);
+  host_register();
   /* and a last allreduce on pinned memory after them */
   run_case(comms, streams, C_ALLREDUCE, K_HOSTALLOC, 4097, 4, 0, 0, seed++);
   for (int r = 0; r < NR; r++) {
