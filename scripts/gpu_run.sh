@@ -699,10 +699,10 @@ for phase in "$@"; do
   stamps)
     # Op stamps: GPU times in the flight recorder and the trace, the watchdog's ZCC_TIMEOUT
     # for a kernel whose peer never comes (its dump names it), and what the stamps cost.
-    # The quiet exits (device.h) by default, then every exit stamped (ZCC_GPU_STAMP_QUIET_US=0):
-    # the times' order is checked on the ops that have an end.
+    # No exit stamps (device.h) by default, quiet exits (ZCC_GPU_STAMP_QUIET_US=20), then every
+    # exit stamped (0): the times' order is checked on the ops that have an end.
     tc="$bin/test_gpu_colls"
-    for q in 20 0; do
+    for q in -1 20 0; do
       run st-n2-q$q 300 env ZCC_GPU_STAMP_QUIET_US=$q ZCC_TIMEOUT=20000 "$tc" --ranks 2 \
         --layout both --only stamps
       run st-gshm-n3-q$q 300 env ZCC_GPU_STAMP_QUIET_US=$q ZCC_TIMEOUT=20000 ZCC_P2P_DISABLE=1 \
@@ -717,14 +717,14 @@ for phase in "$@"; do
     run stuck-n4 300 env ZCC_TIMEOUT=3000 "$tc" --ranks 4 --layout threads --only stuck
     run st-trace 300 python3 "$root/tests/trace/test_trace.py" gpu --driver "$bin/allreduce_perf" \
       --tool "$root/tools/zcc_trace"
-    expect_refusal st-quiet-bad "ZCC_GPU_STAMP_QUIET_US=51: expected 0 to 50" \
+    expect_refusal st-quiet-bad "ZCC_GPU_STAMP_QUIET_US=51: expected -1 (no exit stamps) or 0 to 50" \
       env ZCC_GPU_STAMP_QUIET_US=51 "$bin/allreduce_perf" -g 2 --share-gpus 1 -b 8 -e 8 -w 1 -n 1
-    # What they cost: stamps off (0), on with quiet exits (1, the default), on with every
-    # exit stamped (1q0), alternated STAMP_ROUNDS (3) times
+    # What they cost: stamps off (0), on without exit stamps (1, the default), with quiet
+    # exits (1q20), with every exit stamped (1q0), alternated STAMP_ROUNDS (3) times
     for i in $(seq 1 ${STAMP_ROUNDS:-3}); do
-      for on in 0 1 1q0; do
-        e=(ZCC_GPU_STAMPS=${on%q0})
-        [ "$on" = 1q0 ] && e+=(ZCC_GPU_STAMP_QUIET_US=0)
+      for on in 0 1 1q20 1q0; do
+        e=(ZCC_GPU_STAMPS=${on%q*})
+        case $on in *q*) e+=(ZCC_GPU_STAMP_QUIET_US=${on#*q}) ;; esac
         run "st-cost-eager-$on-$i" 120 env "${e[@]}" "$bin/allreduce_perf" -g 2 --share-gpus 1 \
           -b 8 -e 8 -w 200 -n 3000 -c 0
         run "st-cost-graph-$on-$i" 120 env "${e[@]}" "$bin/allreduce_perf" -g 2 --share-gpus 1 \

@@ -28,6 +28,7 @@ static const zcc_device_ops_t cuda_ops = {
     .setup = zcc_gpu_comm_setup,
     .free = zcc_gpu_comm_free,
     .stop = zcc_gpu_comm_stop_kernels,
+    .check = zcc_gpu_coll_check,
     .coll = zcc_gpu_coll,
     .p2p = zcc_gpu_p2p,
     .reg = zcc_gpu_register,

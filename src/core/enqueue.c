@@ -160,6 +160,7 @@ static zccResult_t run_coll(zcc_coll_args_t *a, zccComm_t comm, zccStream_t stre
             a->root);
   int trace_root = rooted ? a->root : -1;
   if (comm->dev) {
+    if (comm->dev->check) ZCC_CHECK_GOTO(comm->dev->check(comm, a, stream, fn), res, fail);
     /* Enqueued on the stream now, also inside a group: nothing waits on the host.
        The record holds what the host knows (the enqueue); the GPU's start and
        end times are for the device side to add. */

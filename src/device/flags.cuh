@@ -46,14 +46,19 @@ ZD_INLINE uint64_t zd_globaltimer() {
 // wait: the watchdog's sign of a block in flight, since a launch shorter
 // than its stamp's quiet_ns stamps no exit. 1024 loads that miss L1 take
 // over 100 us, far above any quiet_ns, so a block that announced is one
-// that stamps its exit. true: the abort word is raised.
+// that stamps its exit where exits are stamped; then its heartbeat every
+// ZD_ANNOUNCE_SPINS more, which tells the host it still waits where no exit
+// will say it left. true: the abort word is raised.
 #define ZD_ANNOUNCE_SPINS 1024u
 ZD_INLINE bool zd_wait_slow(const volatile uint32_t *abort_flag, unsigned spins) {
   if (*abort_flag) return true;
   const unsigned b = blockIdx.x;
-  if (spins == ZD_ANNOUNCE_SPINS && b < ZCC_DEV_MAX_BLOCKS)
-    ((volatile uint64_t *)((uintptr_t)abort_flag + ZCC_DEV_ABORT_WAITS_OFF))[b] =
-        zd_globaltimer() + 1;
+  if (spins % ZD_ANNOUNCE_SPINS == 0 && b < ZCC_DEV_MAX_BLOCKS) {
+    const uint64_t t = zd_globaltimer() + 1;
+    if (spins == ZD_ANNOUNCE_SPINS)
+      ((volatile uint64_t *)((uintptr_t)abort_flag + ZCC_DEV_ABORT_WAITS_OFF))[b] = t;
+    ((volatile uint64_t *)((uintptr_t)abort_flag + ZCC_DEV_ABORT_BEATS_OFF))[b] = t;
+  }
   return false;
 }
 
@@ -104,7 +109,7 @@ struct zd_stamp_at {
   uint64_t entry, token;
   zcc_dev_live_t *live; // every thread: NULL, no stamps
   zcc_dev_op_time_t *op;
-  uint32_t quiet_ns;
+  uint32_t quiet_ns;    // every thread: ZCC_DEV_NO_EXITS, no exit stamps
 };
 
 ZD_INLINE uint64_t zd_pin(uint64_t v) {
@@ -116,7 +121,8 @@ ZD_INLINE uint64_t zd_pin(uint64_t v) {
 // the block's entry time, which zd_stamp_exit takes back. Block 0 also
 // names the op, and stamps its start at the op's first launch.
 ZD_INLINE zd_stamp_at zd_stamp_enter(const zcc_dev_stamp_t &s) {
-  zd_stamp_at a = {0, 0, (zcc_dev_live_t *)zd_pin((uint64_t)s.live), nullptr, 0};
+  zd_stamp_at a = {0, 0, (zcc_dev_live_t *)zd_pin((uint64_t)s.live), nullptr,
+                   (uint32_t)zd_pin(s.quiet_ns)};
   if (!a.live || !zd_stamper()) return a;
   const uint64_t t = zd_globaltimer() + 1;
   const unsigned b = blockIdx.x;
@@ -124,7 +130,6 @@ ZD_INLINE zd_stamp_at zd_stamp_enter(const zcc_dev_stamp_t &s) {
   a.entry = t;
   a.token = zd_pin(s.token);
   a.op = (zcc_dev_op_time_t *)zd_pin((uint64_t)s.op);
-  a.quiet_ns = (uint32_t)zd_pin(s.quiet_ns);
   if (b == 0) {
     ((volatile zcc_dev_live_t *)a.live)->seq = s.seq;
     if (s.first) {
@@ -140,9 +145,10 @@ ZD_INLINE zd_stamp_at zd_stamp_enter(const zcc_dev_stamp_t &s) {
 
 // At a launch's end, in every block (all its threads): once the block is
 // done, its exit time; block 0 also the op's end and this launch's token.
-// Nothing where the block ran for less than quiet_ns (device.h).
+// Nothing where the block ran for less than quiet_ns, and nothing at all,
+// not even the barrier, with ZCC_DEV_NO_EXITS (device.h).
 ZD_INLINE void zd_stamp_exit(const zd_stamp_at &a) {
-  if (!a.live) return;
+  if (!a.live || a.quiet_ns == ZCC_DEV_NO_EXITS) return;
   __syncthreads();
   if (!zd_stamper()) return;
   uint64_t t = zd_globaltimer();

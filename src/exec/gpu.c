@@ -1036,6 +1036,21 @@ static zccResult_t check_stream(struct zccComm *comm, cudaStream_t s, const char
   return zccSuccess;
 }
 
+zccResult_t zcc_gpu_coll_check(struct zccComm *comm, const zcc_coll_args_t *x,
+                               struct CUstream_st *stream, const char *fn) {
+  if (x->count == 0) return zccSuccess;
+  ZCC_CHECK(check_stream(comm, (cudaStream_t)stream, fn));
+  const void *dp;
+  int host;
+  if (x->coll != ZCC_COLL_BROADCAST || comm->rank == x->root)
+    ZCC_CHECK(gpu_addr_kind(comm, x->sendbuf, "sendbuff", fn, &dp, &host));
+  if (x->coll != ZCC_COLL_REDUCE || comm->rank == x->root)
+    ZCC_CHECK(gpu_addr_kind(comm, x->recvbuf, "recvbuff", fn, &dp, &host));
+  if (x->scale && x->scalar_ptr)
+    ZCC_CHECK(gpu_addr(comm, x->scalar_ptr, "the pre-multiplied sum's scalar", fn, &dp));
+  return zccSuccess;
+}
+
 zccResult_t zcc_gpu_coll(struct zccComm *comm, const zcc_coll_args_t *x,
                          struct CUstream_st *stream, const char *fn) {
   cudaStream_t s = (cudaStream_t)stream;

@@ -72,14 +72,16 @@ ZCC_PARAM_INT(gpu_stamps, "GPU_STAMPS", 1,
               "the trace's GPU times, and the watchdog's ZCC_TIMEOUT for a launch whose peers "
               "never come); 0: no stamps, and a GPU collective waits for its peers until abort; "
               "2: stamps into device memory nobody reads (to measure their cost)")
-ZCC_PARAM_INT(gpu_stamp_quiet_us, "GPU_STAMP_QUIET_US", 20,
-              "a kernel block that ran for less than this many microseconds stamps no exit "
-              "(a store at a kernel's end costs a small collective about 0.08 us); the "
-              "watchdog then tells a block in flight by its waits, which say so once they "
-              "have spun long, and the flight recorder a short op's end by the next op's "
-              "start. 0: every block stamps its exit (always so under ZCC_TRACE_FILE, whose "
-              "trace takes every op's GPU end). 0 to 50: a wait announces itself after 1024 spins, "
-              "over 100 us, and a block that did must be one that stamps its exit")
+ZCC_PARAM_INT(gpu_stamp_quiet_us, "GPU_STAMP_QUIET_US", -1,
+              "-1: kernel blocks stamp no exit (the exit's barrier and timer read cost a "
+              "small collective about 0.05 us); the watchdog tells a block in flight by its "
+              "waits, which say so once they have spun long and keep beating while they "
+              "wait, and the flight recorder an op's end by the next op's start. 1 to 50: a "
+              "block that ran for longer than this many microseconds stamps its exit (its "
+              "op's GPU end in the recorder). 0: every block stamps its exit, as always "
+              "under ZCC_TRACE_FILE, whose trace takes every op's GPU end. At most 50: a "
+              "wait announces itself after 1024 spins, over 100 us, and a block that did "
+              "must be one that stamps its exit where exits are stamped")
 ZCC_PARAM_INT(gpu_p2p_rounds, "GPU_P2P_ROUNDS", 0,
               "send/receive and all-to-all over the per-peer connectors: the most peer "
               "distances (rounds) one launch takes (0: as many as the GPU's blocks allow, at "
@@ -199,12 +201,18 @@ static int blocks_waiting(const zcc_gpu_t *g, uint64_t *sig, uint64_t *last) {
   const volatile zcc_dev_live_t *live = g->live_host;
   const volatile uint64_t *waits =
       (const volatile uint64_t *)((const char *)g->abort_host + ZCC_DEV_ABORT_WAITS_OFF);
+  const volatile uint64_t *beats =
+      (const volatile uint64_t *)((const char *)g->abort_host + ZCC_DEV_ABORT_BEATS_OFF);
+  int64_t gpu_now = zcc_now_ns() - g->clock_offset_ns;
   int busy = 0;
   uint64_t h = 0, latest = 0;
   for (int b = 0; b < ZCC_DEV_MAX_BLOCKS; b++) {
     uint64_t in = live->block[b].entry_ns, out = live->block[b].exit_ns, w = waits[b];
-    /* entered and not left; with quiet exits, also announced since it entered */
-    busy += in > out && (!g->quiet_ns || w >= in);
+    /* entered and not left; where exits may go unstamped, also announced
+       since it entered and beating lately (its wait goes on: a block that
+       left stamped no exit, its beat goes stale) */
+    busy += in > out &&
+            (!g->quiet_ns || (w >= in && gpu_now - (int64_t)beats[b] < g->beat_fresh_ns));
     h = h * 1000003u + in + 3 * out + 7 * w;
     if (in > latest) latest = in;
   }
@@ -798,10 +806,11 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
     return zcc_error(zccInvalidArgument, "ZCC_GPU_STAMPS=%lld: expected 0, 1 or 2",
                      (long long)stamps);
   int64_t quiet = zcc_param_gpu_stamp_quiet_us();
-  if (quiet < 0 || quiet > 50)
+  if (quiet < -1 || quiet > 50)
     return zcc_error(zccInvalidArgument,
-                     "ZCC_GPU_STAMP_QUIET_US=%lld: expected 0 to 50 (microseconds: below the "
-                     "time a wait takes to announce itself)", (long long)quiet);
+                     "ZCC_GPU_STAMP_QUIET_US=%lld: expected -1 (no exit stamps) or 0 to 50 "
+                     "(microseconds: below the time a wait takes to announce itself)",
+                     (long long)quiet);
   zcc_gpu_t *g = calloc(1, sizeof(*g));
   if (!g) return zcc_error(zccSystemError, "init: out of memory");
   comm->gpu = g;
@@ -905,7 +914,16 @@ zccResult_t zcc_gpu_comm_setup(struct zccComm *comm) {
     CUDA_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), comm);
     g->ev_copy[i] = ev;
   }
-  g->quiet_ns = comm->trace && comm->trace->file ? 0 : (uint32_t)quiet * 1000u;
+  g->quiet_ns = comm->trace && comm->trace->file ? 0
+                : quiet < 0                         ? ZCC_DEV_NO_EXITS
+                                                    : (uint32_t)quiet * 1000u;
+  /* A waiting block beats every 100 us or so; time slices of a GPU shared
+     by processes stretch that to milliseconds. A block that left without
+     an exit stamp reads in flight this long after its last beat: well
+     under the timeout. */
+  g->beat_fresh_ns = 200000000ll;
+  if (comm->timeout_ms > 0 && comm->timeout_ms * 1000000ll / 4 < g->beat_fresh_ns)
+    g->beat_fresh_ns = comm->timeout_ms * 1000000ll / 4;
   if (stamps == 1) ZCC_CHECK(stamps_setup(comm, g));
   if (stamps == 2) ZCC_CHECK(stamps_setup_probe(comm, g));
   /* Nobody writes into a peer's window before every peer has mapped all. */

@@ -75,17 +75,21 @@ const char *zcc_dev_error_string(int code);
  * leaves. Block 0 also stamps the op: its start at the op's first launch,
  * its end and the launch's token at each launch's end.
  *
- * Quiet exits: a block that ran for less than the stamp's quiet_ns stores
- * nothing at its exit (an exit store cost an 8 B allreduce 0.08 us,
- * docs/perf/h200x1.md), so a short launch leaves entry_ns > exit_ns. What
- * tells a block in flight then is its waits: a wait that spins long stores
- * the time into the block's slot beside the abort word
- * (ZCC_DEV_ABORT_WAITS_OFF), and such a block always stamps its exit.
+ * Exits: by default (quiet_ns ZCC_DEV_NO_EXITS, tracing off) no block
+ * stamps its exit: the exit's barrier and timer read alone cost an 8 B
+ * allreduce 0.05 us (docs/perf/h200x1.md, 2026-12-06), so a launch leaves
+ * entry_ns > exit_ns. What tells a block in flight then is its waits: a
+ * wait that spins long stores the time into the block's slot beside the
+ * abort word (ZCC_DEV_ABORT_WAITS_OFF), once, and then its heartbeat
+ * (ZCC_DEV_ABORT_BEATS_OFF) every ZD_ANNOUNCE_SPINS spins while it waits.
  * Block b of some launch waits in flight exactly while
- * waits[b] >= block[b].entry_ns > block[b].exit_ns, graph replays included.
- * quiet_ns 0: every exit is stamped (then entry > exit alone means in
- * flight). live == NULL: no stamps (the kernels' own tests).
+ * waits[b] >= block[b].entry_ns > block[b].exit_ns and its heartbeat is
+ * recent, graph replays included. Quiet exits (quiet_ns 1 to 50 us): a
+ * block that ran for longer stamps its exit; quiet_ns 0: every exit is
+ * stamped (then entry > exit alone means in flight; the trace takes every
+ * op's GPU end). live == NULL: no stamps (the kernels' own tests).
  */
+#define ZCC_DEV_NO_EXITS 0xffffffffu
 typedef struct zcc_dev_live {
   uint64_t seq;     /* the op of the launch whose block 0 entered last */
   uint64_t pad[7];
@@ -105,17 +109,22 @@ typedef struct zcc_dev_stamp {
   uint64_t token;           /* this launch's, nonzero (graph replays repeat it) */
   uint64_t seq;             /* the op's number */
   int first;                /* the op's first launch */
-  uint32_t quiet_ns;        /* a block shorter than this stamps no exit (0: every block) */
+  uint32_t quiet_ns;        /* a block shorter than this stamps no exit (0: every block;
+                               ZCC_DEV_NO_EXITS: none) */
 } zcc_dev_stamp_t;
 
 /* The abort word's allocation (host-mapped, zeroed, ZCC_DEV_ABORT_BYTES):
    the abort word at 0, the network proxy's signature gate (8 bytes) at
-   ZCC_DEV_ABORT_GATE_OFF, and from ZCC_DEV_ABORT_WAITS_OFF one uint64 a
+   ZCC_DEV_ABORT_GATE_OFF, from ZCC_DEV_ABORT_WAITS_OFF one uint64 a
    block: the %globaltimer + 1 at which a wait of block b had spun long
-   (above). The host clears nothing there. */
+   (above), and from ZCC_DEV_ABORT_BEATS_OFF one a block: the time at
+   which a long wait of block b last spun another ZD_ANNOUNCE_SPINS (its
+   heartbeat, every 100 us or so while it waits). The host clears nothing
+   there. */
 #define ZCC_DEV_ABORT_GATE_OFF 32
 #define ZCC_DEV_ABORT_WAITS_OFF 64
-#define ZCC_DEV_ABORT_BYTES (ZCC_DEV_ABORT_WAITS_OFF + 8 * ZCC_DEV_MAX_BLOCKS)
+#define ZCC_DEV_ABORT_BEATS_OFF (ZCC_DEV_ABORT_WAITS_OFF + 8 * ZCC_DEV_MAX_BLOCKS)
+#define ZCC_DEV_ABORT_BYTES (ZCC_DEV_ABORT_BEATS_OFF + 8 * ZCC_DEV_MAX_BLOCKS)
 
 /*
  * dst[i] = a[i] op b[i] for i < count on stream. dst may alias a or b

@@ -49,6 +49,11 @@ typedef struct zcc_device_ops {
   void (*free)(struct zccComm *comm);
   /* Make waiting kernels give up (abort, error state). */
   void (*stop)(struct zccComm *comm);
+  /* Refuse a collective's stream or buffers before it takes its number
+     (the signature board, the flight recorder): a refused call changes
+     nothing. */
+  zccResult_t (*check)(struct zccComm *comm, const zcc_coll_args_t *args,
+                       struct CUstream_st *stream, const char *fn);
   /* Enqueue a validated collective on the stream. */
   zccResult_t (*coll)(struct zccComm *comm, const zcc_coll_args_t *args,
                       struct CUstream_st *stream, const char *fn);

@@ -125,8 +125,10 @@ typedef struct zcc_gpu {
   uint64_t op_id;          /* the op being enqueued: its flight recorder id (0: none) */
   uint32_t op_slot;
   uint32_t op_launches;    /* of it so far */
-  uint32_t quiet_ns;       /* the stamps' quiet_ns (device.h): ZCC_GPU_STAMP_QUIET_US, 0
-                              under ZCC_TRACE_FILE (the trace takes every GPU end) */
+  uint32_t quiet_ns;       /* the stamps' quiet_ns (device.h): ZCC_GPU_STAMP_QUIET_US
+                              (-1: ZCC_DEV_NO_EXITS), 0 under ZCC_TRACE_FILE (the trace
+                              takes every GPU end) */
+  int64_t beat_fresh_ns;   /* a waiting block's heartbeat this recent: still waiting */
   int64_t clock_offset_ns; /* CLOCK_MONOTONIC minus %globaltimer */
   int64_t abort_ns;        /* when the abort word was first raised (0: never) */
   /* The link probe (zcc_gpu_probe) runs its allreduces as this, not as chosen. */
@@ -164,6 +166,10 @@ zccResult_t zcc_gpu_current_device(int *dev);
 /* cudaSetDevice for the calling thread. */
 zccResult_t zcc_gpu_bind_device(int dev);
 
+/* What zcc_gpu_coll would refuse of these arguments (stream, buffers),
+   refused before the call takes its number: nothing changes. */
+zccResult_t zcc_gpu_coll_check(struct zccComm *comm, const zcc_coll_args_t *args,
+                               struct CUstream_st *stream, const char *fn);
 /* Enqueue a validated collective on stream (a cudaStream_t). */
 zccResult_t zcc_gpu_coll(struct zccComm *comm, const zcc_coll_args_t *args,
                          struct CUstream_st *stream, const char *fn);
