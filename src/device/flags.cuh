@@ -51,8 +51,13 @@ ZD_INLINE uint64_t zd_globaltimer() {
 // will say it left. true: the abort word is raised.
 #define ZD_ANNOUNCE_SPINS 1024u
 ZD_INLINE bool zd_wait_slow(const volatile uint32_t *abort_flag, unsigned spins) {
-  if (*abort_flag) return true;
   const unsigned b = blockIdx.x;
+  if (*abort_flag) {
+    if (b < ZCC_DEV_MAX_BLOCKS) /* gave up: the op failed, whether or not exits are stamped */
+      ((volatile uint64_t *)((uintptr_t)abort_flag + ZCC_DEV_ABORT_BEATS_OFF))[b] =
+          (zd_globaltimer() + 1) | ZCC_DEV_BEAT_GAVE_UP;
+    return true;
+  }
   if (spins % ZD_ANNOUNCE_SPINS == 0 && b < ZCC_DEV_MAX_BLOCKS) {
     const uint64_t t = zd_globaltimer() + 1;
     if (spins == ZD_ANNOUNCE_SPINS)

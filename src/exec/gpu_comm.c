@@ -211,8 +211,9 @@ static int blocks_waiting(const zcc_gpu_t *g, uint64_t *sig, uint64_t *last) {
     /* entered and not left; where exits may go unstamped, also announced
        since it entered and beating lately (its wait goes on: a block that
        left stamped no exit, its beat goes stale) */
-    busy += in > out &&
-            (!g->quiet_ns || (w >= in && gpu_now - (int64_t)beats[b] < g->beat_fresh_ns));
+    uint64_t beat = beats[b];
+    busy += in > out && (!g->quiet_ns || (w >= in && !(beat & ZCC_DEV_BEAT_GAVE_UP) &&
+                                          gpu_now - (int64_t)beat < g->beat_fresh_ns));
     h = h * 1000003u + in + 3 * out + 7 * w;
     if (in > latest) latest = in;
   }
@@ -227,13 +228,30 @@ static int blocks_waiting(const zcc_gpu_t *g, uint64_t *sig, uint64_t *last) {
    launch that runs longer stamps its exit (a single launch computing for
    a second with no wait of 100 us may read done before its end). */
 #define QUIET_SETTLE_NS 1000000000ll
-static int quiet_done(const zcc_gpu_t *g, uint64_t id) {
+static int later_started(const zcc_gpu_t *g, uint64_t id) {
   for (uint64_t j = id + 1; j <= id + 16; j++) {
     uint32_t k = op_slot(g, j);
     volatile zcc_dev_op_time_t *v = &g->times_host[k];
     if (__atomic_load_n(&g->times_last[k], __ATOMIC_ACQUIRE) && v->seq == j && v->start_ns)
       return 1;
   }
+  return 0;
+}
+
+/* A wait of some block saw the abort word and gave up after start (GPU
+   time): the op that started then, the latest, failed. */
+static int gave_up_since(const zcc_gpu_t *g, uint64_t start) {
+  const volatile uint64_t *beats =
+      (const volatile uint64_t *)((const char *)g->abort_host + ZCC_DEV_ABORT_BEATS_OFF);
+  for (int b = 0; b < ZCC_DEV_MAX_BLOCKS; b++) {
+    uint64_t v = beats[b];
+    if ((v & ZCC_DEV_BEAT_GAVE_UP) && (v & ~ZCC_DEV_BEAT_GAVE_UP) >= start) return 1;
+  }
+  return 0;
+}
+
+static int quiet_done(const zcc_gpu_t *g, uint64_t id) {
+  if (later_started(g, id)) return 1;
   uint64_t last = 0;
   if (blocks_waiting(g, NULL, &last)) return 0;
   int64_t gpu_now = zcc_now_ns() - g->clock_offset_ns;
@@ -256,7 +274,12 @@ int zcc_gpu_op_times(struct zccComm *comm, uint64_t id, int64_t *start_ns, int64
     int64_t ab = __atomic_load_n(&g->abort_ns, __ATOMIC_RELAXED);
     return ab && *end_ns >= ab ? 3 : 2; /* ended after the abort word: its waits gave up */
   }
-  return g->quiet_ns && quiet_done(g, id) ? 4 : 1;
+  if (!g->quiet_ns) return 1;
+  /* no end stamped: done once a later op started; failed where its waits
+     gave up at the abort word (no exit says so where exits go unstamped) */
+  if (later_started(g, id)) return 4;
+  if (gave_up_since(g, t.start_ns)) return 3;
+  return quiet_done(g, id) ? 4 : 1;
 }
 
 /* CLOCK_MONOTONIC minus %globaltimer: the smallest difference between the

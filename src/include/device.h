@@ -119,8 +119,10 @@ typedef struct zcc_dev_stamp {
    block: the %globaltimer + 1 at which a wait of block b had spun long
    (above), and from ZCC_DEV_ABORT_BEATS_OFF one a block: the time at
    which a long wait of block b last spun another ZD_ANNOUNCE_SPINS (its
-   heartbeat, every 100 us or so while it waits). The host clears nothing
-   there. */
+   heartbeat, every 100 us or so while it waits), or, with
+   ZCC_DEV_BEAT_GAVE_UP set, the time at which a wait of block b saw the
+   abort word and gave up. The host clears nothing there. */
+#define ZCC_DEV_BEAT_GAVE_UP (1ull << 63)
 #define ZCC_DEV_ABORT_GATE_OFF 32
 #define ZCC_DEV_ABORT_WAITS_OFF 64
 #define ZCC_DEV_ABORT_BEATS_OFF (ZCC_DEV_ABORT_WAITS_OFF + 8 * ZCC_DEV_MAX_BLOCKS)
