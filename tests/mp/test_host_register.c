@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "ztest.h"
+#include "ztest_allreduce.h"
 #include "zcc.h"
 
 #define MAXN 3
@@ -99,78 +100,6 @@ static int direct_runs(void) {
   return n;
 }
 
-static float fin(int r, size_t i, int round) {
-  return (float)((int)((i * 7 + (size_t)r * 13 + (size_t)round * 5) % 61) - 30);
-}
-static int64_t iin(int r, size_t i, int round) {
-  return (int64_t)((i * 2654435761u + (size_t)r * 977 + (size_t)round) % 100003) -
-         50000 + ((int64_t)r << 40);
-}
-
-typedef struct {
-  zccDataType_t type;
-  zccRedOp_t op;
-  const char *name;
-} case_t;
-
-static const case_t cases[] = {
-    {zccFloat32, zccSum, "float sum"}, {zccFloat32, zccMax, "float max"},
-    {zccFloat32, zccMin, "float min"}, {zccFloat32, zccAvg, "float avg"},
-    {zccInt64, zccSum, "int64 sum"},
-};
-
-static float fcomb(zccRedOp_t op, float a, float b) {
-  return op == zccMax ? (a > b ? a : b) : op == zccMin ? (a < b ? a : b) : a + b;
-}
-
-/* One allreduce of `bytes` (whole elements): fill, poison, call, check.
-   Returns the wrong elements (1 for a failed call). */
-static long one_call(zccComm_t comm, int r, int n, const case_t *c, char *sb, char *rb,
-                     size_t bytes, int inplace, int round) {
-  size_t ts = c->type == zccInt64 ? 8 : 4, count = bytes / ts;
-  char *sp = inplace ? rb : sb;
-  memset(rb, 0x7b, count * ts);
-  for (size_t i = 0; i < count; i++) {
-    if (c->type == zccInt64) {
-      int64_t v = iin(r, i, round);
-      memcpy(sp + i * 8, &v, 8);
-    } else {
-      float v = fin(r, i, round);
-      memcpy(sp + i * 4, &v, 4);
-    }
-  }
-  zccResult_t rc = zccAllReduce(sp, rb, count, c->type, c->op, comm, NULL);
-  if (rc != zccSuccess) {
-    zt_fail("rank %d: %s of %zu B %s: %s: %s", r, c->name, bytes,
-            inplace ? "in place" : "out of place", zt_rc_name(rc), zccGetLastError(comm));
-    return 1;
-  }
-  for (size_t i = 0; i < count; i++) {
-    if (c->type == zccInt64) {
-      int64_t want = 0, got;
-      for (int q = 0; q < n; q++) want += iin(q, i, round);
-      memcpy(&got, rb + i * 8, 8);
-      if (got != want) {
-        zt_fail("rank %d: %s of %zu B %s round %d: element %zu of %zu is %lld, expected %lld",
-                r, c->name, bytes, inplace ? "in place" : "out of place", round, i, count,
-                (long long)got, (long long)want);
-        return 1;
-      }
-    } else {
-      float want = fin(0, i, round), got;
-      for (int q = 1; q < n; q++) want = fcomb(c->op, want, fin(q, i, round));
-      if (c->op == zccAvg) want = want / (float)n;
-      memcpy(&got, rb + i * 4, 4);
-      if (got != want) {
-        zt_fail("rank %d: %s of %zu B %s round %d: element %zu of %zu is %g, expected %g", r,
-                c->name, bytes, inplace ? "in place" : "out of place", round, i, count,
-                (double)got, (double)want);
-        return 1;
-      }
-    }
-  }
-  return 0;
-}
 
 static int sync_ranks(int rank, int nranks) {
   if (zt_barrier_wait(&sh->bar, nranks, 60) == 0) return 0;
@@ -234,15 +163,15 @@ static int rank_main(int rank, int nranks, const zccUniqueId *id, void *arg) {
   static const size_t sizes[] = {1u << 20, (1u << 20) + 12, BIG};
   int calls = 0;
   long wrong = 0;
-  for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++)
+  for (size_t ci = 0; ci < zt_ar_ncases; ci++)
     for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++)
       for (int inplace = 0; inplace < 2; inplace++)
         for (int round = 0; round < 2; round++, calls++)
-          wrong += one_call(comm, rank, nranks, &cases[ci], sb, rb, sizes[si], inplace,
+          wrong += zt_ar_call(comm, rank, nranks, &zt_ar_cases[ci], sb, rb, sizes[si], inplace,
                             round + (int)ci);
   /* A range inside the registered ones, its ends elsewhere. */
   for (int inplace = 0; inplace < 2; inplace++, calls++)
-    wrong += one_call(comm, rank, nranks, &cases[0], sb + 4100, rb + 12, (1u << 20) + 4,
+    wrong += zt_ar_call(comm, rank, nranks, &zt_ar_cases[0], sb + 4100, rb + 12, (1u << 20) + 4,
                       inplace, 9);
   ZT_CHECK(!wrong, "rank %d: %s: %ld wrong results", rank, mode_names[mode], wrong);
   int want = mode == MODE_REGISTERED ? calls : 0;
@@ -269,7 +198,7 @@ static int rank_main(int rank, int nranks, const zccUniqueId *id, void *arg) {
   int before = direct_runs();
   wrong = 0;
   for (int inplace = 0; inplace < 2; inplace++)
-    wrong += one_call(comm, rank, nranks, &cases[0], sb, rb, BIG, inplace, 11);
+    wrong += zt_ar_call(comm, rank, nranks, &zt_ar_cases[0], sb, rb, BIG, inplace, 11);
   ZT_CHECK(!wrong && direct_runs() == before,
            "rank %d: after deregistration: %ld wrong, %d calls in place", rank, wrong,
            direct_runs() - before);

@@ -49,6 +49,7 @@
 #include <unistd.h>
 
 #include "ztest.h"
+#include "ztest_allreduce.h"
 #include "zcc.h"
 
 #define MAXN 4
@@ -114,79 +115,6 @@ static int log_lines(const char *what) {
 }
 static int direct_runs(void) { return log_lines("in place on shared host memory"); }
 
-static float fin(int r, size_t i, int round) {
-  return (float)((int)((i * 7 + (size_t)r * 13 + (size_t)round * 5) % 61) - 30);
-}
-static int64_t iin(int r, size_t i, int round) {
-  return (int64_t)((i * 2654435761u + (size_t)r * 977 + (size_t)round) % 100003) -
-         50000 + ((int64_t)r << 40);
-}
-
-typedef struct {
-  zccDataType_t type;
-  zccRedOp_t op;
-  const char *name;
-} case_t;
-
-static const case_t cases[] = {
-    {zccFloat32, zccSum, "float sum"}, {zccFloat32, zccMax, "float max"},
-    {zccFloat32, zccMin, "float min"}, {zccFloat32, zccAvg, "float avg"},
-    {zccInt64, zccSum, "int64 sum"},
-};
-
-static float fcomb(zccRedOp_t op, float a, float b) {
-  return op == zccMax ? (a > b ? a : b) : op == zccMin ? (a < b ? a : b) : a + b;
-}
-
-/* One allreduce of `bytes` (rounded down to whole elements): fill, poison,
-   call, check. Returns the wrong elements (1 for a failed call). */
-static long one_call(zccComm_t comm, int r, int n, const case_t *c, char *sb, char *rb,
-                     size_t bytes, int inplace, int round) {
-  size_t ts = c->type == zccInt64 ? 8 : 4, count = bytes / ts;
-  char *sp = inplace ? rb : sb;
-  memset(rb, 0x7b, count * ts); /* poison */
-  for (size_t i = 0; i < count; i++) {
-    if (c->type == zccInt64) {
-      int64_t v = iin(r, i, round);
-      memcpy(sp + i * 8, &v, 8);
-    } else {
-      float v = fin(r, i, round);
-      memcpy(sp + i * 4, &v, 4);
-    }
-  }
-  zccResult_t rc = zccAllReduce(sp, rb, count, c->type, c->op, comm, NULL);
-  if (rc != zccSuccess) {
-    zt_fail("rank %d: %s of %zu B %s: %s: %s", r, c->name, bytes,
-            inplace ? "in place" : "out of place", zt_rc_name(rc), zccGetLastError(comm));
-    return 1;
-  }
-  long wrong = 0;
-  for (size_t i = 0; i < count && !wrong; i++) {
-    if (c->type == zccInt64) {
-      int64_t want = 0, got;
-      for (int q = 0; q < n; q++) want += iin(q, i, round);
-      memcpy(&got, rb + i * 8, 8);
-      if (got != want) {
-        zt_fail("rank %d: %s of %zu B %s round %d: element %zu is %lld, expected %lld", r,
-                c->name, bytes, inplace ? "in place" : "out of place", round, i,
-                (long long)got, (long long)want);
-        wrong++;
-      }
-    } else {
-      float want = fin(0, i, round), got;
-      for (int q = 1; q < n; q++) want = fcomb(c->op, want, fin(q, i, round));
-      if (c->op == zccAvg) want = want / (float)n;
-      memcpy(&got, rb + i * 4, 4);
-      if (got != want) {
-        zt_fail("rank %d: %s of %zu B %s round %d: element %zu is %g, expected %g", r,
-                c->name, bytes, inplace ? "in place" : "out of place", round, i,
-                (double)got, (double)want);
-        wrong++;
-      }
-    }
-  }
-  return wrong;
-}
 
 /* The first ncases cases at every size, out of place and in place, twice
    each (the second call runs the kept plan): the wrong results. */
@@ -197,7 +125,7 @@ static long sweep(zccComm_t comm, int rank, int nranks, size_t ncases, const siz
     for (size_t si = 0; si < nsizes; si++)
       for (int inplace = 0; inplace < 2; inplace++)
         for (int round = 0; round < 2; round++) {
-          wrong += one_call(comm, rank, nranks, &cases[ci], sb, rb, sizes[si], inplace,
+          wrong += zt_ar_call(comm, rank, nranks, &zt_ar_cases[ci], sb, rb, sizes[si], inplace,
                             round + (int)ci);
           (*calls)++;
         }
@@ -246,7 +174,7 @@ static int twoshot_main(zccComm_t comm, int rank, int nranks, int mode) {
   if (!sb || !rb) return 1;
   /* 4 KiB chunks: inside one, at its edge, just past it, across many */
   static const size_t sizes[] = {8, 24, 4096, 4104, 16392, (1u << 20) + 24};
-  size_t ncases = mode == MODE_TWOSHOT ? sizeof(cases) / sizeof(cases[0]) : 1;
+  size_t ncases = mode == MODE_TWOSHOT ? zt_ar_ncases : 1;
   int calls = 0;
   long wrong = sweep(comm, rank, nranks, ncases, sizes, sizeof(sizes) / sizeof(sizes[0]), sb,
                      rb, &calls);
@@ -294,7 +222,7 @@ static int board_main(zccComm_t comm, int rank, int nranks, int mode) {
      gather), then the two-shot's sizes (4 KiB chunks). */
   size_t lim = 4096 / (size_t)nranks / 8 * 8;
   const size_t sizes[] = {8, 24, lim, lim + 8, 16392, (1u << 20) + 24};
-  size_t ncases = mode == MODE_BOARD ? sizeof(cases) / sizeof(cases[0]) : 1;
+  size_t ncases = mode == MODE_BOARD ? zt_ar_ncases : 1;
   int calls = 0;
   long wrong = sweep(comm, rank, nranks, ncases, sizes, sizeof(sizes) / sizeof(sizes[0]), sb,
                      rb, &calls);
@@ -391,7 +319,7 @@ static int rank_main(int rank, int nranks, const zccUniqueId *id, void *arg) {
   }
   int calls = 0;
   static const size_t sizes[] = {1u << 20, (1u << 20) + 12, BIG};
-  long wrong = sweep(comm, rank, nranks, sizeof(cases) / sizeof(cases[0]), sizes,
+  long wrong = sweep(comm, rank, nranks, zt_ar_ncases, sizes,
                      sizeof(sizes) / sizeof(sizes[0]), sb, rb, &calls);
   ZT_CHECK(!wrong, "rank %d: %s: %ld wrong results", rank, mode_names[mode], wrong);
   int runs = direct_runs();
@@ -415,7 +343,7 @@ static int rank_main(int rank, int nranks, const zccUniqueId *id, void *arg) {
     rb = rregion + 4096;
     wrong = 0;
     for (int round = 0; round < 2; round++)
-      wrong += one_call(comm, rank, nranks, &cases[0], sb, rb, sizes[1], round, 20 + round);
+      wrong += zt_ar_call(comm, rank, nranks, &zt_ar_cases[0], sb, rb, sizes[1], round, 20 + round);
     ZT_CHECK(!wrong, "rank %d: new regions: %ld wrong results", rank, wrong);
     ZT_CHECK(direct_runs() == calls + 2, "rank %d: new regions: %d of %d allreduces in place",
              rank, direct_runs() - calls, 2);

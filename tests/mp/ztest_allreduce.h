@@ -1,0 +1,29 @@
+/*
+ * One allreduce of host buffers, checked: the cases the hostmem tests run
+ * (float sum/max/min/avg, int64 sum) with inputs whose results are exact,
+ * each rank's own per round.
+ */
+#ifndef ZTEST_ALLREDUCE_H_
+#define ZTEST_ALLREDUCE_H_
+
+#include <stddef.h>
+
+#include "zcc.h"
+
+typedef struct {
+  zccDataType_t type;
+  zccRedOp_t op;
+  const char *name;
+} zt_ar_case_t;
+
+extern const zt_ar_case_t zt_ar_cases[];
+extern const size_t zt_ar_ncases;
+
+/* Rank r of n: fill its input (in rb when inplace, else sb) for `round`,
+   poison rb, allreduce bytes (whole elements), check every element. The
+   wrong results: 1 for a failed call or a wrong element (the first is
+   reported through zt_fail), else 0. */
+long zt_ar_call(zccComm_t comm, int r, int n, const zt_ar_case_t *c, char *sb, char *rb,
+                size_t bytes, int inplace, int round);
+
+#endif /* ZTEST_ALLREDUCE_H_ */
