@@ -69,3 +69,11 @@ long zt_ar_call(zccComm_t comm, int r, int n, const zt_ar_case_t *c, char *sb, c
   }
   return 0;
 }
+
+void zt_ar_dead_peer(zccComm_t comm, int r, char *sb, char *rb) {
+  double t0 = zt_now();
+  zccResult_t got = zccAllReduce(sb, rb, (1u << 20) / 4, zccFloat32, zccSum, comm, NULL);
+  ZT_CHECK(got != zccSuccess && zt_now() - t0 < 60,
+           "rank %d: allreduce with a dead peer returned %s after %.1f s", r, zt_rc_name(got),
+           zt_now() - t0);
+}

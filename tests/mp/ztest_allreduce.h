@@ -26,4 +26,8 @@ extern const size_t zt_ar_ncases;
 long zt_ar_call(zccComm_t comm, int r, int n, const zt_ar_case_t *c, char *sb, char *rb,
                 size_t bytes, int inplace, int round);
 
+/* A 1 MiB float sum whose last rank is gone: the call must fail within 60 s
+   (checked, reported for rank r). */
+void zt_ar_dead_peer(zccComm_t comm, int r, char *sb, char *rb);
+
 #endif /* ZTEST_ALLREDUCE_H_ */
