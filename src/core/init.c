@@ -1,5 +1,6 @@
 /* Communicator lifecycle: init, init-all, finalize, destroy, abort, queries. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,6 +173,21 @@ ZCC_PARAM_INT(yield_us, "YIELD_US", -1,
  * a rank waits for may be waiting for its core, and spinning would take
  * the core from it (measured in docs/perf/host.md).
  */
+/*
+ * The home CPU of an unbound rank where a host's ranks outnumber its CPUs
+ * (ZCC_CPU_NUDGE): the CPU of its mask at its local index, modulo the
+ * mask's CPUs, so that the host's ranks share the CPUs evenly; -1: none.
+ * Its waits go back there when the kernel has put it elsewhere (exec/host.c).
+ */
+static int home_cpu(int local_index) {
+  cpu_set_t mask;
+  if (sched_getaffinity(0, sizeof(mask), &mask) != 0 || CPU_COUNT(&mask) < 2) return -1;
+  int want = local_index % CPU_COUNT(&mask);
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &mask) && want-- == 0) return c;
+  return -1;
+}
+
 static zccResult_t comm_wait_policy(struct zccComm *comm) {
   const zcc_peer_info_t *self = &comm->peers[comm->rank];
   /* Every host's ranks and the CPUs they may use, from the peers' records. */
@@ -233,11 +249,24 @@ static zccResult_t comm_wait_policy(struct zccComm *comm) {
   if (nudge != 0 && nudge != 1)
     return zcc_error(zccInvalidArgument, "ZCC_CPU_NUDGE=%lld: expected 0 or 1", (long long)nudge);
   comm->nudge = nudge && !bound && !comm->oversubscribed && ncpu > 1;
+  comm->home_cpu = -1;
+  if (nudge && !bound && comm->oversubscribed && ncpu > 1) {
+    int index = 0, alone = 1;
+    for (int r = 0; r < comm->nranks; r++) {
+      const zcc_peer_info_t *pr = &comm->peers[r];
+      if (r == comm->rank || pr->host_hash != self->host_hash) continue;
+      if (zcc_peer_same_process(pr, self)) alone = 0;
+      if (r < comm->rank) index++;
+    }
+    if (alone) comm->home_cpu = home_cpu(index);
+  }
   ZCC_INFO(INIT, "comm %s rank %d: %d rank(s) on this host, %d CPU(s) for them, %s: waits "
            "spin %lld us, yield %lld us, then sleep; the clock read every %u poll(s)%s",
            comm->name, comm->rank, local, ncpu, bound ? "each bound to its own" : "sharing them",
            (long long)(comm->spin_ns / 1000), (long long)(comm->yield_ns / 1000),
-           comm->wait_polls, comm->nudge ? "; a rank that shares its CPU moves off it" : "");
+           comm->wait_polls, comm->nudge ? "; a rank that shares its CPU moves off it"
+                             : comm->home_cpu >= 0 ? "; waits go back to the rank's home CPU"
+                                                   : "");
   return zccSuccess;
 }
 

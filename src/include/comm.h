@@ -143,6 +143,8 @@ struct zccComm {
   int nudge;                       /* unbound ranks, no more than the CPUs: a waiting rank
                                       that keeps handing its core to another task moves
                                       off it (exec/host.c) */
+  int home_cpu;                    /* ranks outnumber the host's CPUs, this one unbound:
+                                      the CPU its waits go back to (init.c); -1: none */
   int oversub_any;                 /* that on some host of the communicator (alike on every
                                       rank: what plans decide by) */
   struct zcc_trace *trace;      /* flight recorder and trace (trace.h); NULL: off */

@@ -12,6 +12,12 @@
  *   - with ZCC_CPU_NUDGE=0 the same runs and only reports its median (the
  *     balancer may or may not part them);
  *   - ZCC_CPU_NUDGE=2 is refused at init with zccInvalidArgument naming it.
+ * And ranks that outnumber the CPUs (twice as many, unbound: oversubscribed)
+ * all put on the mask's first CPU for a moment: their waits take each back
+ * to its home CPU (the mask's CPU at its rank, modulo the CPUs), so that
+ * after 8 B allreduces (exact) every rank reads its home CPU after at least
+ * 90% of the last TAIL calls in one of 3 rounds, its mask unchanged; with
+ * ZCC_CPU_NUDGE=0 that is only reported. Up to 8 CPUs (16 ranks).
  * Skipped where the process may use fewer than 2 CPUs; under a sanitizer the
  * time is only reported. Each case in its own
  * runner: zcc reads its variables once per process.
@@ -123,6 +129,77 @@ static int colocated_rank(int rank, int nranks, const zccUniqueId *id, void *arg
   return 0;
 }
 
+/* All on the mask's first CPU, then the whole mask again (each rank). */
+static int pile_up(int nranks, const cpu_set_t *mask) {
+  cpu_set_t one;
+  int first = 0;
+  while (!CPU_ISSET(first, mask)) first++;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  if (sched_setaffinity(0, sizeof(one), &one) != 0 ||
+      zt_barrier_wait(&sh->bar, nranks, 30) != 0 ||
+      sched_setaffinity(0, sizeof(*mask), mask) != 0 ||
+      zt_barrier_wait(&sh->bar, nranks, 30) != 0) {
+    zt_fail("could not put the ranks on CPU %d", first);
+    return -1;
+  }
+  return 0;
+}
+
+static int homed_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
+  (void)arg;
+  zt_set_tag("[home%s rank %d of %d]", expect_fast ? "" : " nudge=0", rank, nranks);
+  cpu_set_t mask;
+  if (sched_getaffinity(0, sizeof(mask), &mask) != 0) {
+    zt_fail("sched_getaffinity failed");
+    return 1;
+  }
+  int want = rank % CPU_COUNT(&mask), home = -1;
+  for (int c = 0; c < CPU_SETSIZE && home < 0; c++)
+    if (CPU_ISSET(c, &mask) && want-- == 0) home = c;
+  zccComm_t comm;
+  zccResult_t rc = zt_comm_init_host(&comm, nranks, id, rank);
+  if (!zt_expect_rc(zccSuccess, rc, "init", __FILE__, __LINE__)) return 1;
+  if (pile_up(nranks, &mask) != 0) return 1;
+  float v[2], out[2];
+  long wrong = 0;
+  int at_home = 0, calls = CALLS / 4, tail = TAIL / 4, ok = 0;
+  for (int round = 0; round < ROUNDS && rc == zccSuccess; round++) {
+    at_home = 0;
+    for (int i = 0; i < calls; i++) {
+      v[0] = (float)(rank + i % 7);
+      v[1] = 1.0f;
+      rc = zccAllReduce(v, out, 2, zccFloat32, zccSum, comm, NULL);
+      if (rc != zccSuccess) break;
+      float s0 = 0;
+      for (int q = 0; q < nranks; q++) s0 += (float)(q + i % 7);
+      if (out[0] != s0 || out[1] != (float)nranks) wrong++;
+      if (i >= calls - tail) at_home += sched_getcpu() == home;
+    }
+    zt_log("round %d: on home CPU %d after %d of the last %d calls", round + 1, home, at_home,
+           tail);
+    ok = at_home * 10 >= tail * 9;
+    /* every rank alike: all must be home for the round to count */
+    if (!ok) sh->median_us[0] = 1;
+    if (zt_barrier_wait(&sh->bar, nranks, 60) != 0) return 1;
+    int all = sh->median_us[0] == 0;
+    if (zt_barrier_wait(&sh->bar, nranks, 60) != 0) return 1;
+    if (rank == 0) sh->median_us[0] = 0;
+    if (zt_barrier_wait(&sh->bar, nranks, 60) != 0) return 1;
+    if (all) break;
+  }
+  if (zt_expect_rc(zccSuccess, rc, "allreduce", __FILE__, __LINE__)) {
+    ZT_CHECK(wrong == 0, "%ld wrong results", wrong);
+    if (expect_fast && !SLOW_BUILD)
+      ZT_CHECK(ok, "on home CPU %d after only %d of the last %d calls", home, at_home, tail);
+    cpu_set_t after;
+    ZT_CHECK(sched_getaffinity(0, sizeof(after), &after) == 0 && CPU_EQUAL(&after, &mask),
+             "the rank's affinity mask changed");
+  }
+  zccCommDestroy(comm);
+  return 0;
+}
+
 static int bad_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
   (void)arg;
   zt_set_tag("[nudge=2 rank %d]", rank);
@@ -136,10 +213,10 @@ static int bad_rank(int rank, int nranks, const zccUniqueId *id, void *arg) {
 
 /* The ranks are forked before zccGetUniqueId starts the bootstrap root's
    thread (a sanitizer refuses threads after a multi-threaded fork). */
-static void run(zt_rank_fn fn) {
+static void run(zt_rank_fn fn, int nranks) {
   zt_group_t g;
   zccUniqueId id;
-  if (zt_spawn(&g, 2, fn, NULL) != 0) {
+  if (zt_spawn(&g, nranks, fn, NULL) != 0) {
     zt_fail("could not start the ranks");
     return;
   }
@@ -156,12 +233,19 @@ int main(void) {
     return zt_finish();
   }
   sh = zt_shared_alloc(sizeof(*sh));
+  int over = CPU_COUNT(&mask) <= 8 ? 2 * CPU_COUNT(&mask) : 0; /* oversubscribed */
   static const struct {
     const char *nudge;
     zt_rank_fn fn;
-    int fast;
-  } cases[] = {{NULL, colocated_rank, 1}, {"0", colocated_rank, 0}, {"2", bad_rank, 0}};
+    int fast, over;
+  } cases[] = {{NULL, colocated_rank, 1, 0}, {"0", colocated_rank, 0, 0},
+               {"2", bad_rank, 0, 0},        {NULL, homed_rank, 1, 1},
+               {"0", homed_rank, 0, 1}};
   for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+    if (cases[k].over && !over) {
+      zt_skip("more than 8 CPUs: the oversubscribed case would take too many ranks");
+      continue;
+    }
     memset(sh, 0, sizeof(*sh));
     pid_t pid = fork();
     if (pid == 0) {
@@ -170,7 +254,7 @@ int main(void) {
       else
         unsetenv("ZCC_CPU_NUDGE");
       expect_fast = cases[k].fast;
-      run(cases[k].fn);
+      run(cases[k].fn, cases[k].over ? over : 2);
       fflush(NULL);
       _exit(0);
     }
