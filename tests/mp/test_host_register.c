@@ -89,17 +89,8 @@ static int registered_maps(void) {
 static char log_dir[64];
 
 static int direct_runs(void) {
-  char path[128], line[1024];
-  snprintf(path, sizeof(path), "%s/reg.%d.log", log_dir, (int)getpid());
-  FILE *f = fopen(path, "r");
-  if (!f) return -1;
-  int n = 0;
-  while (fgets(line, sizeof(line), f))
-    if (strstr(line, "in place on shared host memory")) n++;
-  fclose(f);
-  return n;
+  return zt_log_count(log_dir, "reg", "in place on shared host memory");
 }
-
 
 static int sync_ranks(int rank, int nranks) {
   if (zt_barrier_wait(&sh->bar, nranks, 60) == 0) return 0;
@@ -205,9 +196,7 @@ static int rank_main(int rank, int nranks, const zccUniqueId *id, void *arg) {
   ZT_EXPECT_RC(zccSuccess, zccCommDestroy(comm));
   ZT_CHECK(registered_maps() == 0, "rank %d: %d registered ranges' mappings after destroy",
            rank, registered_maps());
-  char path[128];
-  snprintf(path, sizeof(path), "%s/reg.%d.log", log_dir, (int)getpid());
-  unlink(path);
+  zt_log_unlink(log_dir, "reg");
   free(sblk);
   free(rblk);
   return 0;
@@ -310,13 +299,7 @@ static void run_group(int n, zt_rank_fn fn, void *arg, const char *what) {
   fflush(NULL);
   pid_t pid = fork(); /* a runner per set: zcc reads its parameters once per process */
   if (pid == 0) {
-    snprintf(log_dir, sizeof(log_dir), "/tmp/zcc-reg-XXXXXX");
-    if (!mkdtemp(log_dir)) _exit(1);
-    char pattern[128];
-    snprintf(pattern, sizeof(pattern), "%s/reg.%%p.log", log_dir);
-    setenv("ZCC_DEBUG", "INFO", 1);
-    setenv("ZCC_DEBUG_SUBSYS", "COLL", 1);
-    setenv("ZCC_DEBUG_FILE", pattern, 1);
+    if (zt_log_dir_make(log_dir, sizeof(log_dir), "reg") != 0) _exit(1);
     setenv("ZCC_TIMEOUT", "20000", 1);
     zt_group_t g;
     zccUniqueId id;
@@ -325,9 +308,7 @@ static void run_group(int n, zt_rank_fn fn, void *arg, const char *what) {
         zt_release(&g, &id);
       zt_wait_all(&g, 240, what);
     }
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", log_dir);
-    if (system(cmd) != 0) zt_log("could not remove %s", log_dir);
+    zt_log_dir_remove(log_dir);
     fflush(NULL);
     _exit(0); /* the counts are shared: main's zt_finish reports them */
   }

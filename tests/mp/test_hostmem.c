@@ -98,21 +98,12 @@ static int mapped(const char *kind) {
 }
 static int mapped_regions(void) { return mapped("hostmem"); }
 
-/* Lines of this rank's log (ZCC_DEBUG_FILE, set by the runner) that say
-   an allreduce ran in place on shared host memory. */
+/* This rank's log (ZCC_DEBUG_FILE, set by the runner): the lines that
+   contain what, and those that say an allreduce ran in place on shared host
+   memory. */
 static char log_dir[64];
 
-static int log_lines(const char *what) {
-  char path[128], line[1024];
-  snprintf(path, sizeof(path), "%s/hostmem.%d.log", log_dir, (int)getpid());
-  FILE *f = fopen(path, "r");
-  if (!f) return -1;
-  int n = 0;
-  while (fgets(line, sizeof(line), f))
-    if (strstr(line, what)) n++;
-  fclose(f);
-  return n;
-}
+static int log_lines(const char *what) { return zt_log_count(log_dir, "hostmem", what); }
 static int direct_runs(void) { return log_lines("in place on shared host memory"); }
 
 
@@ -346,9 +337,7 @@ static int rank_main(int rank, int nranks, const zccUniqueId *id, void *arg) {
   }
   if (sync_ranks(rank, nranks)) return 1;
   ZT_EXPECT_RC(zccSuccess, zccCommDestroy(comm));
-  char path[128];
-  snprintf(path, sizeof(path), "%s/hostmem.%d.log", log_dir, (int)getpid());
-  unlink(path);
+  zt_log_unlink(log_dir, "hostmem");
   if (shared) {
     ZT_EXPECT_RC(zccSuccess, zccMemHostFree(sregion));
     ZT_EXPECT_RC(zccSuccess, zccMemHostFree(rregion));
@@ -392,13 +381,7 @@ int main(int argc, char **argv) {
               }
           if (sched_setaffinity(0, sizeof(two), &two) != 0) zt_log("cannot pin to two CPUs");
         }
-        snprintf(log_dir, sizeof(log_dir), "/tmp/zcc-hostmem-XXXXXX");
-        if (!mkdtemp(log_dir)) _exit(1);
-        char pattern[128];
-        snprintf(pattern, sizeof(pattern), "%s/hostmem.%%p.log", log_dir);
-        setenv("ZCC_DEBUG", "INFO", 1);
-        setenv("ZCC_DEBUG_SUBSYS", "COLL", 1);
-        setenv("ZCC_DEBUG_FILE", pattern, 1);
+        if (zt_log_dir_make(log_dir, sizeof(log_dir), "hostmem") != 0) _exit(1);
         if (mode == MODE_DEATH || mode == MODE_TWOSHOT_DEATH || mode == MODE_BOARD_DEATH)
           setenv("ZCC_TIMEOUT", "20000", 1);
         if (mode == MODE_BOARD_STALL) setenv("ZCC_TIMEOUT", "2000", 1);
@@ -410,9 +393,7 @@ int main(int argc, char **argv) {
             zt_release(&g, &id);
           zt_wait_all(&g, 240, mode_names[mode]);
         }
-        char cmd[128]; /* what the ranks left: the dead rank's log */
-        snprintf(cmd, sizeof(cmd), "rm -rf %s", log_dir);
-        if (system(cmd) != 0) zt_log("could not remove %s", log_dir);
+        zt_log_dir_remove(log_dir); /* with what the ranks left: the dead rank's log */
         fflush(NULL);
         _exit(0); /* the counts are shared: main's zt_finish reports them */
       }

@@ -2,7 +2,10 @@
 #include "ztest_allreduce.h"
 
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ztest.h"
 
@@ -76,4 +79,39 @@ void zt_ar_dead_peer(zccComm_t comm, int r, char *sb, char *rb) {
   ZT_CHECK(got != zccSuccess && zt_now() - t0 < 60,
            "rank %d: allreduce with a dead peer returned %s after %.1f s", r, zt_rc_name(got),
            zt_now() - t0);
+}
+
+int zt_log_dir_make(char *dir, size_t cap, const char *name) {
+  snprintf(dir, cap, "/tmp/zcc-%s-XXXXXX", name);
+  if (!mkdtemp(dir)) return -1;
+  char pattern[192];
+  snprintf(pattern, sizeof(pattern), "%s/%s.%%p.log", dir, name);
+  setenv("ZCC_DEBUG", "INFO", 1);
+  setenv("ZCC_DEBUG_SUBSYS", "COLL", 1);
+  setenv("ZCC_DEBUG_FILE", pattern, 1);
+  return 0;
+}
+
+int zt_log_count(const char *dir, const char *name, const char *what) {
+  char path[192], line[1024];
+  snprintf(path, sizeof(path), "%s/%s.%d.log", dir, name, (int)getpid());
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  int n = 0;
+  while (fgets(line, sizeof(line), f))
+    if (strstr(line, what)) n++;
+  fclose(f);
+  return n;
+}
+
+void zt_log_unlink(const char *dir, const char *name) {
+  char path[192];
+  snprintf(path, sizeof(path), "%s/%s.%d.log", dir, name, (int)getpid());
+  unlink(path);
+}
+
+void zt_log_dir_remove(const char *dir) {
+  char cmd[192];
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+  if (system(cmd) != 0) zt_log("could not remove %s", dir);
 }

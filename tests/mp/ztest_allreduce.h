@@ -30,4 +30,14 @@ long zt_ar_call(zccComm_t comm, int r, int n, const zt_ar_case_t *c, char *sb, c
    (checked, reported for rank r). */
 void zt_ar_dead_peer(zccComm_t comm, int r, char *sb, char *rb);
 
+/* The collectives' INFO log of each rank, to a file per process in a fresh
+   directory (the path into dir, cap bytes): "/tmp/zcc-NAME-XXXXXX", files
+   NAME.<pid>.log. Set before the ranks start; -1 where it cannot be made. */
+int zt_log_dir_make(char *dir, size_t cap, const char *name);
+/* Lines of this process's log that contain what (-1: no log). */
+int zt_log_count(const char *dir, const char *name, const char *what);
+/* This process's log removed; the whole directory (the runner, at its end). */
+void zt_log_unlink(const char *dir, const char *name);
+void zt_log_dir_remove(const char *dir);
+
 #endif /* ZTEST_ALLREDUCE_H_ */
