@@ -157,22 +157,14 @@ ZCC_PARAM_INT(spin_us, "SPIN_US", -1,
 ZCC_PARAM_INT(cpu_nudge, "CPU_NUDGE", 1,
               "host communicators: 1: an unbound rank (ranks of the host no more than their "
               "CPUs) whose waits keep handing its core to another task (a peer the scheduler "
-              "put on the same CPU) moves itself to another of its CPUs, its affinity mask "
-              "left as it was; 0: never")
+              "put on the same CPU) moves itself to another of its CPUs, and one of ranks that "
+              "outnumber their CPUs goes back to its home CPU (the mask's CPU at its index on "
+              "the host), its affinity mask left as it was; 0: never")
 ZCC_PARAM_INT(yield_us, "YIELD_US", -1,
               "host communicators: us a waiting rank then polls with sched_yield before it "
               "sleeps 50 us between polls; -1: 0 for ranks bound to CPUs of their own (a "
               "yield hands the core to any other runnable task for its whole slice), else 2000")
 
-/*
- * How host ranks wait (exec/host.c). A rank bound to CPUs no other rank of
- * the host may use owns them: it polls, since its peers are running and
- * answer within microseconds, and sleeps only after ZCC_SPIN_US, so a slow
- * peer never costs its core for long. Ranks that share CPUs (unbound, or
- * more ranks than CPUs) poll a few times, then yield, then sleep: the peer
- * a rank waits for may be waiting for its core, and spinning would take
- * the core from it (measured in docs/perf/host.md).
- */
 /*
  * The home CPU of an unbound rank where a host's ranks outnumber its CPUs
  * (ZCC_CPU_NUDGE): the CPU of its mask at its local index, modulo the
@@ -188,6 +180,15 @@ static int home_cpu(int local_index) {
   return -1;
 }
 
+/*
+ * How host ranks wait (exec/host.c). A rank bound to CPUs no other rank of
+ * the host may use owns them: it polls, since its peers are running and
+ * answer within microseconds, and sleeps only after ZCC_SPIN_US, so a slow
+ * peer never costs its core for long. Ranks that share CPUs (unbound, or
+ * more ranks than CPUs) poll a few times, then yield, then sleep: the peer
+ * a rank waits for may be waiting for its core, and spinning would take
+ * the core from it (measured in docs/perf/host.md).
+ */
 static zccResult_t comm_wait_policy(struct zccComm *comm) {
   const zcc_peer_info_t *self = &comm->peers[comm->rank];
   /* Every host's ranks and the CPUs they may use, from the peers' records. */
