@@ -1036,47 +1036,44 @@ static zccResult_t check_stream(struct zccComm *comm, cudaStream_t s, const char
   return zccSuccess;
 }
 
-zccResult_t zcc_gpu_coll_check(struct zccComm *comm, const zcc_coll_args_t *x,
-                               struct CUstream_st *stream, const char *fn) {
-  if (x->count == 0) return zccSuccess;
-  ZCC_CHECK(check_stream(comm, (cudaStream_t)stream, fn));
+/* The stream's and buffers' checks of a collective, and the addresses its
+   kernels use (pinned host memory through its mapping) into *mapped. */
+static zccResult_t map_args(struct zccComm *comm, const zcc_coll_args_t *x, cudaStream_t s,
+                            const char *fn, zcc_coll_args_t *mapped) {
+  ZCC_CHECK(check_stream(comm, s, fn));
   const void *dp;
   int host;
-  if (x->coll != ZCC_COLL_BROADCAST || comm->rank == x->root)
+  *mapped = *x;
+  mapped->host_bufs = 0;
+  if (x->coll != ZCC_COLL_BROADCAST || comm->rank == x->root) {
     ZCC_CHECK(gpu_addr_kind(comm, x->sendbuf, "sendbuff", fn, &dp, &host));
-  if (x->coll != ZCC_COLL_REDUCE || comm->rank == x->root)
+    mapped->sendbuf = dp;
+    if (host) mapped->host_bufs |= ZCC_HOST_SEND;
+  }
+  if (x->coll != ZCC_COLL_REDUCE || comm->rank == x->root) {
     ZCC_CHECK(gpu_addr_kind(comm, x->recvbuf, "recvbuff", fn, &dp, &host));
-  if (x->scale && x->scalar_ptr)
+    mapped->recvbuf = (void *)dp;
+    if (host) mapped->host_bufs |= ZCC_HOST_RECV;
+  }
+  if (x->scale && x->scalar_ptr) {
     ZCC_CHECK(gpu_addr(comm, x->scalar_ptr, "the pre-multiplied sum's scalar", fn, &dp));
+    mapped->scalar_ptr = dp;
+  }
   return zccSuccess;
+}
+
+zccResult_t zcc_gpu_coll_check(struct zccComm *comm, const zcc_coll_args_t *x,
+                               struct CUstream_st *stream, const char *fn) {
+  zcc_coll_args_t mapped;
+  return x->count == 0 ? zccSuccess : map_args(comm, x, (cudaStream_t)stream, fn, &mapped);
 }
 
 zccResult_t zcc_gpu_coll(struct zccComm *comm, const zcc_coll_args_t *x,
                          struct CUstream_st *stream, const char *fn) {
   cudaStream_t s = (cudaStream_t)stream;
   if (x->count == 0) return zccSuccess; /* every rank passes the same count: all skip */
-  ZCC_CHECK(check_stream(comm, s, fn));
-  int need_send = x->coll != ZCC_COLL_BROADCAST || comm->rank == x->root;
-  int need_recv = x->coll != ZCC_COLL_REDUCE || comm->rank == x->root;
-  /* The addresses kernels use (pinned host memory through its mapping). */
-  zcc_coll_args_t mapped = *x;
-  const void *dp;
-  int host;
-  mapped.host_bufs = 0;
-  if (need_send) {
-    ZCC_CHECK(gpu_addr_kind(comm, x->sendbuf, "sendbuff", fn, &dp, &host));
-    mapped.sendbuf = dp;
-    if (host) mapped.host_bufs |= ZCC_HOST_SEND;
-  }
-  if (need_recv) {
-    ZCC_CHECK(gpu_addr_kind(comm, x->recvbuf, "recvbuff", fn, &dp, &host));
-    mapped.recvbuf = (void *)dp;
-    if (host) mapped.host_bufs |= ZCC_HOST_RECV;
-  }
-  if (x->scale && x->scalar_ptr) {
-    ZCC_CHECK(gpu_addr(comm, x->scalar_ptr, "the pre-multiplied sum's scalar", fn, &dp));
-    mapped.scalar_ptr = dp;
-  }
+  zcc_coll_args_t mapped;
+  ZCC_CHECK(map_args(comm, x, s, fn, &mapped));
   x = &mapped;
   zcc_gpu_op_begin(comm->gpu, x->op_id);
   int prev = -1;

@@ -250,8 +250,8 @@ static int gave_up_since(const zcc_gpu_t *g, uint64_t start) {
   return 0;
 }
 
-static int quiet_done(const zcc_gpu_t *g, uint64_t id) {
-  if (later_started(g, id)) return 1;
+/* No block waits, and none has entered for QUIET_SETTLE_NS. */
+static int quiet_settled(const zcc_gpu_t *g) {
   uint64_t last = 0;
   if (blocks_waiting(g, NULL, &last)) return 0;
   int64_t gpu_now = zcc_now_ns() - g->clock_offset_ns;
@@ -279,7 +279,7 @@ int zcc_gpu_op_times(struct zccComm *comm, uint64_t id, int64_t *start_ns, int64
      gave up at the abort word (no exit says so where exits go unstamped) */
   if (later_started(g, id)) return 4;
   if (gave_up_since(g, t.start_ns)) return 3;
-  return quiet_done(g, id) ? 4 : 1;
+  return quiet_settled(g) ? 4 : 1;
 }
 
 /* CLOCK_MONOTONIC minus %globaltimer: the smallest difference between the
