@@ -244,8 +244,11 @@ static zccResult_t comm_wait_policy(struct zccComm *comm) {
   comm->yield_ns = (yield >= 0 ? yield : bound ? 0 : 2000) * 1000;
   /* With more ranks than CPUs the peer waited for is likely waiting for
      this core: 64 polls before the first yield cost 8 ranks 35 us per 8 B
-     allreduce against 12-16 us yielding at once (docs/perf/host.md). */
-  comm->wait_polls = comm->oversubscribed ? 1 : 64;
+     allreduce against 12-16 us yielding at once (docs/perf/host.md). Such
+     a wait yields at its first idle poll and reads the clock every 16th
+     (each poll a yield: the move to sleeping comes within microseconds). */
+  comm->yield_at_once = comm->oversubscribed && comm->spin_ns == 0;
+  comm->wait_polls = comm->oversubscribed ? 16 : 64;
   int64_t nudge = zcc_param_cpu_nudge();
   if (nudge != 0 && nudge != 1)
     return zcc_error(zccInvalidArgument, "ZCC_CPU_NUDGE=%lld: expected 0 or 1", (long long)nudge);

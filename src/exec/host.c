@@ -570,17 +570,21 @@ zccResult_t zcc_exec_chains(zcc_plan_t **chains, int nchains) {
   int nudge = nchains > 0, nudge_rank = -1; /* the rank whose step sets the run (nudge_yield) */
   int home = -1;                             /* go_home's CPU (the first communicator's) */
   unsigned yields = 0;
+  int at_once = nchains > 0; /* every communicator's waits yield from the first poll */
   for (int i = 0; i < nchains; i++)
     if (cs[i].comm) {
       if (home < 0) home = cs[i].comm->home_cpu;
       nudge &= cs[i].comm->nudge;
+      at_once &= cs[i].comm->yield_at_once;
       if (nudge_rank < 0) nudge_rank = cs[i].comm->rank;
       if (cs[i].comm->spin_ns < spin_ns) spin_ns = cs[i].comm->spin_ns;
       if (cs[i].comm->yield_ns > yield_ns) yield_ns = cs[i].comm->yield_ns;
       if (cs[i].comm->wait_polls < polls) polls = cs[i].comm->wait_polls;
     }
   if (spin_ns == INT64_MAX) spin_ns = 0;
-  int phase = 0; /* of a wait: 0 spin, 1 yield, 2 sleep */
+  /* of a wait: 0 spin, 1 yield, 2 sleep; where it starts */
+  int first_phase = at_once && spin_ns == 0 ? (yield_ns > 0 ? 1 : 2) : 0;
+  int phase = first_phase;
   for (;;) {
     int active = 0, moved_any = 0;
     int64_t read = 0; /* a clock read of this round, if one was made */
@@ -608,12 +612,12 @@ zccResult_t zcc_exec_chains(zcc_plan_t **chains, int nchains) {
      * another core comes within microseconds), then yield, then sleep, so
      * that a slow peer never costs a core for long. The clock is read every
      * 64 polls only (the wait's start is a read the recorder made, or the
-     * first of those); every poll where ranks outnumber CPUs, whose waits
-     * yield from the second poll on.
+     * first of those); every 16th where ranks outnumber CPUs, whose waits
+     * yield from the first (first_phase).
      */
     if (moved_any) {
       idle = 0;
-      phase = 0;
+      phase = first_phase;
     } else {
       if (idle++ == 0) {
         idle_since = read;

@@ -137,8 +137,10 @@ struct zccComm {
   struct zcc_planner *planner;     /* its plan on that graph, or NULL */
   struct zcc_select_cache *select; /* what runs: the planner's context and kept choices */
   int64_t spin_ns, yield_ns;       /* host waits: spin, then yield, then sleep (exec/host.c) */
-  unsigned wait_polls;             /* idle polls between the wait's clock reads: 64, or 1 where
-                                      ranks outnumber CPUs (they yield at once) */
+  unsigned wait_polls;             /* idle polls between the wait's clock reads: 64, or 16 where
+                                      ranks outnumber CPUs */
+  int yield_at_once;               /* ranks outnumber CPUs, no spin asked for: a wait yields
+                                      from its first idle poll, before any clock read */
   int oversubscribed;              /* more ranks on this host than CPUs for them (init.c) */
   int nudge;                       /* unbound ranks, no more than the CPUs: a waiting rank
                                       that keeps handing its core to another task moves
