@@ -194,6 +194,11 @@ static zccResult_t zcc_stage_step(zcc_plan_t *p, int step, int *jump) {
     return zccSuccess;
   }
   case ZCC_HOSTMEM_STAGE_WAIT:
+    /* Every rank's line asked for at once: the misses on the lines other
+       CPUs wrote overlap instead of coming one after another (4 ranks on 2
+       CPUs, 8 B: 0.1-0.2 us per call, docs/perf/host.md). */
+    for (int k = 0; k < n; k++)
+      __builtin_prefetch(zcc_stage_line(st->peer[k], st->chunk, st->bars));
     /* From the rank last found missing: the one most likely still out. */
     for (int k = 0; k < n; k++) {
       int q = (h->st_waiting + k) % n;
@@ -212,6 +217,15 @@ static zccResult_t zcc_stage_step(zcc_plan_t *p, int step, int *jump) {
       }
     }
     h->st_waiting = 0;
+    if (p->cur + 1 < p->nitems && p->items[p->cur + 1].kind == ZCC_ITEM_HOSTMEM &&
+        p->items[p->cur + 1].n == ZCC_HOSTMEM_BOARD_REDUCE) {
+      /* The same for the slots the reduction reads next. */
+      size_t bytes = h->bd_count * ts;
+      for (int k = 0; k < n; k++) {
+        const char *slot = zcc_stage_slot(st->peer[k], st->chunk, h->bd_parity);
+        for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(slot + b);
+      }
+    }
     return zccSuccess;
   case ZCC_HOSTMEM_BOARD_IN:
     h->bd_parity = (int)(st->boards++ & 1);
