@@ -553,14 +553,18 @@ static zccResult_t plan_allreduce_twoshot(zcc_plan_t *p, const char *sb, char *r
 
 /*
  * Whether an allreduce of `bytes` runs on the boards: more ranks than CPUs,
- * every peer over shm, and every rank's read of all the slots (nranks x
- * bytes) within ZCC_STAGE_BOARD_READ. Past that the gather at rank 0, where
- * only rank 0 reads every input, was faster (docs/perf/host.md, 2026-12-05).
+ * every peer over shm, the input within a slot and every rank's read of all
+ * the slots (nranks x bytes) within ZCC_STAGE_BOARD_READ. Past that the
+ * gather at rank 0 (only rank 0 reads every input) or the two-shot is
+ * faster (docs/perf/host.md, 2026-12-05; with the reads overlapped, 16 KiB
+ * on 8 ranks and 8 KiB on 4 ran faster there, 16 KiB on 4 slower:
+ * 2026-12-06).
  */
 static int board_eligible(const zcc_plan_t *p, size_t bytes) {
   const struct zccComm *c = p->comm;
   return c->nranks > 2 && c->oversubscribed && !c->dev && c->stage_state >= 0 &&
-         bytes > 0 && bytes <= ZCC_STAGE_BOARD_READ / (size_t)c->nranks && all_shm(c);
+         bytes > 0 && bytes <= ZCC_STAGE_SLOT &&
+         bytes <= ZCC_STAGE_BOARD_READ / (size_t)c->nranks && all_shm(c);
 }
 
 /*

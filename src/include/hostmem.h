@@ -123,9 +123,13 @@ typedef struct zcc_stage {
  * barrier, and reduces all the slots in rank order. Consecutive ones
  * alternate slots: a rank that writes a slot again has passed the barrier of
  * the one between, which every rank entered only after reading the slot.
+ * Each slot starts a page of its own: next to each other, a rank reading
+ * one slot had the hardware prefetch lines of the other, which the peer
+ * writes next (4 ranks, 2 KiB: 4.3 us against 3.7-3.9, 2026-12-06).
  */
-#define ZCC_STAGE_BOARD_READ 4096 /* the most nranks x bytes it runs for */
-#define ZCC_STAGE_SLOT (ZCC_STAGE_BOARD_READ / 2)
+#define ZCC_STAGE_SLOT 2048        /* the most bytes it runs for */
+#define ZCC_STAGE_SLOT_STRIDE 4096 /* a page per slot */
+#define ZCC_STAGE_BOARD_READ 16384 /* ... and the most nranks x bytes */
 #define ZCC_STAGE_BOARD_HDR 4096
 typedef struct zcc_stage_line {
   uint64_t bar;     /* the count of barriers entered, at the last of this parity */
@@ -134,13 +138,13 @@ typedef struct zcc_stage_line {
 } zcc_stage_line_t;
 _Static_assert(sizeof(zcc_stage_line_t) == 64, "a board line is one cache line");
 static inline size_t zcc_stage_bytes(size_t chunk) {
-  return 2 * chunk + ZCC_STAGE_BOARD_HDR + 2 * ZCC_STAGE_SLOT;
+  return 2 * chunk + ZCC_STAGE_BOARD_HDR + 2 * ZCC_STAGE_SLOT_STRIDE;
 }
 static inline zcc_stage_line_t *zcc_stage_line(char *region, size_t chunk, uint64_t bar) {
   return (zcc_stage_line_t *)(region + 2 * chunk) + (bar & 1);
 }
 static inline char *zcc_stage_slot(char *region, size_t chunk, int parity) {
-  return region + 2 * chunk + ZCC_STAGE_BOARD_HDR + (size_t)parity * ZCC_STAGE_SLOT;
+  return region + 2 * chunk + ZCC_STAGE_BOARD_HDR + (size_t)parity * ZCC_STAGE_SLOT_STRIDE;
 }
 
 /* Makes this rank's region of 2 x chunk bytes (once) and describes it in

@@ -209,9 +209,9 @@ static int board_main(zccComm_t comm, int rank, int nranks, int mode) {
   size_t region = (1u << 20) + 8192;
   char *sb = malloc(region), *rb = malloc(region);
   if (!sb || !rb) return 1;
-  /* The board's limit (nranks x bytes within 4096) and just past it (the
-     gather), then the two-shot's sizes (4 KiB chunks). */
-  size_t lim = 4096 / (size_t)nranks / 8 * 8;
+  /* The board's limit (2 KiB, nranks x bytes within 16 KiB) and just past
+     it (the gather), then the two-shot's sizes (4 KiB chunks). */
+  size_t lim = (16384 / (size_t)nranks < 2048 ? 16384 / (size_t)nranks : 2048) / 8 * 8;
   const size_t sizes[] = {8, 24, lim, lim + 8, 16392, (1u << 20) + 24};
   size_t ncases = mode == MODE_BOARD ? zt_ar_ncases : 1;
   int calls = 0;
