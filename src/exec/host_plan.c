@@ -451,9 +451,10 @@ static zccResult_t hostmem_item(zcc_plan_t *p, int step) {
   return add_item(p, it);
 }
 
-ZCC_PARAM_INT(twoshot_chunk_bytes, "TWOSHOT_CHUNK_BYTES", 1048576,
+ZCC_PARAM_INT(twoshot_chunk_bytes, "TWOSHOT_CHUNK_BYTES", 0,
               "host two-shot allreduce: bytes of input each rank stages per chunk (its "
-              "shared region holds twice that; set alike on every rank)");
+              "shared region holds twice that; set alike on every rank); 0: 1 MiB, or "
+              "512 KiB / ceil(ranks per CPU) where ranks outnumber CPUs");
 
 static zccResult_t stage_item(zcc_plan_t *p, int step, size_t chunk) {
   zcc_item_t it = {.kind = ZCC_ITEM_HOSTMEM, .n = (size_t)step, .first = (int)chunk};
@@ -467,15 +468,20 @@ static zccResult_t board_barrier(zcc_plan_t *p) {
 }
 
 /* The staging regions' chunk: the communicator's once they exist, else
-   ZCC_TWOSHOT_CHUNK_BYTES (checked). */
+   ZCC_TWOSHOT_CHUNK_BYTES (checked; 0: zcc_twoshot_chunk_auto). */
 static zccResult_t stage_chunk_bytes(const struct zccComm *c, size_t *out) {
   if (c->stage_state == 1) {
     *out = c->stage->chunk;
     return zccSuccess;
   }
   int64_t cb = zcc_param_twoshot_chunk_bytes();
+  if (cb == 0) {
+    *out = zcc_twoshot_chunk_auto(c->select ? c->select->ctx.oversub : 0);
+    return zccSuccess;
+  }
   if (cb < 4096 || cb > ((int64_t)1 << 30))
-    return zcc_error(zccInvalidArgument, "ZCC_TWOSHOT_CHUNK_BYTES=%lld: expected 4096 to 1G",
+    return zcc_error(zccInvalidArgument,
+                     "ZCC_TWOSHOT_CHUNK_BYTES=%lld: expected 0 (chosen) or 4096 to 1G",
                      (long long)cb);
   *out = (size_t)cb;
   return zccSuccess;

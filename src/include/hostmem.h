@@ -147,6 +147,23 @@ static inline char *zcc_stage_slot(char *region, size_t chunk, int parity) {
   return region + 2 * chunk + ZCC_STAGE_BOARD_HDR + (size_t)parity * ZCC_STAGE_SLOT_STRIDE;
 }
 
+/*
+ * The two-shot's chunk where ZCC_TWOSHOT_CHUNK_BYTES is 0 (its default):
+ * 1 MiB; where a host's ranks outnumber its CPUs (q ranks per CPU, the worst
+ * host's, alike on every rank: zcc_select_ctx_t.oversub), 512 KiB / ceil(q),
+ * at least 32 KiB, so that the chunks, regions and outputs of the ranks
+ * sharing a core stay within its cache (4 and 8 ranks on 2 CPUs, 1-16 MiB:
+ * 256 and 128 KiB chunks 11-20% faster than 1 MiB; 2 ranks the same either
+ * way; docs/perf/host.md, 2026-12-06).
+ */
+static inline size_t zcc_twoshot_chunk_auto(double oversub) {
+  if (oversub <= 1) return (size_t)1 << 20;
+  double q = oversub > 16 ? 16 : oversub;
+  size_t per = (size_t)q + ((double)(size_t)q < q);
+  size_t chunk = ((size_t)512 << 10) / per / 4096 * 4096;
+  return chunk < ((size_t)32 << 10) ? (size_t)32 << 10 : chunk;
+}
+
 /* Makes this rank's region of 2 x chunk bytes (once) and describes it in
    ref (ref->fd = -1 where it cannot be made: every rank then runs the ring). */
 void zcc_stage_prepare(struct zccComm *comm, size_t chunk, zcc_hostmem_ref_t *ref);

@@ -31,6 +31,7 @@
 
 #include "check.h"
 #include "debug.h"
+#include "hostmem.h"
 #include "param.h"
 #include "planner.h"
 
@@ -70,7 +71,6 @@ static double class_frac(int cls) {
  */
 #define SHM_DIRECT_ALPHA 0.7
 #define SHM_DIRECT_BW 6.0
-#define SHM_TWOSHOT_CHUNK 1048576.0 /* ZCC_TWOSHOT_CHUNK_BYTES's default */
 #define SHM_RING_ALPHA 0.5
 #define SHM_RING_BW 7.5
 #define TCP_DIRECT_ALPHA 4.3
@@ -396,7 +396,7 @@ static double host_oversub(const zcc_select_ctx_t *c, zcc_algo_t algo, double S)
   switch (algo) {
   case ZCC_ALGO_ONESHOT: return 2 * turn + 2 * (n - 1) * SHM_MSG_US + 3 * (n - 1) * S / per_us;
   case ZCC_ALGO_TWOSHOT: /* a barrier: n - 1 messages each way per rank */
-    return ceil(S / SHM_TWOSHOT_CHUNK) * 2 * (turn + 2 * (n - 1) * SHM_MSG_US) +
+    return ceil(S / (double)zcc_twoshot_chunk_auto(q)) * 2 * (turn + 2 * (n - 1) * SHM_MSG_US) +
            3 * q * S / per_us;
   default: return 2 * (n - 1) * (turn + SHM_MSG_US) + 5 * (n - 1) / n * q * S / per_us;
   }
@@ -534,7 +534,7 @@ static double host_predict_one(const zcc_select_ctx_t *c, zcc_coll_t coll, zcc_a
     /* per chunk two barriers (an all-pairs exchange each); every rank copies
        its input in, reduces its segment from n regions and copies the
        peers' segments out: about 3 S at the direct path's rate */
-    double chunks = ceil(S / SHM_TWOSHOT_CHUNK);
+    double chunks = ceil(S / (double)zcc_twoshot_chunk_auto(c->oversub));
     return 2 * chunks * SHM_DIRECT_ALPHA * as + 3 * S / (SHM_DIRECT_BW * bs * 1e3);
   }
   /* ring */

@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "hostmem.h"
 #include "param.h"
 #include "planner.h"
 #include "test_topo_util.h"
@@ -481,6 +482,16 @@ static void test_host_pick(void **s) {
     assert_int_not_equal(a.algo, ZCC_ALGO_TWOSHOT); /* allreduce only */
   }
   assert_int_equal(host_pick(4, 1, ZCC_COLL_ALLREDUCE, 16 << 10), ZCC_ALGO_RING);
+  /* The two-shot's chunk, which the model counts barriers by (hostmem.h):
+     1 MiB unless ranks outnumber CPUs, then 512 KiB / ceil(ranks per CPU)
+     in whole pages, at least 32 KiB. */
+  assert_int_equal(zcc_twoshot_chunk_auto(0), 1 << 20);
+  assert_int_equal(zcc_twoshot_chunk_auto(1.0), 1 << 20);
+  assert_int_equal(zcc_twoshot_chunk_auto(1.5), 256 << 10);
+  assert_int_equal(zcc_twoshot_chunk_auto(2.0), 256 << 10);
+  assert_int_equal(zcc_twoshot_chunk_auto(3.0), 172032);
+  assert_int_equal(zcc_twoshot_chunk_auto(4.0), 128 << 10);
+  assert_int_equal(zcc_twoshot_chunk_auto(100.0), 32 << 10);
   /* Several hosts with the same number of ranks on each (the table's
    * constants): the direct path pays each network peer's message, the
    * hierarchical plan one network round (leaders, small sizes) or 2 (H - 1)
