@@ -254,7 +254,8 @@ for phase in "$@"; do
     # this carry's own ("carry"), alternated AB_ROUNDS (3) times: 2 ranks on
     # the GPU, allreduce 8 B..AB_MAX (64K), in graphs (2000 replays) and
     # eagerly (2000 iterations; AB_EAGER=0: graphs only), out of place and in
-    # place, no checks. AB_OFF=1 adds the carry with ZCC_GPU_STAMPS=0 ("off").
+    # place, no checks. AB_OFF=1 adds the carry with ZCC_GPU_STAMPS=0 ("off");
+    # AB_ARGS adds allreduce_perf options (--buffers pinned).
     libs=(carry)
     [ "${AB_OFF:-0}" = 1 ] && libs+=(off)
     for g in "$root"/.abcarry/libzcc-*.so.gz; do
@@ -268,7 +269,7 @@ for phase in "$@"; do
       for l in "${libs[@]}"; do
         lp=$LD_LIBRARY_PATH; stamps=1
         case $l in carry) ;; off) stamps=0 ;; *) lp=$OUT/ab-lib/$l:$LD_LIBRARY_PATH ;; esac
-        ar=("$bin/allreduce_perf" -g 2 --share-gpus 1 -b 8 -e ${AB_MAX:-64K} -f 4 -c 0)
+        ar=("$bin/allreduce_perf" -g 2 --share-gpus 1 -b 8 -e ${AB_MAX:-64K} -f 4 -c 0 ${AB_ARGS:-})
         run "ab-graph-$l-$i" 200 env LD_LIBRARY_PATH="$lp" ZCC_GPU_STAMPS=$stamps "${ar[@]}" -w 20 -G 2000
         [ "${AB_EAGER:-1}" = 1 ] || continue
         run "ab-eager-$l-$i" 200 env LD_LIBRARY_PATH="$lp" ZCC_GPU_STAMPS=$stamps "${ar[@]}" -w 200 -n 2000

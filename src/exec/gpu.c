@@ -1062,10 +1062,16 @@ static zccResult_t map_args(struct zccComm *comm, const zcc_coll_args_t *x, cuda
   return zccSuccess;
 }
 
-zccResult_t zcc_gpu_coll_check(struct zccComm *comm, const zcc_coll_args_t *x,
+zccResult_t zcc_gpu_coll_check(struct zccComm *comm, zcc_coll_args_t *x,
                                struct CUstream_st *stream, const char *fn) {
+  if (x->count == 0) return zccSuccess;
   zcc_coll_args_t mapped;
-  return x->count == 0 ? zccSuccess : map_args(comm, x, (cudaStream_t)stream, fn, &mapped);
+  ZCC_CHECK(map_args(comm, x, (cudaStream_t)stream, fn, &mapped));
+  /* Pinned host buffers are asked of the driver once per call, here
+     (cudaPointerGetAttributes), not again at the enqueue. */
+  *x = mapped;
+  x->mapped = 1;
+  return zccSuccess;
 }
 
 zccResult_t zcc_gpu_coll(struct zccComm *comm, const zcc_coll_args_t *x,
@@ -1073,8 +1079,10 @@ zccResult_t zcc_gpu_coll(struct zccComm *comm, const zcc_coll_args_t *x,
   cudaStream_t s = (cudaStream_t)stream;
   if (x->count == 0) return zccSuccess; /* every rank passes the same count: all skip */
   zcc_coll_args_t mapped;
-  ZCC_CHECK(map_args(comm, x, s, fn, &mapped));
-  x = &mapped;
+  if (!x->mapped) {
+    ZCC_CHECK(map_args(comm, x, s, fn, &mapped));
+    x = &mapped;
+  }
   zcc_gpu_op_begin(comm->gpu, x->op_id);
   int prev = -1;
   CU(cudaGetDevice(&prev));

@@ -95,6 +95,8 @@ typedef struct zcc_coll_args {
   const void *scalar_ptr; /* GPU communicators, zccScalarDevice: the kernel reads it */
   unsigned host_bufs;     /* GPU communicators: ZCC_HOST_SEND / ZCC_HOST_RECV, the buffer
                              is pinned host memory (set by the executor as it maps them) */
+  int mapped;             /* GPU communicators: the device side's check mapped them already
+                             (sendbuf, recvbuf, scalar_ptr and host_bufs are the GPU's) */
   uint64_t op_id;         /* GPU communicators: the op's flight recorder id (0: none) */
   uint64_t sig_seq;       /* GPU communicators: the number its signature was posted at */
 } zcc_coll_args_t;

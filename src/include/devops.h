@@ -51,8 +51,9 @@ typedef struct zcc_device_ops {
   void (*stop)(struct zccComm *comm);
   /* Refuse a collective's stream or buffers before it takes its number
      (the signature board, the flight recorder): a refused call changes
-     nothing. */
-  zccResult_t (*check)(struct zccComm *comm, const zcc_coll_args_t *args,
+     nothing. An accepted one has its buffers mapped for the GPU in args
+     (args->mapped), for coll to take as they are. */
+  zccResult_t (*check)(struct zccComm *comm, zcc_coll_args_t *args,
                        struct CUstream_st *stream, const char *fn);
   /* Enqueue a validated collective on the stream. */
   zccResult_t (*coll)(struct zccComm *comm, const zcc_coll_args_t *args,

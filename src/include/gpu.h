@@ -167,10 +167,12 @@ zccResult_t zcc_gpu_current_device(int *dev);
 zccResult_t zcc_gpu_bind_device(int dev);
 
 /* What zcc_gpu_coll would refuse of these arguments (stream, buffers),
-   refused before the call takes its number: nothing changes. */
-zccResult_t zcc_gpu_coll_check(struct zccComm *comm, const zcc_coll_args_t *args,
+   refused before the call takes its number: nothing changes. Accepted,
+   args holds its buffers as the GPU reaches them (args->mapped). */
+zccResult_t zcc_gpu_coll_check(struct zccComm *comm, zcc_coll_args_t *args,
                                struct CUstream_st *stream, const char *fn);
-/* Enqueue a validated collective on stream (a cudaStream_t). */
+/* Enqueue a validated collective on stream (a cudaStream_t); its buffers
+   mapped here unless args->mapped. */
 zccResult_t zcc_gpu_coll(struct zccComm *comm, const zcc_coll_args_t *args,
                          struct CUstream_st *stream, const char *fn);
 
