@@ -597,7 +597,7 @@ zccResult_t zcc_exec_chains(zcc_plan_t **chains, int nchains) {
     }
   if (spin_ns == INT64_MAX) spin_ns = 0;
   /* of a wait: 0 spin, 1 yield, 2 sleep; where it starts */
-  int first_phase = at_once && spin_ns == 0 ? (yield_ns > 0 ? 1 : 2) : 0;
+  int first_phase = at_once ? (yield_ns > 0 ? 1 : 2) : 0; /* at_once: every spin_ns is 0 */
   int phase = first_phase;
   for (;;) {
     int active = 0, moved_any = 0;
