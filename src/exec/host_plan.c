@@ -345,6 +345,11 @@ static zccResult_t direct_reduce(zcc_plan_t *p, const char *sb, size_t stride, c
   return local_avg(p, rb, count);
 }
 
+ZCC_PARAM_INT(ring_nt_bytes, "RING_NT_BYTES", 1048576,
+              "host ring allreduce out of place, not avg: from this size up the "
+              "receives that write the result use streaming stores (past the cache; "
+              "-1: never)");
+
 /* The ring allreduce through the transports' buffers. */
 static zccResult_t plan_allreduce_ring(zcc_plan_t *p, const char *sb, char *rb, size_t count) {
   ring_t R = comm_ring(p->comm);
@@ -355,6 +360,13 @@ static zccResult_t plan_allreduce_ring(zcc_plan_t *p, const char *sb, char *rb, 
   int64_t cb = zcc_param_ring_chunk_bytes();
   size_t chunk = cb > 0 ? (size_t)cb / ts : count;
   if (chunk < (size_t)n) chunk = (size_t)n;
+  /* Out of place and large, the output's lines are not in the cache: the
+     receives that write them as the call's result do so with streaming
+     stores. Not for avg, whose division reads the output back. */
+  int64_t ntb = zcc_param_ring_nt_bytes();
+  size_t bytes = count * ts;
+  int nt = ntb >= 0 && bytes >= (size_t)ntb && p->op != zccAvg &&
+           !ranges_overlap(sb, bytes, rb, bytes);
   ZCC_CHECK(batch_begin(p));
   for (size_t off = 0; off < count; off += chunk) {
     size_t c = count - off < chunk ? count - off : chunk;
@@ -363,7 +375,14 @@ static zccResult_t plan_allreduce_ring(zcc_plan_t *p, const char *sb, char *rb, 
     int final_recv;
     ZCC_CHECK(ring_reduce_scatter(p, &R, csb, c, 0, crb, NULL, crb + zcc_seg_off(c, n, r) * ts,
                                   &final_recv));
+    if (nt && final_recv >= 0) p->xfers[final_recv].nt = 1;
+    int first = p->nxfers;
     ZCC_CHECK(ring_allgather(p, &R, crb, c, 0, final_recv));
+    /* A forwarded receive writes the forward's slot in the same pass; a
+       send that fell behind reads the output back (from memory then:
+       slower, the same bytes). */
+    for (int i = first; nt && i < p->nxfers; i++)
+      if (p->xfers[i].is_recv) p->xfers[i].nt = 1;
   }
   batch_end(p);
   /* Avg divides every element once the sums are everywhere: same bits on all ranks. */

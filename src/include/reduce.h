@@ -58,6 +58,17 @@ void zcc_reduce2(void *dst, void *dst2, const void *a, const void *b,
 void zcc_reduce2_nt(void *dst, void *dst2, const void *a, const void *b,
                     size_t count, zccDataType_t type, zccRedOp_t op);
 
+/*
+ * zcc_reduce2_nt with streaming stores for dst only: dst2 (a slot a peer
+ * reads next) gets plain stores and stays in the cache.
+ */
+void zcc_reduce2_ntdst(void *dst, void *dst2, const void *a, const void *b,
+                       size_t count, zccDataType_t type, zccRedOp_t op);
+
+/* memcpy with streaming stores (x86; elsewhere memcpy), then a store fence:
+   dst and src must not overlap. */
+void zcc_copy_nt(void *dst, const void *src, size_t n);
+
 /* dst[i] = src[i] / nranks as described above; dst may alias src. */
 void zcc_reduce_finish_avg(void *dst, const void *src, size_t count,
                            zccDataType_t type, int nranks);

@@ -269,6 +269,9 @@ ZR_AVX2 ZR_INLINE void st_h_avx2(void *out, const float *in, size_t n) {
 
 /* ---- kernel bodies ---- */
 
+/* nt: which outputs are written with streaming stores. */
+enum { ZR_NT_NONE = 0, ZR_NT_BOTH = 1, ZR_NT_DST = 2 };
+
 typedef void (*zr_kernel_fn)(void *dst, void *dst2, const void *a,
                              const void *b, size_t n, int nt);
 
@@ -316,7 +319,7 @@ typedef void (*zr_avg_fn)(void *dst, const void *src, size_t n, int nranks);
         for (size_t i = 0; i < B; i++) pd[i] = r[i];                          \
       }                                                                       \
       if (pd2) {                                                              \
-        if (nt)                                                               \
+        if (nt == ZR_NT_BOTH)                                                 \
           zr_store_block(pd2, r, 1);                                          \
         else                                                                  \
           for (size_t i = 0; i < B; i++) pd2[i] = r[i];                       \
@@ -620,9 +623,42 @@ void zcc_reduce2(void *dst, void *dst2, const void *a, const void *b,
 
 void zcc_reduce2_nt(void *dst, void *dst2, const void *a, const void *b,
                     size_t count, zccDataType_t type, zccRedOp_t op) {
-  reduce2(dst, dst2, a, b, count, type, op, 1);
+  reduce2(dst, dst2, a, b, count, type, op, ZR_NT_BOTH);
 #if ZR_HAVE_X86
   _mm_sfence(); /* the streaming stores before any store that follows */
+#endif
+}
+
+void zcc_reduce2_ntdst(void *dst, void *dst2, const void *a, const void *b,
+                       size_t count, zccDataType_t type, zccRedOp_t op) {
+  reduce2(dst, dst2, a, b, count, type, op, ZR_NT_DST);
+#if ZR_HAVE_X86
+  _mm_sfence();
+#endif
+}
+
+void zcc_copy_nt(void *dst, const void *src, size_t n) {
+#if ZR_HAVE_X86
+  char *d = dst;
+  const char *s = src;
+  size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+  if (head > n) head = n;
+  memcpy(d, s, head);
+  d += head, s += head, n -= head;
+  for (; n >= 64; n -= 64, d += 64, s += 64) {
+    __m128i v0 = _mm_loadu_si128((const __m128i *)s);
+    __m128i v1 = _mm_loadu_si128((const __m128i *)(s + 16));
+    __m128i v2 = _mm_loadu_si128((const __m128i *)(s + 32));
+    __m128i v3 = _mm_loadu_si128((const __m128i *)(s + 48));
+    _mm_stream_si128((__m128i *)d, v0);
+    _mm_stream_si128((__m128i *)(d + 16), v1);
+    _mm_stream_si128((__m128i *)(d + 32), v2);
+    _mm_stream_si128((__m128i *)(d + 48), v3);
+  }
+  memcpy(d, s, n);
+  _mm_sfence();
+#else
+  memcpy(dst, src, n);
 #endif
 }
 

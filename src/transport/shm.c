@@ -491,7 +491,8 @@ static zccResult_t shm_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
     if (x->red)
       zcc_xfer_reduce(x, dst, out, slot, n / tsize);
     else {
-      memcpy(dst, slot, n);
+      if (x->nt) zcc_copy_nt(dst, slot, n);
+      else memcpy(dst, slot, n);
       if (out) memcpy(out, slot, n);
     }
     if (out) {

@@ -352,6 +352,7 @@ void zcc_transport_free_all(struct zccComm *comm) {
 
 void zcc_xfer_reduce(const zcc_xfer_t *x, void *dst, void *dst2, const void *in, size_t n) {
   const char *own = (const char *)x->red + x->done;
-  if (x->in_first) zcc_reduce2(dst, dst2, in, own, n, x->type, x->op);
-  else zcc_reduce2(dst, dst2, own, in, n, x->type, x->op);
+  const void *a = x->in_first ? in : own, *b = x->in_first ? own : in;
+  if (x->nt) zcc_reduce2_ntdst(dst, dst2, a, b, n, x->type, x->op);
+  else zcc_reduce2(dst, dst2, a, b, n, x->type, x->op);
 }

@@ -424,7 +424,8 @@ static const zccRedOp_t all_ops[] = {zccSum, zccProd, zccMax, zccMin, zccAvg};
 #define NOPS (sizeof(all_ops) / sizeof(all_ops[0]))
 
 /* alias: 0 out of place, 1 dst == a, 2 dst == b. with_dst2: 0 zcc_reduce,
-   1 zcc_reduce2 (dst2 unaligned), 2 zcc_reduce2_nt (dst2 16-byte aligned). */
+   1 zcc_reduce2 (dst2 unaligned), 2 zcc_reduce2_nt (dst2 16-byte aligned),
+   3 zcc_reduce2_ntdst (dst2 unaligned). */
 static void run_case(zccDataType_t t, zccRedOp_t op, size_t count, size_t offa,
                      size_t offb, size_t offd, int alias, int with_dst2) {
   size_t size = zcc_type_size(t), bytes = count * size, pad = 16;
@@ -451,7 +452,9 @@ static void run_case(zccDataType_t t, zccRedOp_t op, size_t count, size_t offa,
   }
   if (alias == 1) d = a;
   if (alias == 2) d = b;
-  if (with_dst2 == 2)
+  if (with_dst2 == 3)
+    zcc_reduce2_ntdst(d, d2, a, b, count, t, op);
+  else if (with_dst2 == 2)
     zcc_reduce2_nt(d, d2, a, b, count, t, op);
   else if (with_dst2)
     zcc_reduce2(d, d2, a, b, count, t, op);
@@ -506,6 +509,31 @@ static void matrix(void) {
         run_case(all_types[ti], all_ops[oi], c, 5, 1, 0, 2, 1);
         run_case(all_types[ti], all_ops[oi], c, 0, 0, 0, 0, 2); /* both outputs aligned */
         run_case(all_types[ti], all_ops[oi], c, 3, 0, 0, 1, 2); /* dst == a, unaligned */
+        run_case(all_types[ti], all_ops[oi], c, 0, 0, 0, 0, 3); /* streamed dst aligned */
+        run_case(all_types[ti], all_ops[oi], c, 2, 1, 5, 0, 3); /* and not */
+        run_case(all_types[ti], all_ops[oi], c, 0, 4, 0, 1, 3); /* dst == a */
+      }
+}
+
+/* zcc_copy_nt: every byte of [dst, dst + n) from src, none outside, at each
+   alignment of both and sizes around the 16-byte head and 64-byte body. */
+static void test_copy_nt(void **state) {
+  (void)state;
+  enum { PAD = 32, MAXN = 300 };
+  unsigned char src[MAXN + 2 * PAD], dst[MAXN + 2 * PAD];
+  for (size_t n = 0; n <= MAXN; n += n < 140 ? 1 : 37)
+    for (size_t so = 0; so < 17; so += 3)
+      for (size_t d_o = 0; d_o < 17; d_o++) {
+        for (size_t i = 0; i < sizeof(src); i++) src[i] = (unsigned char)(rand() | 1);
+        memset(dst, 0, sizeof(dst));
+        zcc_copy_nt(dst + PAD + d_o, src + so, n);
+        for (size_t i = 0; i < sizeof(dst); i++) {
+          int in = i >= PAD + d_o && i < PAD + d_o + n;
+          unsigned char want = in ? src[so + i - PAD - d_o] : 0;
+          if (dst[i] != want)
+            FAILF("zcc_copy_nt n %zu src+%zu dst+%zu: byte %zu is 0x%02x, want 0x%02x\n", n,
+                  so, d_o, i, dst[i], want);
+        }
       }
 }
 
@@ -840,6 +868,7 @@ int main(void) {
       cmocka_unit_test(test_reduce_count_zero),
       cmocka_unit_test(test_reduce_edges),
       cmocka_unit_test(test_reduce_matrix),
+      cmocka_unit_test(test_copy_nt),
       cmocka_unit_test(test_reduce_narrow_pairs),
       cmocka_unit_test(test_reduce_avg),
       cmocka_unit_test(test_reduce_scale),
