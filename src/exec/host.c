@@ -180,7 +180,10 @@ static zccResult_t zcc_stage_step(zcc_plan_t *p, int step, int *jump) {
     for (int k = 1; k < n; k++) {
       int q = (r + k) % n;
       size_t at = zcc_seg_off(c, n, q) * ts;
-      memcpy(h->st_rb + off * ts + at, st->peer[q] + st->chunk + at, zcc_seg_cnt(c, n, q) * ts);
+      char *dst = h->st_rb + off * ts + at;
+      const char *src = st->peer[q] + st->chunk + at;
+      if (h->st_nt) zcc_copy_nt(dst, src, zcc_seg_cnt(c, n, q) * ts);
+      else memcpy(dst, src, zcc_seg_cnt(c, n, q) * ts);
     }
     return zccSuccess;
   case ZCC_HOSTMEM_STAGE_ARRIVE: {

@@ -349,6 +349,20 @@ ZCC_PARAM_INT(ring_nt_bytes, "RING_NT_BYTES", 1048576,
               "host ring allreduce out of place, not avg: from this size up the "
               "receives that write the result use streaming stores (past the cache; "
               "-1: never)");
+ZCC_PARAM_INT(twoshot_nt_bytes, "TWOSHOT_NT_BYTES", 16777216,
+              "host two-shot allreduce out of place, not avg: from this size up the "
+              "peers' segments are copied out with streaming stores (past the cache; "
+              "-1: never)");
+
+/* Whether an allreduce staged through shared memory writes its result with
+   streaming stores: out of place and from min bytes up (-1: never), where
+   the output's lines are not in the cache and a plain store reads each
+   first. Not for avg, whose division reads the result back. */
+static int staged_nt(const zcc_plan_t *p, const char *sb, const char *rb, size_t bytes,
+                     int64_t min) {
+  return min >= 0 && bytes >= (size_t)min && p->op != zccAvg &&
+         !ranges_overlap(sb, bytes, rb, bytes);
+}
 
 /* The ring allreduce through the transports' buffers. */
 static zccResult_t plan_allreduce_ring(zcc_plan_t *p, const char *sb, char *rb, size_t count) {
@@ -360,13 +374,8 @@ static zccResult_t plan_allreduce_ring(zcc_plan_t *p, const char *sb, char *rb, 
   int64_t cb = zcc_param_ring_chunk_bytes();
   size_t chunk = cb > 0 ? (size_t)cb / ts : count;
   if (chunk < (size_t)n) chunk = (size_t)n;
-  /* Out of place and large, the output's lines are not in the cache: the
-     receives that write them as the call's result do so with streaming
-     stores. Not for avg, whose division reads the output back. */
-  int64_t ntb = zcc_param_ring_nt_bytes();
-  size_t bytes = count * ts;
-  int nt = ntb >= 0 && bytes >= (size_t)ntb && p->op != zccAvg &&
-           !ranges_overlap(sb, bytes, rb, bytes);
+  /* The receives that write the result (staged_nt). */
+  int nt = staged_nt(p, sb, rb, count * ts, zcc_param_ring_nt_bytes());
   ZCC_CHECK(batch_begin(p));
   for (size_t off = 0; off < count; off += chunk) {
     size_t c = count - off < chunk ? count - off : chunk;
@@ -563,6 +572,7 @@ static zccResult_t plan_allreduce_twoshot(zcc_plan_t *p, const char *sb, char *r
   h->st_rb = rb;
   h->st_count = count;
   h->st_chunk = chunk;
+  h->st_nt = staged_nt(p, sb, rb, count * ts, zcc_param_twoshot_nt_bytes());
   int jump;
   ZCC_CHECK(stage_prologue(p, sb, rb, count, 0, &jump));
   for (size_t k = 0; k < nchunks; k++) {
