@@ -349,7 +349,7 @@ ZCC_PARAM_INT(ring_nt_bytes, "RING_NT_BYTES", 1048576,
               "host ring allreduce out of place, not avg: from this size up the "
               "receives that write the result use streaming stores (past the cache; "
               "-1: never)");
-ZCC_PARAM_INT(twoshot_nt_bytes, "TWOSHOT_NT_BYTES", 16777216,
+ZCC_PARAM_INT(twoshot_nt_bytes, "TWOSHOT_NT_BYTES", 33554432,
               "host two-shot allreduce out of place, not avg: from this size up the "
               "peers' segments are copied out with streaming stores (past the cache; "
               "-1: never)");
