@@ -56,10 +56,11 @@ typedef struct zcc_xfer {
   struct zcc_xfer *fwd_ready; /* recv: set by the executor when that send is
                        caught up and may be written now, so the transport
                        can produce both outputs in one pass; else NULL */
-  int nt;          /* recv: dst is the operation's output and nothing reads it
-                       before the call returns (no forward reads it, no
-                       later step): written with streaming stores, past the
-                       cache, where the transport copies or reduces */
+  int nt;          /* recv: dst is the operation's output, which no later
+                       step reads (only a forwarding send that fell behind,
+                       from memory then): written with streaming stores,
+                       past the cache, where the transport copies or
+                       reduces */
   const zcc_op_sig_t *sig; /* the operation it belongs to (its plan's); the
                        transport sends it with the first bytes and checks
                        the peer's against it (opsig.h) */

@@ -618,7 +618,7 @@ static void reduce2(void *dst, void *dst2, const void *a, const void *b, size_t 
 
 void zcc_reduce2(void *dst, void *dst2, const void *a, const void *b,
                  size_t count, zccDataType_t type, zccRedOp_t op) {
-  reduce2(dst, dst2, a, b, count, type, op, 0);
+  reduce2(dst, dst2, a, b, count, type, op, ZR_NT_NONE);
 }
 
 void zcc_reduce2_nt(void *dst, void *dst2, const void *a, const void *b,
