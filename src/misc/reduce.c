@@ -638,27 +638,19 @@ void zcc_reduce2_ntdst(void *dst, void *dst2, const void *a, const void *b,
 }
 
 void zcc_copy_nt(void *dst, const void *src, size_t n) {
-#if ZR_HAVE_X86
   char *d = dst;
   const char *s = src;
-  size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+#if ZR_HAVE_X86
+  size_t head = (16 - ((uintptr_t)d & 15)) & 15; /* to zr_store_block's alignment */
   if (head > n) head = n;
   memcpy(d, s, head);
   d += head, s += head, n -= head;
-  for (; n >= 64; n -= 64, d += 64, s += 64) {
-    __m128i v0 = _mm_loadu_si128((const __m128i *)s);
-    __m128i v1 = _mm_loadu_si128((const __m128i *)(s + 16));
-    __m128i v2 = _mm_loadu_si128((const __m128i *)(s + 32));
-    __m128i v3 = _mm_loadu_si128((const __m128i *)(s + 48));
-    _mm_stream_si128((__m128i *)d, v0);
-    _mm_stream_si128((__m128i *)(d + 16), v1);
-    _mm_stream_si128((__m128i *)(d + 32), v2);
-    _mm_stream_si128((__m128i *)(d + 48), v3);
-  }
+  for (; n >= ZR_BLOCK_BYTES; n -= ZR_BLOCK_BYTES, d += ZR_BLOCK_BYTES, s += ZR_BLOCK_BYTES)
+    zr_store_block(d, s, 1);
+#endif
   memcpy(d, s, n);
+#if ZR_HAVE_X86
   _mm_sfence();
-#else
-  memcpy(dst, src, n);
 #endif
 }
 

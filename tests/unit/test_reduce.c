@@ -516,10 +516,10 @@ static void matrix(void) {
 }
 
 /* zcc_copy_nt: every byte of [dst, dst + n) from src, none outside, at each
-   alignment of both and sizes around the 16-byte head and 64-byte body. */
+   alignment of both and sizes around the 16-byte head and the blocks. */
 static void test_copy_nt(void **state) {
   (void)state;
-  enum { PAD = 32, MAXN = 300 };
+  enum { PAD = 32, MAXN = 600 };
   unsigned char src[MAXN + 2 * PAD], dst[MAXN + 2 * PAD];
   for (size_t n = 0; n <= MAXN; n += n < 140 ? 1 : 37)
     for (size_t so = 0; so < 17; so += 3)
