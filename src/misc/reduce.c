@@ -621,20 +621,23 @@ void zcc_reduce2(void *dst, void *dst2, const void *a, const void *b,
   reduce2(dst, dst2, a, b, count, type, op, ZR_NT_NONE);
 }
 
+/* After streaming stores: they reach memory before any store that follows. */
+static void stream_fence(void) {
+#if ZR_HAVE_X86
+  _mm_sfence();
+#endif
+}
+
 void zcc_reduce2_nt(void *dst, void *dst2, const void *a, const void *b,
                     size_t count, zccDataType_t type, zccRedOp_t op) {
   reduce2(dst, dst2, a, b, count, type, op, ZR_NT_BOTH);
-#if ZR_HAVE_X86
-  _mm_sfence(); /* the streaming stores before any store that follows */
-#endif
+  stream_fence();
 }
 
 void zcc_reduce2_ntdst(void *dst, void *dst2, const void *a, const void *b,
                        size_t count, zccDataType_t type, zccRedOp_t op) {
   reduce2(dst, dst2, a, b, count, type, op, ZR_NT_DST);
-#if ZR_HAVE_X86
-  _mm_sfence();
-#endif
+  stream_fence();
 }
 
 void zcc_copy_nt(void *dst, const void *src, size_t n) {
@@ -649,9 +652,7 @@ void zcc_copy_nt(void *dst, const void *src, size_t n) {
     zr_store_block(d, s, 1);
 #endif
   memcpy(d, s, n);
-#if ZR_HAVE_X86
-  _mm_sfence();
-#endif
+  stream_fence();
 }
 
 void zcc_reduce(void *dst, const void *a, const void *b, size_t count,
