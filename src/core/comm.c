@@ -14,6 +14,7 @@
 #include "hostmem.h"
 #include "planner.h"
 #include "sigboard.h"
+#include "stores.h"
 #include "topo.h"
 #include "trace.h"
 #include "transport.h"
@@ -220,6 +221,7 @@ void zcc_comm_free(struct zccComm *comm) {
   free(comm->hier_local);
   free(comm->hier_rail);
   free(comm->select);
+  zcc_stores_free(comm);
   zcc_planner_free(comm->planner);
   zcc_topo_free(comm->topo_own);
   zcc_topo_release(comm->topo);

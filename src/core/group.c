@@ -12,6 +12,8 @@
 #include "comm.h"
 #include "debug.h"
 #include "group.h"
+#include "stores.h"
+#include "wait.h"
 
 typedef struct group_chain {
   struct zccComm *comm;
@@ -174,7 +176,17 @@ static void chain_done(zcc_plan_t *p) {
 zccResult_t zcc_run_plan_now(zcc_plan_t *plan) {
   zccResult_t res = zccSuccess;
   if (plan->coll == ZCC_COLL_SENDRECV) res = zcc_plan_p2p_finish(plan);
+  /* Plain or streaming stores for its result: timed (stores.h). */
+  int cls = plan->stores_class - 1, timed = 0, stream = 0;
+  int64_t t0 = 0;
+  if (cls >= 0) {
+    stream = zcc_stores_begin(plan->comm, cls, 1, &timed);
+    zcc_plan_stores(plan, stream);
+    if (timed) t0 = zcc_now_ns();
+  }
   if (res == zccSuccess) res = zcc_exec_chains(&plan, 1);
+  if (res == zccSuccess && timed)
+    zcc_stores_end(plan->comm, cls, stream, (double)(zcc_now_ns() - t0) / 1e3);
   if (res == zccSuccess) chain_done(plan);
   free_chain(plan);
   return res;
@@ -194,8 +206,13 @@ zccResult_t zccGroupEnd(void) {
   if (!heads) res = zcc_error(zccSystemError, "zccGroupEnd: out of memory");
   for (int i = 0; i < nchains && res == zccSuccess; i++) {
     heads[i] = chains[i].head;
-    for (zcc_plan_t *p = heads[i]; p && res == zccSuccess; p = p->next)
+    for (zcc_plan_t *p = heads[i]; p && res == zccSuccess; p = p->next) {
       if (p->coll == ZCC_COLL_SENDRECV) res = zcc_plan_p2p_finish(p);
+      /* Not timed in a group: the stores its class runs now (stores.h). */
+      int unused;
+      if (p->stores_class)
+        zcc_plan_stores(p, zcc_stores_begin(p->comm, p->stores_class - 1, 0, &unused));
+    }
   }
   if (res == zccSuccess && nchains > 0) res = zcc_exec_chains(heads, nchains);
   if (res == zccSuccess)

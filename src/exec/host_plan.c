@@ -17,6 +17,7 @@
 #include "param.h"
 #include "planner.h"
 #include "reduce.h"
+#include "stores.h"
 
 ZCC_PARAM_INT(ring_chunk_bytes, "RING_CHUNK_BYTES", 1048576,
               "host ring allreduce: bytes per pipelined chunk (each chunk is a "
@@ -364,6 +365,11 @@ static int staged_nt(const zcc_plan_t *p, const char *sb, const char *rb, size_t
          !ranges_overlap(sb, bytes, rb, bytes);
 }
 
+void zcc_plan_stores(zcc_plan_t *p, int stream) {
+  for (int i = 0; i < p->nxfers; i++) p->xfers[i].nt = p->xfers[i].nt_ok && stream;
+  if (p->hostmem) p->hostmem->st_nt = p->hostmem->st_nt_ok && stream;
+}
+
 /* The ring allreduce through the transports' buffers. */
 static zccResult_t plan_allreduce_ring(zcc_plan_t *p, const char *sb, char *rb, size_t count) {
   ring_t R = comm_ring(p->comm);
@@ -384,16 +390,18 @@ static zccResult_t plan_allreduce_ring(zcc_plan_t *p, const char *sb, char *rb, 
     int final_recv;
     ZCC_CHECK(ring_reduce_scatter(p, &R, csb, c, 0, crb, NULL, crb + zcc_seg_off(c, n, r) * ts,
                                   &final_recv));
-    if (nt && final_recv >= 0) p->xfers[final_recv].nt = 1;
+    if (nt && final_recv >= 0) p->xfers[final_recv].nt_ok = 1;
     int first = p->nxfers;
     ZCC_CHECK(ring_allgather(p, &R, crb, c, 0, final_recv));
     /* A forwarded receive writes the forward's slot in the same pass; a
        send that fell behind reads the output back (from memory then:
        slower, the same bytes). */
     for (int i = first; nt && i < p->nxfers; i++)
-      if (p->xfers[i].is_recv) p->xfers[i].nt = 1;
+      if (p->xfers[i].is_recv) p->xfers[i].nt_ok = 1;
   }
   batch_end(p);
+  /* Whether they stream is timed per call (stores.h). */
+  if (nt) p->stores_class = 1 + zcc_stores_class(ZCC_STORES_RING, count * ts);
   /* Avg divides every element once the sums are everywhere: same bits on all ranks. */
   return local_avg(p, rb, count);
 }
@@ -572,7 +580,9 @@ static zccResult_t plan_allreduce_twoshot(zcc_plan_t *p, const char *sb, char *r
   h->st_rb = rb;
   h->st_count = count;
   h->st_chunk = chunk;
-  h->st_nt = staged_nt(p, sb, rb, count * ts, zcc_param_twoshot_nt_bytes());
+  h->st_nt_ok = staged_nt(p, sb, rb, count * ts, zcc_param_twoshot_nt_bytes());
+  h->st_nt = 0;
+  if (h->st_nt_ok) p->stores_class = 1 + zcc_stores_class(ZCC_STORES_TWOSHOT, count * ts);
   int jump;
   ZCC_CHECK(stage_prologue(p, sb, rb, count, 0, &jump));
   for (size_t k = 0; k < nchunks; k++) {

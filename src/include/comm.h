@@ -136,6 +136,8 @@ struct zccComm {
   struct zcc_topo *topo_own;       /* the graph over several hosts made from it, or NULL */
   struct zcc_planner *planner;     /* its plan on that graph, or NULL */
   struct zcc_select_cache *select; /* what runs: the planner's context and kept choices */
+  struct zcc_stores_class *stores; /* staged allreduce: plain or streaming stores per size
+                                      class, by timing (stores.h); NULL until the first */
   int64_t spin_ns, yield_ns;       /* host waits: spin, then yield, then sleep (exec/host.c) */
   unsigned wait_polls;             /* idle polls between the wait's clock reads: 64, or 16 where
                                       ranks outnumber CPUs */

@@ -203,6 +203,7 @@ typedef struct zcc_hostmem_op {
   char *st_rb;
   size_t st_count, st_chunk, st_chunk_bytes;
   int st_nt;                  /* the peers' segments out with streaming stores */
+  int st_nt_ok;               /* st_nt may be set (the plan's stores' choice, stores.h) */
   int st_direct_at;           /* item index where its chunks start */
   int st_waiting;             /* a board barrier's wait: the rank not there yet */
   /* The one-barrier allreduce: its buffers and bytes, its slot this call. */

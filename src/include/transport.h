@@ -61,6 +61,8 @@ typedef struct zcc_xfer {
                        from memory then): written with streaming stores,
                        past the cache, where the transport copies or
                        reduces */
+  int nt_ok;       /* recv: the plan may set nt (its stores' choice for the
+                       call, stores.h) */
   const zcc_op_sig_t *sig; /* the operation it belongs to (its plan's); the
                        transport sends it with the first bytes and checks
                        the peer's against it (opsig.h) */
