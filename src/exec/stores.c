@@ -10,7 +10,8 @@ ZCC_PARAM_INT(nt_tune, "NT_TUNE", 1000,
               "host staged allreduce out of place (ring from ZCC_RING_NT_BYTES, two-shot from "
               "ZCC_TWOSHOT_NT_BYTES): each power-of-two size class times its calls with plain "
               "and with streaming stores for the result (18 calls) and runs the faster, then "
-              "times them again this many calls later; 0: no timing, always streaming");
+              "times them again 64, 128, 256 and 512 calls later and from then on every this "
+              "many calls; 0: no timing, always streaming");
 
 int zcc_stores_class(int algo, uint64_t bytes) {
   int lg = 63 - __builtin_clzll(bytes | 1);
@@ -32,20 +33,35 @@ int zcc_stores_next(zcc_stores_class_t *c, uint64_t retune, int *timed, int *dec
   if (decided) *decided = 0;
   if (retune == 0) return 1;
   if (c->calls == 0) c->stream = 1; /* before the first trial ends: as configured */
-  uint64_t pos = c->calls++ % (ZCC_STORES_TRIAL + retune);
-  if (pos == 0) c->n[0] = c->n[1] = 0;
-  if (pos == ZCC_STORES_TRIAL && c->n[0] > 0 && c->n[1] > 0) {
-    /* The trial's end: the lower median wins; a tie keeps streaming. */
-    c->med[0] = median(c->us[0], c->n[0]);
-    c->med[1] = median(c->us[1], c->n[1]);
-    c->stream = c->med[1] <= c->med[0];
-    c->decided = 1;
-    if (decided) *decided = 1;
+  uint64_t call = c->calls++;
+  if (call == c->next_trial) {
+    c->trial_at = call;
+    c->n[0] = c->n[1] = 0;
   }
-  if (pos >= ZCC_STORES_TRIAL) return c->stream;
-  /* Blocks of one kind, streaming first; the first call of a block is not timed. */
-  *timed = pos % ZCC_STORES_BLOCK != 0;
-  return (pos / ZCC_STORES_BLOCK) % 2 == 0;
+  uint64_t pos = call - c->trial_at;
+  if (pos < ZCC_STORES_TRIAL) {
+    /* Blocks of one kind, streaming first; the first call of a block is not timed. */
+    *timed = pos % ZCC_STORES_BLOCK != 0;
+    return (pos / ZCC_STORES_BLOCK) % 2 == 0;
+  }
+  if (pos == ZCC_STORES_TRIAL) {
+    if (c->n[0] > 0 && c->n[1] > 0) {
+      /* The lower median wins; a tie keeps streaming. */
+      c->med[0] = median(c->us[0], c->n[0]);
+      c->med[1] = median(c->us[1], c->n[1]);
+      c->stream = c->med[1] <= c->med[0];
+      c->decided = 1;
+      if (decided) *decided = 1;
+    }
+    /* The first trials come sooner (the first calls of a program run
+       colder than the rest): 64, 128, 256 and 512 calls later, then
+       every `retune`. */
+    c->trials++;
+    uint64_t gap = retune;
+    if (c->trials < 5 && ((uint64_t)32 << c->trials) < gap) gap = (uint64_t)32 << c->trials;
+    c->next_trial = call + gap;
+  }
+  return c->stream;
 }
 
 void zcc_stores_record(zcc_stores_class_t *c, int stream, double us) {
@@ -72,8 +88,7 @@ int zcc_stores_begin(struct zccComm *comm, int cls, int counted, int *timed) {
              comm->name, comm->rank,
              cls / 64 == ZCC_STORES_RING ? "ring" : "two-shot", 1ull << (cls % 64),
              (2ull << (cls % 64)) - 1, c->med[0], c->med[1], c->n[0], c->n[1],
-             stream ? "streaming" : "plain",
-             (unsigned long long)(c->calls - 1 + (uint64_t)retune));
+             stream ? "streaming" : "plain", (unsigned long long)c->next_trial);
   return stream;
 }
 

@@ -15,8 +15,9 @@
  * power of two of the size) in a trial of ZCC_STORES_TRIAL calls: blocks of
  * ZCC_STORES_BLOCK calls of one kind, alternating, the first of each block
  * not timed (it pays for the other kind's cache state). The class then runs
- * the kind with the lower median until its next trial, ZCC_NT_TUNE calls
- * later. Every rank counts the calls it makes on the communicator, and they
+ * the kind with the lower median until its next trial: 64, 128, 256 and
+ * 512 calls later (the first calls of a program run colder than the rest),
+ * then every ZCC_NT_TUNE calls. Every rank counts the calls it makes on the communicator, and they
  * make the same calls, so the ranks try each kind at the same calls. Calls
  * in a group are neither timed nor counted: they run the class's kind.
  */
@@ -38,9 +39,12 @@ enum { ZCC_STORES_RING, ZCC_STORES_TWOSHOT, ZCC_STORES_NALGOS };
 #define ZCC_STORES_CLASSES (ZCC_STORES_NALGOS * 64)
 
 typedef struct zcc_stores_class {
-  uint64_t calls; /* timed or counted calls so far */
-  int stream;     /* the kind between trials: 1 streaming, 0 plain */
-  int decided;    /* a trial has ended */
+  uint64_t calls;      /* counted calls so far */
+  uint64_t trial_at;   /* the call the last trial began at */
+  uint64_t next_trial; /* the call the next one begins at */
+  uint64_t trials;     /* trials ended */
+  int stream;          /* the kind between trials: 1 streaming, 0 plain */
+  int decided;         /* a trial has decided */
   int n[2];       /* samples of this trial, [0] plain, [1] streaming */
   float us[2][ZCC_STORES_SAMPLES];
   float med[2]; /* the medians the last decision compared */
@@ -52,8 +56,8 @@ int zcc_stores_class(int algo, uint64_t bytes);
 /*
  * The kind the class's next call uses (1 streaming, 0 plain), and in
  * *timed whether zcc_stores_record should get its time; counts the call.
- * retune: calls between the end of a trial and the next (ZCC_NT_TUNE);
- * 0: no trials, always streaming. *decided (if given) is set to 1 when
+ * retune: calls between the end of a trial and the next (ZCC_NT_TUNE; the
+ * first four come sooner); 0: no trials, always streaming. *decided (if given) is set to 1 when
  * this call ended a trial (c->stream and c->med hold its outcome).
  */
 int zcc_stores_next(zcc_stores_class_t *c, uint64_t retune, int *timed, int *decided);

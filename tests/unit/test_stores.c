@@ -50,6 +50,28 @@ static void test_schedule(void **s) {
   }
 }
 
+/* The first trials come sooner: 64, 128, 256 and 512 calls after the one
+   before, then every `retune`. */
+static void test_early_trials(void **s) {
+  zcc_stores_class_t c;
+  memset(&c, 0, sizeof(c));
+  const uint64_t want[] = {18, 100, 246, 520, 1050, 2068, 3086};
+  size_t got = 0;
+  for (uint64_t call = 0; call < 3100; call++) {
+    int timed, decided;
+    int k = zcc_stores_next(&c, 1000, &timed, &decided);
+    if (timed) zcc_stores_record(&c, k, k ? 5.0 : 7.0);
+    if (decided) {
+      if (got >= sizeof(want) / sizeof(want[0]) || want[got] != call)
+        fail_msg("decision %zu at call %llu, expected at %llu", got, (unsigned long long)call,
+                 got < sizeof(want) / sizeof(want[0]) ? (unsigned long long)want[got] : 0ull);
+      got++;
+      assert_int_equal(k, 1);
+    }
+  }
+  assert_int_equal(got, sizeof(want) / sizeof(want[0]));
+}
+
 static void run_trial(zcc_stores_class_t *c, double plain_us, double stream_us, int skip) {
   for (int i = 0; i < ZCC_STORES_TRIAL; i++) {
     int timed;
@@ -75,8 +97,11 @@ static void test_decisions(void **s) {
   assert_int_equal(decided, 1);
   /* A trial without a time of one kind (its calls failed) decides nothing:
      the class keeps the kind it had. */
-  for (int i = 1; i < 100; i++) zcc_stores_next(&c, 100, &timed, NULL);
+  assert_true(c.next_trial == ZCC_STORES_TRIAL + 64);
+  while (c.calls < c.next_trial) zcc_stores_next(&c, 100, &timed, NULL);
   run_trial(&c, 150, 1, 1);
+  assert_int_equal(c.n[0], ZCC_STORES_SAMPLES);
+  assert_int_equal(c.n[1], 0);
   assert_int_equal(zcc_stores_next(&c, 100, &timed, &decided), 0);
   assert_int_equal(decided, 0);
   /* retune 0: always streaming, nothing timed or counted. */
@@ -203,6 +228,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_schedule),
       cmocka_unit_test(test_decisions),
+      cmocka_unit_test(test_early_trials),
       cmocka_unit_test(test_ring_switching),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
