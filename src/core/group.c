@@ -176,17 +176,17 @@ static void chain_done(zcc_plan_t *p) {
 zccResult_t zcc_run_plan_now(zcc_plan_t *plan) {
   zccResult_t res = zccSuccess;
   if (plan->coll == ZCC_COLL_SENDRECV) res = zcc_plan_p2p_finish(plan);
-  /* Plain or streaming stores for its result: timed (stores.h). */
-  int cls = plan->stores_class - 1, timed = 0, stream = 0;
+  /* Plain or streaming stores for its result and slots: timed (stores.h). */
+  int cls = plan->stores_class - 1, timed = 0, kind = 0;
   int64_t t0 = 0;
-  if (cls >= 0) {
-    stream = zcc_stores_begin(plan->comm, cls, 1, &timed);
-    zcc_plan_stores(plan, stream);
+  if (cls >= 0 && res == zccSuccess) {
+    kind = zcc_stores_begin(plan->comm, cls, 1, &timed);
+    zcc_plan_stores(plan, kind);
     if (timed) t0 = zcc_now_ns();
   }
   if (res == zccSuccess) res = zcc_exec_chains(&plan, 1);
   if (res == zccSuccess && timed)
-    zcc_stores_end(plan->comm, cls, stream, (double)(zcc_now_ns() - t0) / 1e3);
+    zcc_stores_end(plan->comm, cls, kind, (double)(zcc_now_ns() - t0) / 1e3);
   if (res == zccSuccess) chain_done(plan);
   free_chain(plan);
   return res;

@@ -346,10 +346,23 @@ static zccResult_t direct_reduce(zcc_plan_t *p, const char *sb, size_t stride, c
   return local_avg(p, rb, count);
 }
 
+/* Every peer over shm (same host): ranks can map each other's memory. */
+static int all_shm(const struct zccComm *comm) {
+  for (int i = 0; i < comm->nranks; i++)
+    if (i != comm->rank && (!comm->conns[i] || comm->conns[i]->ops != &zcc_transport_shm))
+      return 0;
+  return 1;
+}
+
 ZCC_PARAM_INT(ring_nt_bytes, "RING_NT_BYTES", 1048576,
-              "host ring allreduce out of place, not avg: from this size up the "
-              "receives that write the result use streaming stores (past the cache; "
-              "-1: never)");
+              "host ring allreduce: from this size up the receives that write the "
+              "result (out of place, not avg) and the sends into shared-memory slots "
+              "(ZCC_RING_SLOT_NT) may use streaming stores, as ZCC_NT_TUNE times them "
+              "(-1: never)");
+ZCC_PARAM_INT(ring_slot_nt, "RING_SLOT_NT", 1,
+              "host ring allreduce from ZCC_RING_NT_BYTES, in place or not: 1 times "
+              "streaming stores into the shared-memory slots against plain ones "
+              "(ZCC_NT_TUNE); 0: the slots always take plain stores");
 ZCC_PARAM_INT(twoshot_nt_bytes, "TWOSHOT_NT_BYTES", 33554432,
               "host two-shot allreduce out of place, not avg: from this size up the "
               "peers' segments are copied out with streaming stores (past the cache; "
@@ -365,9 +378,13 @@ static int staged_nt(const zcc_plan_t *p, const char *sb, const char *rb, size_t
          !ranges_overlap(sb, bytes, rb, bytes);
 }
 
-void zcc_plan_stores(zcc_plan_t *p, int stream) {
-  for (int i = 0; i < p->nxfers; i++) p->xfers[i].nt = p->xfers[i].nt_ok && stream;
-  if (p->hostmem) p->hostmem->st_nt = p->hostmem->st_nt_ok && stream;
+void zcc_plan_stores(zcc_plan_t *p, int kind) {
+  int out = (kind & ZCC_STORES_OUT) != 0, slots = (kind & ZCC_STORES_SLOTS) != 0;
+  for (int i = 0; i < p->nxfers; i++) {
+    p->xfers[i].nt = p->xfers[i].nt_ok && out;
+    p->xfers[i].slot_nt = p->xfers[i].slot_nt_ok && slots;
+  }
+  if (p->hostmem) p->hostmem->st_nt = p->hostmem->st_nt_ok && out;
 }
 
 /* The ring allreduce through the transports' buffers. */
@@ -380,8 +397,12 @@ static zccResult_t plan_allreduce_ring(zcc_plan_t *p, const char *sb, char *rb, 
   int64_t cb = zcc_param_ring_chunk_bytes();
   size_t chunk = cb > 0 ? (size_t)cb / ts : count;
   if (chunk < (size_t)n) chunk = (size_t)n;
-  /* The receives that write the result (staged_nt). */
+  /* The receives that write the result (staged_nt); from the same size the
+     sends into shared-memory slots (stores.h). */
   int nt = staged_nt(p, sb, rb, count * ts, zcc_param_ring_nt_bytes());
+  int64_t slot_min = zcc_param_ring_nt_bytes();
+  int slots = zcc_param_ring_slot_nt() && slot_min >= 0 && count * ts >= (size_t)slot_min &&
+              all_shm(p->comm);
   ZCC_CHECK(batch_begin(p));
   for (size_t off = 0; off < count; off += chunk) {
     size_t c = count - off < chunk ? count - off : chunk;
@@ -400,8 +421,11 @@ static zccResult_t plan_allreduce_ring(zcc_plan_t *p, const char *sb, char *rb, 
       if (p->xfers[i].is_recv) p->xfers[i].nt_ok = 1;
   }
   batch_end(p);
+  for (int i = 0; slots && i < p->nxfers; i++)
+    if (!p->xfers[i].is_recv) p->xfers[i].slot_nt_ok = 1;
   /* Whether they stream is timed per call (stores.h). */
-  if (nt) p->stores_class = 1 + zcc_stores_class(ZCC_STORES_RING, count * ts);
+  unsigned mask = (nt ? ZCC_STORES_OUT : 0) | (slots ? ZCC_STORES_SLOTS : 0);
+  if (mask) p->stores_class = 1 + zcc_stores_class(ZCC_STORES_RING, mask, count * ts);
   /* Avg divides every element once the sums are everywhere: same bits on all ranks. */
   return local_avg(p, rb, count);
 }
@@ -419,13 +443,6 @@ ZCC_PARAM_INT(hostmem_min_bytes, "HOSTMEM_MIN_BYTES", 1048576,
               "their buffers are zccMemHostAlloc memory (one small message each way; set "
               "alike on every rank)");
 
-/* Every peer over shm (same host): ranks can map each other's memory. */
-static int all_shm(const struct zccComm *comm) {
-  for (int i = 0; i < comm->nranks; i++)
-    if (i != comm->rank && (!comm->conns[i] || comm->conns[i]->ops != &zcc_transport_shm))
-      return 0;
-  return 1;
-}
 
 int zcc_hostmem_direct_eligible(const struct zccComm *comm, size_t bytes) {
   if (comm->nranks < 2 || comm->dev || zcc_param_hostmem_direct() != 1) return 0;
@@ -582,7 +599,8 @@ static zccResult_t plan_allreduce_twoshot(zcc_plan_t *p, const char *sb, char *r
   h->st_chunk = chunk;
   h->st_nt_ok = staged_nt(p, sb, rb, count * ts, zcc_param_twoshot_nt_bytes());
   h->st_nt = 0;
-  if (h->st_nt_ok) p->stores_class = 1 + zcc_stores_class(ZCC_STORES_TWOSHOT, count * ts);
+  if (h->st_nt_ok)
+    p->stores_class = 1 + zcc_stores_class(ZCC_STORES_TWOSHOT, ZCC_STORES_OUT, count * ts);
   int jump;
   ZCC_CHECK(stage_prologue(p, sb, rb, count, 0, &jump));
   for (size_t k = 0; k < nchunks; k++) {

@@ -127,7 +127,7 @@ typedef struct zcc_plan {
   int trace_started;
   zcc_op_sig_t sig; /* what its transfers carry (opsig.h); set by the caller */
   int stores_class;   /* 1 + its class of plain or streaming stores for the result
-                         (stores.h); 0: it has no such choice */
+                         and the slots (stores.h); 0: it has no such choice */
   struct zcc_hostmem_op *hostmem; /* the direct allreduce's state (hostmem.h), kept
                                      with the plan's arrays; NULL: never used */
   struct zcc_plan *next;
@@ -153,9 +153,9 @@ zccResult_t zcc_plan_p2p_finish(zcc_plan_t *plan);
  * scratch, for the next call (so small collectives allocate nothing).
  */
 void zcc_plan_free(zcc_plan_t *plan);
-/* Its result's stores for this run (stores.h): 1 streaming where the plan
-   may stream, 0 plain. */
-void zcc_plan_stores(zcc_plan_t *p, int stream);
+/* Its stores for this run: kind's bits (stores.h) stream where the plan
+   may stream, the rest are plain. */
+void zcc_plan_stores(zcc_plan_t *p, int kind);
 /* Free the communicator's kept plan (at communicator destruction). */
 void zcc_plan_release_spare(struct zccComm *comm);
 

@@ -65,6 +65,14 @@ void zcc_reduce2_nt(void *dst, void *dst2, const void *a, const void *b,
 void zcc_reduce2_ntdst(void *dst, void *dst2, const void *a, const void *b,
                        size_t count, zccDataType_t type, zccRedOp_t op);
 
+/*
+ * zcc_reduce2_nt with streaming stores for dst2 only (a slot a peer reads
+ * next, where its core's copy of the line is slow to take back: stores.h);
+ * dst gets plain stores.
+ */
+void zcc_reduce2_ntdst2(void *dst, void *dst2, const void *a, const void *b,
+                        size_t count, zccDataType_t type, zccRedOp_t op);
+
 /* memcpy with streaming stores (x86; elsewhere memcpy), then a store fence:
    dst and src must not overlap. */
 void zcc_copy_nt(void *dst, const void *src, size_t n);

@@ -63,14 +63,21 @@ typedef struct zcc_xfer {
                        reduces */
   int nt_ok;       /* recv: the plan may set nt (its stores' choice for the
                        call, stores.h) */
+  int slot_nt;     /* send: written into the transport's slots (shm) with
+                       streaming stores: the stores then take the line
+                       without first fetching the copy the peer's core
+                       read last (stores.h says when that is faster) */
+  int slot_nt_ok;  /* send: the plan may set slot_nt (stores.h) */
   const zcc_op_sig_t *sig; /* the operation it belongs to (its plan's); the
                        transport sends it with the first bytes and checks
                        the peer's against it (opsig.h) */
 } zcc_xfer_t;
 
 /* A receive's reduction of n elements that arrived at `in` into dst (and dst2
-   if not NULL), operands in the order x asks for. */
-void zcc_xfer_reduce(const zcc_xfer_t *x, void *dst, void *dst2, const void *in, size_t n);
+   if not NULL: a forwarding send's slot), operands in the order x asks for;
+   dst streams where x->nt, dst2 where dst2_nt. */
+void zcc_xfer_reduce(const zcc_xfer_t *x, void *dst, void *dst2, int dst2_nt, const void *in,
+                     size_t n);
 
 typedef enum {
   ZCC_CONNECT_CREATE = 0, /* make local resources */

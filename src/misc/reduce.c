@@ -270,7 +270,7 @@ ZR_AVX2 ZR_INLINE void st_h_avx2(void *out, const float *in, size_t n) {
 /* ---- kernel bodies ---- */
 
 /* nt: which outputs are written with streaming stores. */
-enum { ZR_NT_NONE = 0, ZR_NT_BOTH = 1, ZR_NT_DST = 2 };
+enum { ZR_NT_NONE = 0, ZR_NT_DST = 1, ZR_NT_DST2 = 2, ZR_NT_BOTH = 3 };
 
 typedef void (*zr_kernel_fn)(void *dst, void *dst2, const void *a,
                              const void *b, size_t n, int nt);
@@ -313,13 +313,13 @@ typedef void (*zr_avg_fn)(void *dst, const void *src, size_t n, int nranks);
         T u = pa[i], v = pb[i];                                               \
         r[i] = (T)(EXPR);                                                     \
       }                                                                       \
-      if (nt) {                                                               \
+      if (nt & ZR_NT_DST) {                                                   \
         zr_store_block(pd, r, 1);                                             \
       } else {                                                                \
         for (size_t i = 0; i < B; i++) pd[i] = r[i];                          \
       }                                                                       \
       if (pd2) {                                                              \
-        if (nt == ZR_NT_BOTH)                                                 \
+        if (nt & ZR_NT_DST2)                                                  \
           zr_store_block(pd2, r, 1);                                          \
         else                                                                  \
           for (size_t i = 0; i < B; i++) pd2[i] = r[i];                       \
@@ -637,6 +637,12 @@ void zcc_reduce2_nt(void *dst, void *dst2, const void *a, const void *b,
 void zcc_reduce2_ntdst(void *dst, void *dst2, const void *a, const void *b,
                        size_t count, zccDataType_t type, zccRedOp_t op) {
   reduce2(dst, dst2, a, b, count, type, op, ZR_NT_DST);
+  stream_fence();
+}
+
+void zcc_reduce2_ntdst2(void *dst, void *dst2, const void *a, const void *b,
+                        size_t count, zccDataType_t type, zccRedOp_t op) {
+  reduce2(dst, dst2, a, b, count, type, op, ZR_NT_DST2);
   stream_fence();
 }
 

@@ -473,7 +473,7 @@ static zccResult_t sock_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
     s->stage_fill += got;
     size_t whole = s->stage_fill - s->stage_fill % tsize;
     if (whole) {
-      zcc_xfer_reduce(x, (char *)x->dst + x->done, NULL, s->stage, whole / tsize);
+      zcc_xfer_reduce(x, (char *)x->dst + x->done, NULL, 0, s->stage, whole / tsize);
       x->done += whole;
       memmove(s->stage, s->stage + whole, s->stage_fill - whole);
       s->stage_fill -= whole;

@@ -576,7 +576,7 @@ static zccResult_t recv_progress(zcc_conn_t *conn, net_state_t *st, net_conn_t *
         if (n % t)
           return zcc_error(zccInternalError, "net: rank %d sent a message of %zu bytes, not "
                            "whole %zu-byte elements", conn->peer, n, t);
-        zcc_xfer_reduce(x, (char *)x->dst + x->done, NULL, msg + off, n / t);
+        zcc_xfer_reduce(x, (char *)x->dst + x->done, NULL, 0, msg + off, n / t);
       } else {
         memcpy((char *)x->dst + x->done, msg + off, n);
       }

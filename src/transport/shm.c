@@ -389,6 +389,13 @@ static void populate_slots(shm_conn_t *s, char *data, size_t *mapped, size_t n, 
   *mapped = n;
 }
 
+/* Whether x's next chunk of n bytes goes into its slot with streaming
+   stores: where the plan asks (slot_nt) and the chunk goes to the slot's
+   data area (one inline in the descriptor shares its lines with `posted`). */
+static int send_nt(const zcc_xfer_t *x, size_t n) {
+  return x->slot_nt && n > SHM_INLINE && !brief(x, n);
+}
+
 /* Where x's next chunk of n bytes goes, or NULL when the FIFO is full. */
 static char *send_slot(shm_conn_t *s, size_t n, const zcc_xfer_t *x) {
   if (s->send_tail - s->send_head >= s->nslots) {
@@ -430,7 +437,10 @@ static zccResult_t shm_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
       size_t n = x->avail - x->done;
       if (n > s->slot_size) n = s->slot_size;
       if (!n || !(out = send_slot(s, n, x))) break;
-      memcpy(out, (const char *)x->src + x->done, n);
+      if (send_nt(x, n))
+        zcc_copy_nt(out, (const char *)x->src + x->done, n);
+      else
+        memcpy(out, (const char *)x->src + x->done, n);
       send_post(s, n, x);
       x->done += n;
       *moved = 1;
@@ -488,12 +498,15 @@ static zccResult_t shm_progress(zcc_conn_t *conn, zcc_xfer_t *x, int *moved) {
     shm_conn_t *fs = f && f->conn->ops == &zcc_transport_shm ? f->conn->priv : NULL;
     if (fs && n > fs->slot_size) n = fs->slot_size;
     char *out = fs ? send_slot(fs, n, f) : NULL;
+    /* The forward's slot streams as its own sends do (send_nt). */
+    int out_nt = out && send_nt(f, n);
     if (x->red)
-      zcc_xfer_reduce(x, dst, out, slot, n / tsize);
+      zcc_xfer_reduce(x, dst, out, out_nt, slot, n / tsize);
     else {
       if (x->nt) zcc_copy_nt(dst, slot, n);
       else memcpy(dst, slot, n);
-      if (out) memcpy(out, slot, n);
+      if (out_nt) zcc_copy_nt(out, slot, n);
+      else if (out) memcpy(out, slot, n);
     }
     if (out) {
       send_post(fs, n, f);

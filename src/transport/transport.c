@@ -350,9 +350,13 @@ void zcc_transport_free_all(struct zccComm *comm) {
   memset(comm->transport_state, 0, sizeof(comm->transport_state));
 }
 
-void zcc_xfer_reduce(const zcc_xfer_t *x, void *dst, void *dst2, const void *in, size_t n) {
+void zcc_xfer_reduce(const zcc_xfer_t *x, void *dst, void *dst2, int dst2_nt, const void *in,
+                     size_t n) {
   const char *own = (const char *)x->red + x->done;
   const void *a = x->in_first ? in : own, *b = x->in_first ? own : in;
-  if (x->nt) zcc_reduce2_ntdst(dst, dst2, a, b, n, x->type, x->op);
+  int nt2 = dst2 && dst2_nt;
+  if (x->nt && nt2) zcc_reduce2_nt(dst, dst2, a, b, n, x->type, x->op);
+  else if (x->nt) zcc_reduce2_ntdst(dst, dst2, a, b, n, x->type, x->op);
+  else if (nt2) zcc_reduce2_ntdst2(dst, dst2, a, b, n, x->type, x->op);
   else zcc_reduce2(dst, dst2, a, b, n, x->type, x->op);
 }

@@ -425,7 +425,8 @@ static const zccRedOp_t all_ops[] = {zccSum, zccProd, zccMax, zccMin, zccAvg};
 
 /* alias: 0 out of place, 1 dst == a, 2 dst == b. with_dst2: 0 zcc_reduce,
    1 zcc_reduce2 (dst2 unaligned), 2 zcc_reduce2_nt (dst2 16-byte aligned),
-   3 zcc_reduce2_ntdst (dst2 unaligned). */
+   3 zcc_reduce2_ntdst (dst2 unaligned), 4 zcc_reduce2_ntdst2 (dst2 16-byte
+   aligned). */
 static void run_case(zccDataType_t t, zccRedOp_t op, size_t count, size_t offa,
                      size_t offb, size_t offd, int alias, int with_dst2) {
   size_t size = zcc_type_size(t), bytes = count * size, pad = 16;
@@ -442,7 +443,7 @@ static void run_case(zccDataType_t t, zccRedOp_t op, size_t count, size_t offa,
   memset(Bm, 0xa5, bytes + 2 * pad);
   memset(D, 0xa5, bytes + 2 * pad);
   memset(D2, 0x5a, bytes + 2 * pad);
-  size_t off2 = with_dst2 == 2 ? 16 : 3;
+  size_t off2 = with_dst2 == 2 || with_dst2 == 4 ? 16 : 3;
   unsigned char *a = A + offa, *b = Bm + offb, *d = D + offd, *d2 = D2 + off2;
   for (size_t i = 0; i < count; i++) {
     ea[i] = rand_elem(t);
@@ -452,7 +453,9 @@ static void run_case(zccDataType_t t, zccRedOp_t op, size_t count, size_t offa,
   }
   if (alias == 1) d = a;
   if (alias == 2) d = b;
-  if (with_dst2 == 3)
+  if (with_dst2 == 4)
+    zcc_reduce2_ntdst2(d, d2, a, b, count, t, op);
+  else if (with_dst2 == 3)
     zcc_reduce2_ntdst(d, d2, a, b, count, t, op);
   else if (with_dst2 == 2)
     zcc_reduce2_nt(d, d2, a, b, count, t, op);
@@ -511,6 +514,8 @@ static void matrix(void) {
         run_case(all_types[ti], all_ops[oi], c, 3, 0, 0, 1, 2); /* dst == a, unaligned */
         run_case(all_types[ti], all_ops[oi], c, 0, 0, 0, 0, 3); /* streamed dst aligned */
         run_case(all_types[ti], all_ops[oi], c, 2, 1, 5, 0, 3); /* and not */
+        run_case(all_types[ti], all_ops[oi], c, 0, 0, 0, 0, 4); /* streamed dst2 aligned */
+        run_case(all_types[ti], all_ops[oi], c, 2, 1, 5, 2, 4); /* dst == b, unaligned */
         run_case(all_types[ti], all_ops[oi], c, 0, 4, 0, 1, 3); /* dst == a */
       }
 }
