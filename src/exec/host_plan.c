@@ -354,7 +354,7 @@ static int all_shm(const struct zccComm *comm) {
   return 1;
 }
 
-ZCC_PARAM_INT(ring_nt_bytes, "RING_NT_BYTES", 1048576,
+ZCC_PARAM_INT(ring_nt_bytes, "RING_NT_BYTES", 32768,
               "host ring allreduce: from this size up the receives that write the "
               "result (out of place, not avg) and the sends into shared-memory slots "
               "(ZCC_RING_SLOT_NT) may use streaming stores, as ZCC_NT_TUNE times them "
