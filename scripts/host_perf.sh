@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The host performance report of docs/perf/host.md, in one run: machine and
-# versions, the memory-bandwidth ceiling (membw on both cores), and zcc's
+# versions, the memory-bandwidth ceiling (membw on both cores, memcpy and
+# plain stores), and zcc's
 # allreduce beside Open MPI's and gloo's (tools/compare_mpi.sh --gloo, gloo
 # when /usr/bin/python3 has torch), float32 sum, 8 B to 256 MiB, for each
 # rank count of HOST_PERF_NP (default "2 4 8"); then, from 1 MiB, zcc with
@@ -25,9 +26,12 @@ echo "# compiler: $(cc --version | head -n 1)"
 echo "# open mpi: $(mpirun --version 2>/dev/null | head -n 1)"
 echo "# zcc: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 echo
-echo "## memcpy on both cores at once (membw -t 2): the ceiling"
+echo "## copies on both cores at once (membw -t 2): the ceiling"
+echo "# memcpy (streams past a few MiB), and plain stores (membw -p: the cache's rate where the buffers stay in it)"
 for b in 1M 2M 4M 8M 16M 32M 64M 128M 256M; do
-  "$build/tools/membw" -b "$b" -t 2 -n 20 | tail -n 1 | awk -v b="$b" '{printf "%6s per-core %6.2f GB/s\n", b, $2}'
+  m=$("$build/tools/membw" -b "$b" -t 2 -n 20 | tail -n 1 | awk '{print $2}')
+  p=$("$build/tools/membw" -b "$b" -t 2 -n 20 -p | tail -n 1 | awk '{print $2}')
+  printf "%6s per-core memcpy %6.2f GB/s  plain %6.2f GB/s\n" "$b" "$m" "$p"
 done
 echo
 gloo=

@@ -3,7 +3,13 @@
  * against. Copies a buffer with memcpy on 1..T threads at once (each thread
  * its own source and destination) and prints the median copy rate per
  * thread and in total, in GB/s of bytes copied (each byte is read once and
- * written once). Usage: membw [-b BYTES] [-t THREADS] [-n ITERS]
+ * written once). Usage: membw [-b BYTES] [-t THREADS] [-n ITERS] [-p]
+ *
+ * -p copies with plain 16-byte loads and stores instead: glibc's memcpy
+ * switches to streaming stores past a size (a few MiB), which go to DRAM
+ * even where the buffers would stay in the last-level cache from one copy
+ * to the next, so memcpy's rate there is the DRAM's; -p gives the cache's
+ * (docs/perf/host.md, 2026-12-06).
  *
  * membw -l: the one-way latency of a cache line between two processes
  * bound to the first two CPUs this one may use (a flag written by one,
@@ -28,9 +34,14 @@
 
 #include "perf_util.h"
 
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
 typedef struct worker {
   size_t bytes;
   int iters;
+  int plain; /* -p: plain_copy, not memcpy */
   pthread_barrier_t *barrier;
   double *seconds; /* [iters] */
 } worker_t;
@@ -46,6 +57,24 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* A copy with plain stores only (no streaming stores at any size). */
+static void plain_copy(char *dst, const char *src, size_t n) {
+  size_t i = 0;
+#if defined(__x86_64__)
+  for (; i + 64 <= n; i += 64) {
+    __m128i a = _mm_loadu_si128((const __m128i *)(src + i));
+    __m128i b = _mm_loadu_si128((const __m128i *)(src + i + 16));
+    __m128i c = _mm_loadu_si128((const __m128i *)(src + i + 32));
+    __m128i d = _mm_loadu_si128((const __m128i *)(src + i + 48));
+    _mm_storeu_si128((__m128i *)(dst + i), a);
+    _mm_storeu_si128((__m128i *)(dst + i + 16), b);
+    _mm_storeu_si128((__m128i *)(dst + i + 32), c);
+    _mm_storeu_si128((__m128i *)(dst + i + 48), d);
+  }
+#endif
+  for (; i < n; i++) ((volatile char *)dst)[i] = src[i];
+}
+
 static void *run(void *p) {
   worker_t *w = p;
   char *src = malloc(w->bytes), *dst = malloc(w->bytes);
@@ -58,7 +87,10 @@ static void *run(void *p) {
   for (int i = -2; i < w->iters; i++) {
     pthread_barrier_wait(w->barrier);
     double t0 = now();
-    memcpy(dst, src, w->bytes);
+    if (w->plain)
+      plain_copy(dst, src, w->bytes);
+    else
+      memcpy(dst, src, w->bytes);
     double t1 = now();
     if (i >= 0) w->seconds[i] = t1 - t0;
   }
@@ -122,8 +154,8 @@ static int line_latency(void) {
 
 int main(int argc, char **argv) {
   size_t bytes = 256u << 20;
-  int threads = 2, iters = 20, opt;
-  while ((opt = getopt(argc, argv, "b:t:n:lh")) != -1) {
+  int threads = 2, iters = 20, plain = 0, opt;
+  while ((opt = getopt(argc, argv, "b:t:n:plh")) != -1) {
     switch (opt) {
     case 'b':
       if (perf_parse_size(optarg, &bytes) != 0 || bytes == 0) {
@@ -133,9 +165,10 @@ int main(int argc, char **argv) {
       break;
     case 't': threads = atoi(optarg); break;
     case 'n': iters = atoi(optarg); break;
+    case 'p': plain = 1; break;
     case 'l': return line_latency();
     default:
-      fprintf(stderr, "usage: membw [-b BYTES] [-t THREADS] [-n ITERS] | membw -l\n");
+      fprintf(stderr, "usage: membw [-b BYTES] [-t THREADS] [-n ITERS] [-p] | membw -l\n");
       return opt == 'h' ? 0 : 2;
     }
   }
@@ -143,7 +176,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "membw: -t must be 1..256 and -n at least 1\n");
     return 2;
   }
-  printf("# membw: memcpy of %zu bytes, median of %d, GB/s of bytes copied\n", bytes, iters);
+  printf("# membw: %s of %zu bytes, median of %d, GB/s of bytes copied\n",
+         plain ? "copy with plain stores (-p)" : "memcpy", bytes, iters);
   printf("# threads  per-thread  total\n");
   for (int t = 1; t <= threads; t++) {
     pthread_barrier_t barrier;
@@ -151,7 +185,7 @@ int main(int argc, char **argv) {
     worker_t *w = calloc((size_t)t, sizeof(*w));
     pthread_t *th = calloc((size_t)t, sizeof(*th));
     for (int k = 0; k < t; k++) {
-      w[k] = (worker_t){bytes, iters, &barrier, calloc((size_t)iters, sizeof(double))};
+      w[k] = (worker_t){bytes, iters, plain, &barrier, calloc((size_t)iters, sizeof(double))};
       pthread_create(&th[k], NULL, run, &w[k]);
     }
     for (int k = 0; k < t; k++) pthread_join(th[k], NULL);
