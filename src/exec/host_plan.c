@@ -399,9 +399,9 @@ static zccResult_t plan_allreduce_ring(zcc_plan_t *p, const char *sb, char *rb, 
   if (chunk < (size_t)n) chunk = (size_t)n;
   /* The receives that write the result (staged_nt); from the same size the
      sends into shared-memory slots (stores.h). */
-  int nt = staged_nt(p, sb, rb, count * ts, zcc_param_ring_nt_bytes());
-  int64_t slot_min = zcc_param_ring_nt_bytes();
-  int slots = zcc_param_ring_slot_nt() && slot_min >= 0 && count * ts >= (size_t)slot_min &&
+  int64_t nt_min = zcc_param_ring_nt_bytes();
+  int nt = staged_nt(p, sb, rb, count * ts, nt_min);
+  int slots = zcc_param_ring_slot_nt() && nt_min >= 0 && count * ts >= (size_t)nt_min &&
               all_shm(p->comm);
   ZCC_CHECK(batch_begin(p));
   for (size_t off = 0; off < count; off += chunk) {
@@ -442,7 +442,6 @@ ZCC_PARAM_INT(hostmem_min_bytes, "HOSTMEM_MIN_BYTES", 1048576,
               "host allreduce: from this size up the ranks first tell each other whether "
               "their buffers are zccMemHostAlloc memory (one small message each way; set "
               "alike on every rank)");
-
 
 int zcc_hostmem_direct_eligible(const struct zccComm *comm, size_t bytes) {
   if (comm->nranks < 2 || comm->dev || zcc_param_hostmem_direct() != 1) return 0;
